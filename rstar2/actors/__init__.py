@@ -1,0 +1,1 @@
+"""Actor runtime: actors wired by ZeroMQ, run under anyio."""

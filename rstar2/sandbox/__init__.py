@@ -1,0 +1,1 @@
+"""Isolated, high-throughput Python code executor ("code judge")."""

@@ -1,0 +1,1 @@
+"""Rollout scheduling policies shared by the live scheduler actor and the simulator."""

@@ -1,0 +1,1 @@
+"""Discrete-event simulator of rollout scheduling (virtual clock, no GPUs)."""

@@ -1,0 +1,81 @@
+"""Config loading: unknown keys and bad values are errors that name the key."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+import pytest
+
+from rstar2.config import ConfigError, from_dict, load_file, override, require
+
+
+@dataclass
+class Inner:
+    size: int = 4
+    """number of things"""
+
+
+@dataclass
+class Outer:
+    name: str = "x"
+    """a name"""
+    rate: float = 1e-6
+    """learning rate"""
+    mode: Literal["a", "b"] = "a"
+    """a choice"""
+    tags: list[str] = field(default_factory=list)
+    """tags"""
+    limit: int | None = None
+    """optional limit"""
+    inner: Inner = field(default_factory=Inner)
+    """nested table"""
+
+    def validate(self) -> None:
+        require(self.rate > 0, "rate", self.rate, "a positive number")
+
+
+def test_defaults_and_values() -> None:
+    cfg = from_dict(Outer, {"rate": 3, "inner": {"size": 8}, "tags": ["p"], "limit": 5})
+    assert cfg.rate == 3.0 and isinstance(cfg.rate, float)
+    assert cfg.inner.size == 8 and cfg.tags == ["p"] and cfg.limit == 5
+
+
+@pytest.mark.parametrize(
+    ("data", "key"),
+    [
+        ({"nmae": "x"}, "nmae"),
+        ({"inner": {"sise": 1}}, "inner.sise"),
+        ({"inner": {"size": "big"}}, "inner.size"),
+        ({"inner": {"size": True}}, "inner.size"),
+        ({"mode": "c"}, "mode"),
+        ({"tags": "p"}, "tags"),
+        ({"tags": [1]}, "tags[0]"),
+        ({"limit": "x"}, "limit"),
+        ({"rate": -1.0}, "rate"),
+    ],
+)
+def test_errors_name_the_key(data: dict, key: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        from_dict(Outer, data)
+    assert info.value.key == key
+    assert repr(info.value.value) in str(info.value)
+
+
+def test_load_toml_and_override(tmp_path) -> None:
+    p = tmp_path / "c.toml"
+    p.write_text('name = "run"\n[inner]\nsize = 2\n')
+    cfg = from_dict(Outer, load_file(p))
+    assert cfg.inner.size == 2
+    assert override(cfg, "inner.size", 9).inner.size == 9
+    with pytest.raises(ConfigError):
+        override(cfg, "inner.nope", 1)
+
+
+def test_bad_files(tmp_path) -> None:
+    with pytest.raises(ConfigError):
+        load_file(tmp_path / "missing.toml")
+    bad = tmp_path / "bad.toml"
+    bad.write_text("x = = 1")
+    with pytest.raises(ConfigError):
+        load_file(bad)

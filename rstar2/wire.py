@@ -14,9 +14,13 @@ What it does not do: transport, retries or size limits (the actor runtime enforc
 
 from __future__ import annotations
 
+import sys
+import threading
+from collections.abc import Sequence
 from typing import Any, TypeVar, Union
 
 import msgspec
+import numpy as np
 
 M = TypeVar("M", bound="Message")
 
@@ -44,6 +48,7 @@ def register(cls: type[M]) -> type[M]:
         raise TypeError(f"tag {tag} of {cls.__name__} is taken by {_REGISTRY[tag].__name__}")
     _REGISTRY[tag] = cls
     _decoder = None
+    _reset_frame_decoder()
     return cls
 
 
@@ -67,6 +72,104 @@ def message_types() -> dict[int, type[Message]]:
     return dict(_REGISTRY)
 
 
+# --- framing: one message = one msgpack frame + one raw frame per array ---------------------
+#
+# A message field typed `np.ndarray` (or holding a torch tensor on the sending side) is not
+# copied into the msgpack body: the body gets a msgpack Ext(1) naming the frame index, dtype and
+# shape, and the array's buffer travels as its own ZeroMQ frame (zero-copy on send). Received
+# arrays are read-only numpy views of the frame; use `torch.from_numpy(a.copy())` for a tensor.
+
+Buffer = bytes | bytearray | memoryview
+_ARRAY_EXT = 1
+
+
+class MessageTooLarge(WireError):
+    """A message whose frames add up to more than the size limit."""
+
+
+class _FrameState(threading.local):
+    def __init__(self) -> None:
+        self.out: list[Buffer] = []
+        self.inp: Sequence[Buffer] = ()
+
+
+_frames = _FrameState()
+
+
+def _enc_hook(obj: Any) -> Any:
+    torch = sys.modules.get("torch")
+    if torch is not None and isinstance(obj, torch.Tensor):
+        obj = obj.detach().cpu().contiguous().numpy()
+    if isinstance(obj, np.ndarray):
+        arr = np.ascontiguousarray(obj)
+        _frames.out.append(memoryview(arr).cast("B"))
+        header = _encoder.encode((len(_frames.out), arr.dtype.str, list(arr.shape)))
+        return msgspec.msgpack.Ext(_ARRAY_EXT, header)
+    raise NotImplementedError(f"type {type(obj).__name__} cannot go on the wire")
+
+
+def _ext_hook(code: int, data: memoryview) -> Any:
+    if code != _ARRAY_EXT:
+        raise WireError(f"unknown msgpack extension {code}")
+    index, dtype, shape = msgspec.msgpack.decode(data)
+    if not 1 <= index < len(_frames.inp):
+        raise WireError(f"array refers to missing frame {index}")
+    return np.frombuffer(_frames.inp[index], dtype=np.dtype(dtype)).reshape(shape)
+
+
+def _dec_hook(tp: type, obj: Any) -> Any:
+    if isinstance(obj, tp):
+        return obj
+    torch = sys.modules.get("torch")
+    if torch is not None and tp is torch.Tensor and isinstance(obj, np.ndarray):
+        return torch.from_numpy(obj.copy())
+    raise NotImplementedError(f"cannot decode {type(obj).__name__} as {tp}")
+
+
+_frame_encoder = msgspec.msgpack.Encoder(enc_hook=_enc_hook)
+_frame_decoder: msgspec.msgpack.Decoder | None = None
+
+
+def _reset_frame_decoder() -> None:
+    global _frame_decoder
+    _frame_decoder = None
+
+
+def to_frames(msg: Message) -> list[Buffer]:
+    """Encode `msg` as [msgpack body, array frame, ...] (arrays are not copied)."""
+    _frames.out = []
+    try:
+        body = _frame_encoder.encode(msg)
+        return [body, *_frames.out]
+    finally:
+        _frames.out = []
+
+
+def frames_size(frames: Sequence[Buffer]) -> int:
+    return sum(len(memoryview(f)) for f in frames)
+
+
+def from_frames(frames: Sequence[Buffer], max_bytes: int | None = None) -> Message:
+    """Decode frames made by `to_frames`; raises MessageTooLarge or WireError, never anything else."""
+    global _frame_decoder
+    if not frames:
+        raise WireError("empty message")
+    if max_bytes is not None:
+        size = frames_size(frames)
+        if size > max_bytes:
+            raise MessageTooLarge(f"message of {size} bytes is over the limit of {max_bytes}")
+    if _frame_decoder is None:
+        union: Any = Union[tuple(_REGISTRY.values())]  # noqa: UP007 - runtime union of classes
+        _frame_decoder = msgspec.msgpack.Decoder(union, ext_hook=_ext_hook, dec_hook=_dec_hook)
+    _frames.inp = frames
+    try:
+        return _frame_decoder.decode(frames[0])
+    except (msgspec.DecodeError, msgspec.ValidationError, ValueError, TypeError) as e:
+        raise WireError(f"undecodable message: {e}") from None
+    finally:
+        _frames.inp = ()
+
+
 # --- runtime (tags 1-19) -------------------------------------------------------------------
 
 
@@ -86,3 +189,112 @@ class Ready(Message, tag=2):
 @register
 class Shutdown(Message, tag=3):
     reason: str = ""
+
+
+@register
+class ActorFailed(Message, tag=4):
+    """An actor raised: its instance name, the traceback text and whether it will be restarted."""
+
+    actor: str
+    traceback: str
+    restarting: bool = False
+    restarts: int = 0
+
+
+@register
+class StopGraph(Message, tag=5):
+    """An actor asked the whole graph to stop; `result` is any msgpack-able value it hands back."""
+
+    actor: str
+    reason: str = ""
+    result: Any = None
+
+
+class ActorStats(msgspec.Struct, array_like=True, omit_defaults=True):
+    """Counters of one actor instance (cumulative since the graph started)."""
+
+    actor: str
+    process: str
+    received: int = 0
+    sent: int = 0
+    handled: int = 0
+    malformed: int = 0
+    oversized: int = 0
+    restarts: int = 0
+    busy_s: float = 0.0
+    wait_s: float = 0.0
+    blocked_s: float = 0.0
+    queue_depth: int = 0
+    alive: bool = True
+
+
+class Span(msgspec.Struct, array_like=True):
+    """One traced interval: kind is "handle", "wait" (for input) or "blocked" (on output)."""
+
+    actor: str
+    kind: str
+    start: float
+    end: float
+    port: str = ""
+    queue_depth: int = 0
+
+
+@register
+class StatsRequest(Message, tag=6):
+    """Ask a graph (or one process of it) for counters, and spans when `spans` is true."""
+
+    spans: bool = False
+
+
+@register
+class StatsReply(Message, tag=7):
+    process: str
+    actors: list[ActorStats]
+    spans: list[Span] = []
+
+
+@register
+class Item(Message, tag=10):
+    """A generic numbered payload, used by the demo actors, the tests and `rstar2 bench bus`."""
+
+    seq: int
+    value: int = 0
+    payload: bytes = b""
+    sent_at: float = 0.0
+
+
+# --- sandbox (tags 20-39) ------------------------------------------------------------------
+
+EXEC_STATUSES = ("ok", "error", "timeout", "memory", "output_limit", "killed", "rejected")
+
+
+@register
+class ExecRequest(Message, tag=20):
+    """Run `code` once with `stdin`; limits of None take the server's defaults (and are capped)."""
+
+    id: str
+    code: str
+    stdin: str = ""
+    timeout_s: float | None = None
+    memory_mb: int | None = None
+
+
+@register
+class ExecResult(Message, tag=21):
+    """Exactly one per ExecRequest. `status` is one of EXEC_STATUSES; `exit_code` is -signal
+    when the process died by a signal; `truncated` marks output cut at the server's cap."""
+
+    id: str
+    status: str
+    stdout: str = ""
+    stderr: str = ""
+    exit_code: int = 0
+    wall_s: float = 0.0
+    truncated: bool = False
+
+
+@register
+class ExecCancel(Message, tag=22):
+    """Kill a running or queued request; its result (status `killed`) is still sent."""
+
+    id: str

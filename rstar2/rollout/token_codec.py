@@ -1,0 +1,102 @@
+"""`TokenCodec`: the agent loop's view of a tokenizer, with the format's fixed token pieces.
+
+Built once from any Hugging Face-style tokenizer that has the chat and tool markers of
+docs/format.md as single tokens (the embedded tokenizer and Qwen3's do). It holds the stop
+token ids of an assistant turn and encodes the forced text around a tool response.
+
+Tool responses are encoded in one piece (prefix + output + suffix), exactly as
+`rstar2.model.chat_format.tool_response_ids` encodes SFT data, so RL and SFT see the same
+tokens. Only when the output contains a special-token string (a program printing `<|im_end|>`)
+are the pieces encoded apart, the output with special-token strings kept as plain text, so tool
+output can never forge chat structure.
+
+What it does not do: render prompts (that is `rstar2.model.render_prompt`) or parse calls.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+CALL_END = "</tool_call>"
+TURN_END = "<|im_end|>"
+EOS = "<|endoftext|>"
+RESPONSE_PREFIX = "<|im_end|>\n<|im_start|>user\n<tool_response>\n"
+"""Forced after `</tool_call>`: closes the assistant turn and opens the tool response."""
+RESPONSE_SUFFIX = "\n</tool_response><|im_end|>\n<|im_start|>assistant\n"
+"""Forced after the tool output: closes the response and reopens the assistant turn."""
+FORMAT_MARKERS = (
+    "<|endoftext|>", "<|im_start|>", "<|im_end|>", "<tool_call>", "</tool_call>",
+    "<tool_response>", "</tool_response>", "<answer>", "</answer>", "<think>", "</think>",
+)  # fmt: skip
+"""The special tokens of docs/format.md."""
+
+
+class Tokenizer(Protocol):
+    """The subset of a Hugging Face tokenizer the loop uses."""
+
+    def encode(self, text: str, add_special_tokens: bool = ..., **kwargs: Any) -> list[int]: ...
+
+    def decode(
+        self, token_ids: list[int], skip_special_tokens: bool = ..., **kwargs: Any
+    ) -> str: ...
+
+    def convert_tokens_to_ids(self, tokens: str) -> Any: ...
+
+
+class TokenCodec:
+    """Encodes and decodes for the agent loop; cheap to build, safe to share between tasks."""
+
+    def __init__(self, tokenizer: Tokenizer) -> None:
+        self.tokenizer = tokenizer
+        self.call_end_id = _single_token(tokenizer, CALL_END)
+        turn_end = _single_token(tokenizer, TURN_END)
+        end_ids = {turn_end}
+        eos = _optional_token(tokenizer, EOS)
+        if eos is not None:
+            end_ids.add(eos)
+        tok_eos = getattr(tokenizer, "eos_token_id", None)
+        if isinstance(tok_eos, int):
+            end_ids.add(tok_eos)
+        self.end_ids: frozenset[int] = frozenset(end_ids)
+        self.stop_token_ids: tuple[int, ...] = (self.call_end_id, *sorted(self.end_ids))
+        self.response_prefix = self.encode_markup(RESPONSE_PREFIX)
+        self.response_suffix = self.encode_markup(RESPONSE_SUFFIX)
+        specials = getattr(tokenizer, "all_special_tokens", None) or []
+        self._markers = tuple({*FORMAT_MARKERS, *(t for t in specials if isinstance(t, str))})
+
+    def encode_markup(self, text: str) -> list[int]:
+        """Encode trusted text: special-token strings become their special tokens."""
+        return list(self.tokenizer.encode(text, add_special_tokens=False))
+
+    def encode_plain(self, text: str) -> list[int]:
+        """Encode untrusted text: special-token strings stay plain text."""
+        return list(
+            self.tokenizer.encode(text, add_special_tokens=False, split_special_tokens=True)
+        )
+
+    def decode(self, token_ids: list[int]) -> str:
+        return self.tokenizer.decode(
+            token_ids, skip_special_tokens=False, clean_up_tokenization_spaces=False
+        )
+
+    def tool_response_ids(self, text: str) -> list[int]:
+        """The forced tokens after `</tool_call>`: prefix + tool output text + suffix."""
+        if not any(m in text for m in self._markers):
+            return self.encode_markup(RESPONSE_PREFIX + text + RESPONSE_SUFFIX)
+        return [*self.response_prefix, *self.encode_plain(text), *self.response_suffix]
+
+
+def _optional_token(tokenizer: Tokenizer, token: str) -> int | None:
+    tid = tokenizer.convert_tokens_to_ids(token)
+    if not isinstance(tid, int) or tid < 0:
+        return None
+    if getattr(tokenizer, "unk_token_id", None) == tid and token != "<unk>":
+        return None
+    return tid
+
+
+def _single_token(tokenizer: Tokenizer, token: str) -> int:
+    tid = _optional_token(tokenizer, token)
+    if tid is None:
+        raise ValueError(f"tokenizer has no single token for {token!r} (see docs/format.md)")
+    return tid

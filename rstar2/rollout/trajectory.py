@@ -1,0 +1,206 @@
+"""One rollout's record (`Trajectory`) and the state machine that builds it turn by turn.
+
+`TrajectoryState` is plain synchronous logic, tested without an engine: it accumulates token
+ids, the loss mask (1 for sampled tokens, 0 for prompt and forced/tool tokens), logprobs (0.0
+where masked), turn and tool counters, and decides after every turn whether the rollout goes on
+(a tool call to answer) or ends, and why:
+
+- "answer":       a turn ended without a tool call and contains an `<answer>` tag;
+- "no_tool_call": a turn ended without a tool call and without an `<answer>` tag;
+- "budget":       the one shared token budget ran out (model or tool tokens);
+- "turns":        a turn ended in a tool call at the assistant-turn limit (call not executed);
+- "abort":        the engine aborted the request.
+
+Counters: `tool_calls` counts every call answered (malformed ones included), `tool_errors`
+every call whose response was a failure (malformed, error, timeout, memory, ...), and
+`tool_timeouts` the subset of `tool_errors` that timed out. So RoC's
+p_err = tool_errors / tool_calls.
+
+What it does not do: talk to the engine or the executor, or tokenise (see agent_loop.py).
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+FINISH_REASONS = ("answer", "no_tool_call", "budget", "turns", "abort")
+TRUNCATED_REASONS = frozenset({"budget", "turns", "abort"})
+"""Finish reasons of rollouts that did not end on their own; reward scores them 0."""
+
+ANSWER_TAG = "<answer>"
+
+
+@dataclass
+class Trajectory:
+    """A finished rollout. `token_ids`, `loss_mask` and `logprobs` have the same length."""
+
+    prompt_id: str
+    sample: int
+    token_ids: list[int]
+    loss_mask: list[int]
+    logprobs: list[float]
+    prompt_len: int
+    response_text: str
+    turns: int
+    tool_calls: int
+    tool_errors: int
+    tool_timeouts: int
+    answer_tags: int
+    finish_reason: str
+    reward: float = 0.0
+    reward_status: str = ""
+
+    @property
+    def response_tokens(self) -> int:
+        """Tokens after the prompt (model and tool tokens)."""
+        return len(self.token_ids) - self.prompt_len
+
+    @property
+    def truncated(self) -> bool:
+        """True when the rollout was cut (budget, turn limit, abort) rather than finishing."""
+        return self.finish_reason in TRUNCATED_REASONS
+
+
+class TurnStop(enum.Enum):
+    """How the engine ended one assistant turn."""
+
+    CALL = "call"  # last token is </tool_call>
+    END = "end"  # last token ends the turn (<|im_end|>, <|endoftext|>)
+    LENGTH = "length"  # max_tokens reached (the shared budget)
+    ABORT = "abort"  # the engine aborted the request
+
+
+def classify_stop(
+    token_ids: Sequence[int], finish_reason: str, call_end_id: int, end_ids: frozenset[int]
+) -> TurnStop:
+    """Map an engine result onto the loop's view of how the turn ended."""
+    if finish_reason == "abort":
+        return TurnStop.ABORT
+    last = token_ids[-1] if token_ids else None
+    if last == call_end_id:
+        return TurnStop.CALL
+    if last in end_ids:
+        return TurnStop.END
+    if finish_reason == "length":
+        return TurnStop.LENGTH
+    # "stop" on a token we did not ask for: treat the turn as ended by the model.
+    return TurnStop.END
+
+
+def count_answer_tags(text: str) -> int:
+    """Number of `<answer>` opening tags in model-written text."""
+    return text.count(ANSWER_TAG)
+
+
+class TrajectoryState:
+    """The growing token record of one rollout and its stop decisions."""
+
+    def __init__(self, prompt_ids: Sequence[int], budget: int, max_turns: int) -> None:
+        if not prompt_ids:
+            raise ValueError("prompt_ids must not be empty")
+        if budget < 1:
+            raise ValueError(f"budget must be >= 1, got {budget}")
+        if max_turns < 1:
+            raise ValueError(f"max_turns must be >= 1, got {max_turns}")
+        self.token_ids: list[int] = list(prompt_ids)
+        self.loss_mask: list[int] = [0] * len(prompt_ids)
+        self.logprobs: list[float] = [0.0] * len(prompt_ids)
+        self.prompt_len = len(prompt_ids)
+        self.budget = budget
+        self.max_turns = max_turns
+        self.turns = 0
+        self.tool_calls = 0
+        self.tool_errors = 0
+        self.tool_timeouts = 0
+        self.answer_tags = 0
+        self.finish_reason: str | None = None
+        self.awaiting_tool = False
+
+    @property
+    def used(self) -> int:
+        return len(self.token_ids) - self.prompt_len
+
+    @property
+    def remaining(self) -> int:
+        return self.budget - self.used
+
+    @property
+    def finished(self) -> bool:
+        return self.finish_reason is not None
+
+    def add_turn(
+        self, token_ids: Sequence[int], logprobs: Sequence[float], stop: TurnStop, answer_tags: int
+    ) -> None:
+        """Record one generated turn (mask 1) and decide: finish, or await a tool response."""
+        self._check_open("add_turn")
+        if self.awaiting_tool:
+            raise RuntimeError("add_turn while a tool response is pending")
+        if len(token_ids) != len(logprobs):
+            raise ValueError(f"{len(token_ids)} tokens but {len(logprobs)} logprobs")
+        if len(token_ids) > self.remaining:
+            raise ValueError(f"turn of {len(token_ids)} tokens exceeds the {self.remaining} left")
+        self.token_ids.extend(token_ids)
+        self.loss_mask.extend([1] * len(token_ids))
+        self.logprobs.extend(float(lp) for lp in logprobs)
+        self.turns += 1
+        self.answer_tags += answer_tags
+        if stop is TurnStop.ABORT:
+            self.finish_reason = "abort"
+        elif stop is TurnStop.LENGTH:
+            self.finish_reason = "budget"
+        elif stop is TurnStop.END:
+            self.finish_reason = "answer" if answer_tags > 0 else "no_tool_call"
+        elif self.turns >= self.max_turns:
+            self.finish_reason = "turns"
+        elif self.remaining <= 0:
+            self.finish_reason = "budget"
+        else:
+            self.awaiting_tool = True
+
+    def add_tool_response(self, token_ids: Sequence[int], *, failed: bool, timed_out: bool) -> None:
+        """Record the forced tokens (mask 0) answering the pending call, cut at the budget."""
+        self._check_open("add_tool_response")
+        if not self.awaiting_tool:
+            raise RuntimeError("add_tool_response without a pending tool call")
+        self.awaiting_tool = False
+        self.tool_calls += 1
+        self.tool_errors += int(failed or timed_out)
+        self.tool_timeouts += int(timed_out)
+        kept = list(token_ids[: self.remaining])
+        self.token_ids.extend(kept)
+        self.loss_mask.extend([0] * len(kept))
+        self.logprobs.extend([0.0] * len(kept))
+        if self.remaining <= 0:
+            self.finish_reason = "budget"
+
+    def abort(self) -> None:
+        """End the rollout as aborted (cancelled from outside)."""
+        if not self.finished:
+            self.awaiting_tool = False
+            self.finish_reason = "abort"
+
+    def to_trajectory(self, prompt_id: str, sample: int, response_text: str) -> Trajectory:
+        """The finished record. It shares this state's lists: do not touch the state after."""
+        if self.finish_reason is None:
+            raise RuntimeError("to_trajectory before the rollout finished")
+        return Trajectory(
+            prompt_id=prompt_id,
+            sample=sample,
+            token_ids=self.token_ids,
+            loss_mask=self.loss_mask,
+            logprobs=self.logprobs,
+            prompt_len=self.prompt_len,
+            response_text=response_text,
+            turns=self.turns,
+            tool_calls=self.tool_calls,
+            tool_errors=self.tool_errors,
+            tool_timeouts=self.tool_timeouts,
+            answer_tags=self.answer_tags,
+            finish_reason=self.finish_reason,
+        )
+
+    def _check_open(self, what: str) -> None:
+        if self.finished:
+            raise RuntimeError(f"{what} after the rollout finished ({self.finish_reason})")

@@ -1,0 +1,115 @@
+"""Atomic training checkpoints: everything needed to continue a run bit-for-bit.
+
+A checkpoint is a directory `RUN/checkpoints/step-000010/` holding `state.pt` (model weights,
+optimizer and lr-scheduler state, data cursor, RNG states, stage, step and any extra
+trainer state) and `meta.json` (step, stage, time; human readable). It is written under a
+temporary name, fsynced and renamed into place, and only then does `RUN/checkpoints/LATEST`
+(itself replaced atomically) point at it. A crash at any moment therefore leaves either the
+previous checkpoint or the new one, never a torn one. Old checkpoints beyond `keep` are pruned
+after the new one is in place.
+
+What it does not do: sharded (FSDP) checkpoints; the distributed learner saves a full state dict
+gathered on rank 0 through the same function.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import random
+import shutil
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+log = logging.getLogger(__name__)
+
+LATEST = "LATEST"
+
+
+@dataclass
+class Checkpoint:
+    """A loaded checkpoint: its step, its directory and the saved state dict."""
+
+    step: int
+    path: Path
+    state: dict[str, Any]
+
+
+def rng_state() -> dict[str, Any]:
+    """Capture the Python, NumPy and torch (CPU) RNG states."""
+    return {
+        "python": random.getstate(),
+        "numpy": np.random.get_state(),
+        "torch": torch.get_rng_state(),
+    }
+
+
+def set_rng_state(state: dict[str, Any]) -> None:
+    random.setstate(state["python"])
+    np.random.set_state(state["numpy"])
+    torch.set_rng_state(state["torch"])
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def save_checkpoint(run_dir: Path, step: int, state: dict[str, Any], keep: int = 2) -> Path:
+    """Write `state` as the checkpoint of `step` atomically and point LATEST at it."""
+    if keep < 1:
+        raise ValueError(f"keep must be >= 1, got {keep}")
+    root = Path(run_dir) / "checkpoints"
+    root.mkdir(parents=True, exist_ok=True)
+    name = f"step-{step:06d}"
+    final = root / name
+    tmp = root / f".{name}.tmp"
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    tmp.mkdir()
+    with open(tmp / "state.pt", "wb") as f:
+        torch.save(state, f)
+        f.flush()
+        os.fsync(f.fileno())
+    meta = {"step": step, "stage": state.get("stage"), "time": time.time()}
+    (tmp / "meta.json").write_text(json.dumps(meta, indent=1))
+    _fsync_dir(tmp)
+    if final.exists():
+        shutil.rmtree(final)
+    os.replace(tmp, final)
+    latest_tmp = root / f".{LATEST}.tmp"
+    latest_tmp.write_text(name + "\n")
+    os.replace(latest_tmp, root / LATEST)
+    _fsync_dir(root)
+    _prune(root, keep)
+    log.debug("checkpoint %s written", final)
+    return final
+
+
+def _prune(root: Path, keep: int) -> None:
+    done = sorted(p for p in root.glob("step-*") if p.is_dir())
+    for old in done[:-keep]:
+        shutil.rmtree(old, ignore_errors=True)
+
+
+def load_latest(run_dir: Path) -> Checkpoint | None:
+    """The newest complete checkpoint of a run, or None when it has none."""
+    root = Path(run_dir) / "checkpoints"
+    pointer = root / LATEST
+    if not pointer.is_file():
+        return None
+    path = root / pointer.read_text().strip()
+    if not (path / "state.pt").is_file():
+        raise FileNotFoundError(f"{pointer} names {path.name}, which has no state.pt")
+    state = torch.load(path / "state.pt", map_location="cpu", weights_only=False)
+    meta = json.loads((path / "meta.json").read_text())
+    return Checkpoint(step=int(meta["step"]), path=path, state=state)

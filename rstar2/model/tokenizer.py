@@ -1,0 +1,157 @@
+"""The embedded tokenizer: a byte-level BPE trained locally, plus the special-token lookup.
+
+`train_tokenizer(corpus, vocab_size)` trains a byte-level BPE with the `tokenizers` library on
+text the project generates, with Qwen2's pre-tokenizer. Digits are split one per token before BPE (so numbers copy digit by
+digit), and every special token of docs/format.md is a single added token. The result is a
+Hugging Face `PreTrainedTokenizerFast` carrying the chat template, so `apply_chat_template`
+works and `save_pretrained` writes a directory any HF loader reads.
+
+`special_token_ids(tokenizer)` looks the special tokens up in ANY tokenizer (the embedded one or
+a Qwen3 checkpoint's) and fails with a clear error when one is missing or not a single token.
+
+What it does not do: choose the training text (see `rstar2.model.tiny`) or render prompts (see
+`rstar2.model.chat_format`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from tokenizers import (
+    AddedToken,
+    Regex,
+    Tokenizer,
+    decoders,
+    models,
+    normalizers,
+    pre_tokenizers,
+    trainers,
+)
+from transformers import PreTrainedTokenizerBase, PreTrainedTokenizerFast
+
+from rstar2.model.chat_template import CHAT_TEMPLATE
+
+# The Qwen2 pre-tokenizer split: `\p{N}` isolates every digit, so numbers are one token per
+# digit. Using Qwen2's exact pipeline (NFC + this split + byte level) matters beyond taste:
+# transformers 5 loads a `qwen2` model directory's tokenizer as `Qwen2Tokenizer`, which
+# rebuilds this pipeline around the saved vocabulary, so any other pipeline would be silently
+# replaced at load time and tokenize differently from training.
+PRETOKENIZE_REGEX = (
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*"
+    r"|\s*[\r\n]+|\s+(?!\S)|\s+"
+)
+
+EOS = "<|endoftext|>"
+SPECIAL_TOKENS: tuple[str, ...] = (
+    EOS,
+    "<|im_start|>",
+    "<|im_end|>",
+    "<tool_call>",
+    "</tool_call>",
+    "<tool_response>",
+    "</tool_response>",
+    "<answer>",
+    "</answer>",
+    "<think>",
+    "</think>",
+)
+"""Every special token of docs/format.md; ids 0..10 in the embedded tokenizer, in this order."""
+
+
+@dataclass(frozen=True)
+class SpecialTokens:
+    """Ids of the chat and tool tokens in one tokenizer."""
+
+    im_start: int
+    im_end: int
+    eos: int
+    tool_call: int
+    tool_call_end: int
+    tool_response: int
+    tool_response_end: int
+    answer: int
+    answer_end: int
+    think: int
+    think_end: int
+
+    @property
+    def stop_ids(self) -> tuple[int, ...]:
+        """Tokens that end an assistant turn's generation: `</tool_call>`, `<|im_end|>`, eos."""
+        return (self.tool_call_end, self.im_end, self.eos)
+
+
+_FIELDS: dict[str, str] = {
+    "im_start": "<|im_start|>",
+    "im_end": "<|im_end|>",
+    "eos": EOS,
+    "tool_call": "<tool_call>",
+    "tool_call_end": "</tool_call>",
+    "tool_response": "<tool_response>",
+    "tool_response_end": "</tool_response>",
+    "answer": "<answer>",
+    "answer_end": "</answer>",
+    "think": "<think>",
+    "think_end": "</think>",
+}
+
+
+def _single_id(tokenizer: PreTrainedTokenizerBase, text: str) -> int:
+    ids = tokenizer.encode(text, add_special_tokens=False)
+    if len(ids) != 1:
+        raise ValueError(f"tokenizer encodes {text!r} as {len(ids)} tokens {ids}, expected one")
+    return int(ids[0])
+
+
+def special_token_ids(tokenizer: PreTrainedTokenizerBase) -> SpecialTokens:
+    """The ids of the chat/tool special tokens; ValueError if one is not a single token.
+
+    `eos` is `<|endoftext|>` when the tokenizer has it, else the tokenizer's own eos token.
+    """
+    ids: dict[str, int] = {}
+    for name, text in _FIELDS.items():
+        if name == "eos" and text not in tokenizer.get_vocab():
+            if tokenizer.eos_token_id is None:
+                raise ValueError("tokenizer has neither <|endoftext|> nor an eos token")
+            ids[name] = int(tokenizer.eos_token_id)
+            continue
+        ids[name] = _single_id(tokenizer, text)
+    return SpecialTokens(**ids)
+
+
+def _backend(vocab_size: int, corpus: Iterable[str]) -> Tokenizer:
+    tok = Tokenizer(models.BPE(unk_token=None, fuse_unk=False, byte_fallback=False))
+    tok.normalizer = normalizers.NFC()
+    tok.pre_tokenizer = pre_tokenizers.Sequence(
+        [
+            pre_tokenizers.Split(Regex(PRETOKENIZE_REGEX), behavior="isolated", invert=False),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+        ]
+    )
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        min_frequency=2,
+        show_progress=False,
+        special_tokens=[AddedToken(t, special=True, normalized=False) for t in SPECIAL_TOKENS],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+    )
+    tok.train_from_iterator(corpus, trainer=trainer)
+    return tok
+
+
+def train_tokenizer(corpus: Iterable[str], vocab_size: int = 1024) -> PreTrainedTokenizerFast:
+    """Train the embedded byte-level BPE on `corpus` and wrap it with the chat template."""
+    if vocab_size < 256 + len(SPECIAL_TOKENS):
+        raise ValueError(f"vocab_size must be at least {256 + len(SPECIAL_TOKENS)}: {vocab_size}")
+    backend = _backend(vocab_size, corpus)
+    tokenizer = PreTrainedTokenizerFast(
+        tokenizer_object=backend,
+        eos_token=EOS,
+        pad_token=EOS,
+        additional_special_tokens=list(SPECIAL_TOKENS[1:]),
+        clean_up_tokenization_spaces=False,
+        model_max_length=4096,
+    )
+    tokenizer.chat_template = CHAT_TEMPLATE
+    return tokenizer

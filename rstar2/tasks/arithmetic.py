@@ -1,0 +1,182 @@
+"""The embedded default task: procedurally generated arithmetic problems with exact integer answers.
+
+Problems are either bare expressions ("What is 4821 * 37 + 905?") or short word problems whose
+operation the model must recognise ("A crate holds 37 bottles. How many bottles are in 482
+crates?"). Operands have several digits, so a tiny model cannot do the arithmetic in its head but
+can learn to copy the numbers into `print(...)` and the tool's output into `\\boxed{}`.
+
+Generation is seeded and reproducible. Train and held-out splits are disjoint by construction:
+a problem's split is decided by a stable hash of its text, so the same text can never land in
+both. The difficulty knob is `TaskConfig` (digits per operand, operands per expression, share of
+word problems).
+
+What it does not do: SFT traces (see `rstar2.tasks.traces`), verification of model answers
+(see `rstar2.reward`) or file formats beyond the JSONL writer below.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import random
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+from rstar2.config import require
+
+Split = Literal["train", "heldout"]
+
+_OPS = ("+", "-", "*")
+_NAMES = ("Ana", "Ben", "Chen", "Dara", "Eli", "Femi", "Gus", "Hana", "Ivo", "Jun")
+_ITEMS = ("apples", "coins", "stamps", "cards", "shells", "beads", "books", "pens")
+
+
+@dataclass
+class TaskConfig:
+    """Difficulty and size of the embedded arithmetic task."""
+
+    seed: int = 0
+    """Seed of the problem generator; the same seed gives the same problems."""
+    min_digits: int = 2
+    """Fewest digits of an operand."""
+    max_digits: int = 3
+    """Most digits of an operand (the main difficulty knob)."""
+    max_operands: int = 3
+    """Most operands of a bare expression (2 or more)."""
+    word_fraction: float = 0.5
+    """Share of problems stated in words rather than as a bare expression."""
+    heldout_fraction: float = 0.2
+    """Share of the problem space (by text hash) reserved for the held-out split."""
+    train_size: int = 4000
+    """Number of training problems."""
+    heldout_size: int = 200
+    """Number of held-out problems."""
+
+    def validate(self) -> None:
+        require(1 <= self.min_digits <= 9, "min_digits", self.min_digits, "an integer in 1..9")
+        require(
+            self.min_digits <= self.max_digits <= 9,
+            "max_digits",
+            self.max_digits,
+            f"an integer in {self.min_digits}..9",
+        )
+        require(2 <= self.max_operands <= 6, "max_operands", self.max_operands, "2..6")
+        require(0.0 <= self.word_fraction <= 1.0, "word_fraction", self.word_fraction, "0..1")
+        require(
+            0.0 < self.heldout_fraction < 1.0,
+            "heldout_fraction",
+            self.heldout_fraction,
+            "a number strictly between 0 and 1",
+        )
+        require(self.train_size >= 1, "train_size", self.train_size, "a positive integer")
+        require(self.heldout_size >= 1, "heldout_size", self.heldout_size, "a positive integer")
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One problem: its text, the Python expression that solves it and the exact answer."""
+
+    id: str
+    problem: str
+    expression: str
+    answer: str
+    split: Split = field(default="train")
+
+    def to_json(self) -> dict[str, str]:
+        return {"id": self.id, "problem": self.problem, "answer": self.answer}
+
+
+def _operand(rng: random.Random, cfg: TaskConfig) -> int:
+    digits = rng.randint(cfg.min_digits, cfg.max_digits)
+    return rng.randint(10 ** (digits - 1), 10**digits - 1)
+
+
+def _bare(rng: random.Random, cfg: TaskConfig) -> tuple[str, str]:
+    n = rng.randint(2, cfg.max_operands)
+    parts = [str(_operand(rng, cfg))]
+    for _ in range(n - 1):
+        parts += [rng.choice(_OPS), str(_operand(rng, cfg))]
+    expr = " ".join(parts)
+    stem = rng.choice(("What is {e}?", "Compute {e}.", "Evaluate {e}.", "Find {e}."))
+    return stem.format(e=expr), expr
+
+
+# Word problems: (template, expression template). Operands appear in the text in the same
+# order as in the expression, so the code is a copy of the numbers plus the right operators.
+_WORD: tuple[tuple[str, str], ...] = (
+    ("{n} has {a} {i} and gets {b} more. How many {i} does {n} have now?", "{a} + {b}"),
+    ("{n} had {a} {i} and gave away {b}. How many {i} are left?", "{a} - {b}"),
+    ("A box holds {a} {i}. How many {i} are in {b} boxes?", "{a} * {b}"),
+    ("{n} buys {a} packs of {b} {i}. How many {i} is that?", "{a} * {b}"),
+    ("{n} has {a} {i}, buys {b} more and loses {c}. How many {i} now?", "{a} + {b} - {c}"),
+    ("Each of {a} shelves holds {b} {i}, plus {c} on the floor. How many {i}?", "{a} * {b} + {c}"),
+    ("{a} {i} are shared among {b} kids equally. How many does each kid get?", "{a} // {b}"),
+    ("What is the remainder when {a} is divided by {b}?", "{a} % {b}"),
+)
+
+
+def _word(rng: random.Random, cfg: TaskConfig) -> tuple[str, str]:
+    text, expr = rng.choice(_WORD)
+    a, b, c = (_operand(rng, cfg) for _ in range(3))
+    if "//" in expr or "%" in expr:
+        a, b = max(a, b) * rng.randint(2, 9), min(a, b)
+    if "-" in expr and "+" not in expr:
+        a, b = max(a, b), min(a, b)
+    fill = {"a": a, "b": b, "c": c, "n": rng.choice(_NAMES), "i": rng.choice(_ITEMS)}
+    return text.format(**fill), expr.format(**fill)
+
+
+def split_of(text: str, heldout_fraction: float) -> Split:
+    """The split a problem text belongs to, from a stable hash (never Python's salted hash)."""
+    bucket = int.from_bytes(hashlib.sha256(text.encode()).digest()[:8], "big") / 2**64
+    return "heldout" if bucket < heldout_fraction else "train"
+
+
+def evaluate(expression: str) -> int:
+    """Exact value of one of our generated expressions (digits, spaces and + - * // % only)."""
+    if not expression or set(expression) - set("0123456789 +-*/%"):
+        raise ValueError(f"not a generated arithmetic expression: {expression!r}")
+    value = eval(expression, {"__builtins__": {}}, {})  # safe: the character set is checked above
+    if not isinstance(value, int):
+        raise ValueError(f"expression {expression!r} has no integer value")
+    return value
+
+
+def _stream(cfg: TaskConfig, split: Split) -> Iterator[Problem]:
+    # One generator per split, seeded from (seed, split), so growing train_size does not
+    # change the held-out problems.
+    rng = random.Random(f"{cfg.seed}:{split}")
+    seen: set[str] = set()
+    make: Callable[[random.Random, TaskConfig], tuple[str, str]]
+    while True:
+        make = _word if rng.random() < cfg.word_fraction else _bare
+        text, expr = make(rng, cfg)
+        if text in seen or split_of(text, cfg.heldout_fraction) != split:
+            continue
+        seen.add(text)
+        yield Problem(f"{split}-{len(seen) - 1}", text, expr, str(evaluate(expr)), split)
+
+
+def generate_problems(cfg: TaskConfig, split: Split) -> list[Problem]:
+    """The first `train_size` or `heldout_size` problems of a split, deterministically."""
+    if split not in ("train", "heldout"):
+        raise ValueError(f"split must be 'train' or 'heldout', got {split!r}")
+    n = cfg.train_size if split == "train" else cfg.heldout_size
+    out: list[Problem] = []
+    for problem in _stream(cfg, split):
+        out.append(problem)
+        if len(out) == n:
+            return out
+    raise AssertionError("unreachable: the stream is infinite")
+
+
+def write_jsonl(problems: list[Problem], path: str | Path) -> Path:
+    """Write problems as JSON lines with `id`, `problem`, `answer` (the data loader's fields)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w") as f:
+        for p in problems:
+            f.write(json.dumps(p.to_json()) + "\n")
+    return path

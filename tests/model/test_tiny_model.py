@@ -1,0 +1,68 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from rstar2.cli import main
+from rstar2.config import ConfigError
+from rstar2.model import TinyModelConfig, init_model, load_model, render_prompt, special_token_ids
+from rstar2.model.tiny import build_model, tokenizer_corpus
+from rstar2.model.tokenizer import train_tokenizer
+
+
+def test_init_then_load_round_trip(tiny_dir: Path) -> None:
+    assert (tiny_dir / "model.safetensors").is_file()
+    model, tok = load_model(tiny_dir)
+    assert model.config.vocab_size == len(tok)
+    assert not model.training
+    ids = torch.tensor([render_prompt(tok, "What is 12 * 34?")])
+    with torch.no_grad():
+        logits = model(ids).logits
+    assert logits.shape == (1, ids.shape[1], len(tok))
+    special = special_token_ids(tok)
+    assert set(model.generation_config.eos_token_id) == {special.im_end, special.eos}
+
+
+def test_init_is_deterministic(tmp_path: Path, tiny_dir: Path, small_cfg: TinyModelConfig) -> None:
+    other = init_model(tmp_path / "again", small_cfg)
+    a, _ = load_model(tiny_dir)
+    b, _ = load_model(other)
+    for (name, pa), (_, pb) in zip(a.state_dict().items(), b.state_dict().items(), strict=True):
+        assert torch.equal(pa, pb), name
+    assert (tiny_dir / "tokenizer.json").read_text() == (other / "tokenizer.json").read_text()
+
+
+def test_default_size_is_a_few_million_parameters() -> None:
+    cfg = TinyModelConfig(corpus_problems=50)
+    model = build_model(cfg, train_tokenizer(tokenizer_corpus(cfg), cfg.vocab_size))
+    n = sum(p.numel() for p in model.parameters())
+    assert 1_500_000 < n < 5_000_000
+
+
+def test_load_model_errors(tmp_path: Path) -> None:
+    with pytest.raises(FileNotFoundError):
+        load_model(tmp_path / "missing")
+    with pytest.raises(FileNotFoundError, match="config.json"):
+        load_model(tmp_path)
+    with pytest.raises(TypeError):
+        load_model(tmp_path, dtype="float32")  # type: ignore[arg-type]
+
+
+def test_config_validation_names_key() -> None:
+    with pytest.raises(ConfigError, match="num_heads"):
+        TinyModelConfig(hidden_size=30, num_heads=4).validate()
+
+
+def test_init_model_command(tmp_path: Path) -> None:
+    config = tmp_path / "m.toml"
+    config.write_text(
+        "[model]\nhidden_size = 16\nnum_layers = 1\nnum_heads = 2\nnum_kv_heads = 1\n"
+        "intermediate_size = 16\ncorpus_problems = 50\n"
+    )
+    assert main(["init-model", str(tmp_path / "m"), "--config", str(config)]) == 0
+    model, _ = load_model(tmp_path / "m")
+    assert model.config.hidden_size == 16
+    config.write_text("[model]\nhidden = 16\n")
+    assert main(["init-model", str(tmp_path / "n"), "--config", str(config)]) == 2

@@ -1,0 +1,190 @@
+"""AsyncEngine: the `Engine` protocol on anyio (asyncio or trio) around a synchronous EngineCore.
+
+One loop task (`serve`) owns the core. Callers never touch it: `generate`, `abort` and
+`update_weights` put an operation in an inbox and wake the loop; the loop applies the inbox and
+runs one `core.step()` at a time in a worker thread (`anyio.to_thread.run_sync`), so the event
+loop stays free for the agent loop, tool calls and many concurrent `generate` callers while
+the model computes. Finished outputs are handed to their waiting callers on the event loop
+thread. A weight update is applied between two steps: requests already running continue with
+the new weights (their cached K/V were computed with the old ones, as in vLLM).
+
+A caller whose `generate` is cancelled aborts its request. If the loop stops (engine closed or
+a bug in a step), every pending caller gets `EngineClosedError`.
+
+What it does not do: run the model in another process (the actor layer does that).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import anyio
+import torch
+from anyio.abc import TaskStatus
+from torch import nn
+
+from rstar2.engine.config import EngineConfig
+from rstar2.engine.core import EngineCore, load_causal_lm
+from rstar2.engine.protocol import EngineStats, GenerationOutput, SamplingParams
+
+
+class EngineClosedError(RuntimeError):
+    """The engine loop is not running (closed, or it failed); the request did not complete."""
+
+
+@dataclass(eq=False)
+class _Waiter:
+    done: anyio.Event = field(default_factory=anyio.Event)
+    output: GenerationOutput | None = None
+    error: BaseException | None = None
+
+
+@dataclass
+class _StepResult:
+    outputs: list[GenerationOutput] = field(default_factory=list)
+    errors: dict[str, BaseException] = field(default_factory=dict)
+    weights_done: list[_Waiter] = field(default_factory=list)
+
+
+class AsyncEngine:
+    def __init__(self, core: EngineCore) -> None:
+        self.core = core
+        self._lock = threading.Lock()
+        self._inbox: list[tuple[str, object, object]] = []
+        self._waiters: dict[str, _Waiter] = {}
+        self._wakeup: anyio.Event | None = None  # created by `serve`, inside the event loop
+        self._running = False
+
+    async def generate(
+        self, request_id: str, prompt_ids: list[int], params: SamplingParams
+    ) -> GenerationOutput:
+        self.core.check_request(request_id, prompt_ids, params)
+        if not self._running:
+            raise EngineClosedError("the engine loop is not running (use open_engine)")
+        if request_id in self._waiters:
+            raise ValueError(f"request id {request_id!r} is already in the engine")
+        waiter = _Waiter()
+        self._waiters[request_id] = waiter
+        self._post("add", request_id, (list(prompt_ids), params))
+        try:
+            await waiter.done.wait()
+        finally:
+            if not waiter.done.is_set():  # cancelled by the caller: free the engine's work
+                self._waiters.pop(request_id, None)
+                self._post("abort", request_id, None)
+        if waiter.error is not None:
+            raise waiter.error
+        assert waiter.output is not None
+        return waiter.output
+
+    async def abort(self, request_id: str) -> None:
+        if request_id in self._waiters:
+            self._post("abort", request_id, None)
+
+    async def update_weights(self, state_dict: dict[str, torch.Tensor]) -> None:
+        if not self._running:
+            raise EngineClosedError("the engine loop is not running (use open_engine)")
+        waiter = _Waiter()
+        self._post("weights", state_dict, waiter)
+        await waiter.done.wait()
+        if waiter.error is not None:
+            raise waiter.error
+
+    def stats(self) -> EngineStats:
+        return self.core.stats()
+
+    async def serve(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+        """Run the step loop until cancelled."""
+        self._wakeup = anyio.Event()
+        self._running = True
+        task_status.started()
+        try:
+            while True:
+                if not (self._inbox or self.core.has_unfinished()):
+                    await self._wakeup.wait()
+                    self._wakeup = anyio.Event()
+                    continue
+                self._deliver(await anyio.to_thread.run_sync(self._step))
+        finally:
+            self._running = False
+            self._fail_all(EngineClosedError("the engine loop stopped"))
+
+    def _post(self, kind: str, a: object, b: object) -> None:
+        with self._lock:
+            self._inbox.append((kind, a, b))
+        if self._wakeup is not None:
+            self._wakeup.set()
+
+    def _step(self) -> _StepResult:
+        """Worker thread: apply queued operations, then one engine step."""
+        with self._lock:
+            inbox, self._inbox = self._inbox, []
+        result = _StepResult()
+        for kind, a, b in inbox:
+            if kind == "add":
+                prompt, params = b  # type: ignore[misc]
+                try:
+                    self.core.add_request(a, prompt, params)  # type: ignore[arg-type]
+                except (TypeError, ValueError) as e:
+                    result.errors[a] = e  # type: ignore[index]
+            elif kind == "abort":
+                out = self.core.abort(a)  # type: ignore[arg-type]
+                if out is not None:
+                    result.outputs.append(out)
+            else:
+                waiter: _Waiter = b  # type: ignore[assignment]
+                try:
+                    self.core.load_state_dict(a)  # type: ignore[arg-type]
+                except (TypeError, ValueError) as e:
+                    waiter.error = e
+                result.weights_done.append(waiter)
+        if self.core.has_unfinished():
+            result.outputs.extend(self.core.step())
+        return result
+
+    def _deliver(self, result: _StepResult) -> None:
+        for out in result.outputs:
+            waiter = self._waiters.pop(out.request_id, None)
+            if waiter is not None:
+                waiter.output = out
+                waiter.done.set()
+        for request_id, error in result.errors.items():
+            waiter = self._waiters.pop(request_id, None)
+            if waiter is not None:
+                waiter.error = error
+                waiter.done.set()
+        for waiter in result.weights_done:
+            waiter.done.set()
+
+    def _fail_all(self, error: BaseException) -> None:
+        waiters = list(self._waiters.values())
+        self._waiters.clear()
+        with self._lock:
+            pending = [b for kind, _, b in self._inbox if kind == "weights"]
+            self._inbox.clear()
+        for waiter in waiters + pending:  # type: ignore[operator]
+            waiter.error = error
+            waiter.done.set()
+
+
+@asynccontextmanager
+async def open_engine(
+    model: nn.Module | str | Path, cfg: EngineConfig | None = None, *, seed: int = 0
+) -> AsyncIterator[AsyncEngine]:
+    """An `AsyncEngine` whose step loop runs for the duration of the `async with` block.
+
+    `model` is a loaded HF causal LM (its parameters are shared, not copied) or a local model
+    directory.
+    """
+    module = model if isinstance(model, nn.Module) else load_causal_lm(model)
+    engine = AsyncEngine(EngineCore(module, cfg, seed=seed))
+    async with anyio.create_task_group() as tg:
+        await tg.start(engine.serve)
+        try:
+            yield engine
+        finally:
+            tg.cancel_scope.cancel()

@@ -1,0 +1,54 @@
+"""Configuration of the embedded CPU engine (one dataclass, validated on load).
+
+What it does not do: choose the model (callers pass a module or a directory) or configure
+other backends (a vLLM backend has its own settings).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from rstar2.config import require
+
+
+@dataclass
+class EngineConfig:
+    kv_budget_tokens: int = 65536
+    """KV cache capacity in tokens (rounded down to whole blocks); all running requests share it."""
+    block_size: int = 16
+    """Tokens per KV block: the unit of allocation, preemption accounting and `stats()`."""
+    max_num_seqs: int = 256
+    """Most requests in the running batch at once."""
+    max_num_batched_tokens: int = 4096
+    """Most tokens (prefill + decode) in one engine step; a longer prompt is prefilled alone."""
+    max_model_len: int = 0
+    """Longest prompt + output in tokens; 0 = the model's max_position_embeddings."""
+    num_threads: int = 0
+    """torch intra-op threads for the engine; 0 = leave torch's setting alone."""
+
+    def validate(self) -> None:
+        require(
+            self.kv_budget_tokens >= self.block_size,
+            "kv_budget_tokens",
+            self.kv_budget_tokens,
+            f"at least one block ({self.block_size} tokens)",
+        )
+        require(self.block_size >= 1, "block_size", self.block_size, "an integer >= 1")
+        require(self.max_num_seqs >= 1, "max_num_seqs", self.max_num_seqs, "an integer >= 1")
+        require(
+            self.max_num_batched_tokens >= 1,
+            "max_num_batched_tokens",
+            self.max_num_batched_tokens,
+            "an integer >= 1",
+        )
+        require(
+            self.max_model_len >= 0,
+            "max_model_len",
+            self.max_model_len,
+            "0 (model default) or a positive integer",
+        )
+        require(self.num_threads >= 0, "num_threads", self.num_threads, "an integer >= 0")
+
+    @property
+    def num_blocks(self) -> int:
+        return self.kv_budget_tokens // self.block_size

@@ -1,0 +1,172 @@
+"""EngineCore: the synchronous embedded engine (continuous batching on CPU with torch).
+
+Each `step()` asks the scheduler which requests run (continuing requests decode one token,
+new or preempted ones prefill their whole context), runs one forward pass over all of their
+tokens, samples one token per request and returns the requests that finished. Requests join
+and leave the running batch at every step. KV memory is a fixed pool of blocks; when it runs
+out the newest request is preempted and recomputed later (see `scheduler.py`).
+
+Not thread-safe: one thread drives it (the `AsyncEngine` wrapper serialises all calls).
+What it does not do: tokenisation, stop strings, streaming of partial outputs.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import torch
+from torch import nn
+from transformers import AutoModelForCausalLM
+
+from rstar2.engine.config import EngineConfig
+from rstar2.engine.kv_cache import KVCache
+from rstar2.engine.protocol import EngineStats, GenerationOutput, SamplingParams
+from rstar2.engine.request import Request
+from rstar2.engine.sampler import sample
+from rstar2.engine.scheduler import Scheduler
+from rstar2.engine.step_batch import build_step_batch
+from rstar2.engine.transformer import Transformer
+
+log = logging.getLogger(__name__)
+
+
+def load_causal_lm(path: str | Path, dtype: torch.dtype = torch.float32) -> nn.Module:
+    """A local Hugging Face causal LM directory as an eval-mode module (never downloads)."""
+    path = Path(path)
+    if not path.is_dir():
+        raise ValueError(f"model directory {str(path)!r} does not exist")
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, local_files_only=True)
+    return model.eval()
+
+
+class EngineCore:
+    def __init__(self, model: nn.Module, cfg: EngineConfig | None = None, seed: int = 0) -> None:
+        cfg = cfg or EngineConfig()
+        cfg.validate()
+        if cfg.num_threads:
+            torch.set_num_threads(cfg.num_threads)
+        self.cfg = cfg
+        model_len = cfg.max_model_len or int(model.config.max_position_embeddings)
+        capacity = cfg.num_blocks * cfg.block_size
+        self.max_model_len = min(model_len, capacity)
+        self.vocab_size = int(model.config.vocab_size)
+        self.transformer = Transformer(model, self.max_model_len)
+        t = self.transformer
+        self.cache = KVCache(
+            t.num_layers, t.num_kv_heads, t.head_dim, cfg.num_blocks, cfg.block_size, t.dtype
+        )
+        self.scheduler = Scheduler(
+            cfg.num_blocks,
+            cfg.block_size,
+            cfg.max_num_seqs,
+            cfg.max_num_batched_tokens,
+            self.max_model_len,
+        )
+        self._requests: dict[str, Request] = {}
+        self._arrivals = 0
+        self._shared_generator = torch.Generator().manual_seed(seed)
+        log.info(
+            "engine: %d KV tokens in %d blocks, max_model_len %d, max_num_seqs %d",
+            capacity,
+            cfg.num_blocks,
+            self.max_model_len,
+            cfg.max_num_seqs,
+        )
+
+    def check_request(self, request_id: str, prompt_ids: list[int], params: SamplingParams) -> None:
+        """Raise TypeError/ValueError if the request cannot be accepted (nothing is changed)."""
+        if not isinstance(request_id, str):
+            raise TypeError(f"request_id must be a str, got {type(request_id).__name__}")
+        if not isinstance(params, SamplingParams):
+            raise TypeError(f"params must be SamplingParams, got {type(params).__name__}")
+        if not isinstance(prompt_ids, list) or not prompt_ids:
+            raise ValueError(f"request {request_id!r}: prompt_ids must be a non-empty list")
+        if any(isinstance(t, bool) or not isinstance(t, int) for t in prompt_ids):
+            raise TypeError(f"request {request_id!r}: prompt_ids must be ints")
+        if min(prompt_ids) < 0 or max(prompt_ids) >= self.vocab_size:
+            raise ValueError(f"request {request_id!r}: token ids outside [0, {self.vocab_size})")
+        if len(prompt_ids) >= self.max_model_len:
+            raise ValueError(
+                f"request {request_id!r}: prompt of {len(prompt_ids)} tokens leaves no room "
+                f"below max_model_len {self.max_model_len}"
+            )
+
+    def add_request(self, request_id: str, prompt_ids: list[int], params: SamplingParams) -> None:
+        self.check_request(request_id, prompt_ids, params)
+        if request_id in self._requests:
+            raise ValueError(f"request id {request_id!r} is already in the engine")
+        generator = None
+        if params.seed is not None:
+            generator = torch.Generator().manual_seed(params.seed)
+        req = Request(request_id, list(prompt_ids), params, self._arrivals, generator)
+        self._arrivals += 1
+        self._requests[request_id] = req
+        self.scheduler.add(req)
+
+    def abort(self, request_id: str) -> GenerationOutput | None:
+        """Drop a request; its partial output with finish_reason "abort", or None if unknown."""
+        req = self.scheduler.abort(request_id)
+        if req is None:
+            return None
+        del self._requests[request_id]
+        return req.to_output()
+
+    def has_unfinished(self) -> bool:
+        return self.scheduler.has_unfinished()
+
+    def step(self) -> list[GenerationOutput]:
+        """Run one engine step; the requests that finished in it."""
+        result = self.scheduler.schedule()
+        if not result.scheduled:
+            return []
+        batch = build_step_batch(result.scheduled, self.cache)
+        logits = self.transformer.forward(batch, self.cache)
+        tokens, logprobs = sample(logits, [r for r, _ in batch.requests], self._shared_generator)
+        finished = self.scheduler.update(batch.requests, tokens, logprobs)
+        for req in finished:
+            del self._requests[req.request_id]
+        return [req.to_output() for req in finished]
+
+    def stats(self) -> EngineStats:
+        s = self.scheduler
+        return EngineStats(
+            kv_capacity_tokens=s.pool.num_blocks * s.block_size,
+            kv_free_tokens=s.pool.num_free * s.block_size,
+            running=len(s.running),
+            waiting=len(s.waiting),
+            preemptions=s.preemptions,
+            recomputed_tokens=s.recomputed_tokens,
+            generated_tokens=s.generated_tokens,
+        )
+
+    @torch.no_grad()
+    def load_state_dict(self, state_dict: dict[str, torch.Tensor]) -> None:
+        """Copy new weights (HF parameter names, any subset) into the shared parameters."""
+        own = self.transformer.model.state_dict(keep_vars=True)
+        for name, value in state_dict.items():
+            if name not in own:
+                raise ValueError(f"unknown parameter {name!r} in the new weights")
+            if tuple(value.shape) != tuple(own[name].shape):
+                raise ValueError(
+                    f"parameter {name!r}: shape {tuple(value.shape)}, "
+                    f"expected {tuple(own[name].shape)}"
+                )
+        for name, value in state_dict.items():
+            own[name].data.copy_(value)
+
+    def generate(
+        self, prompts: list[list[int]], params: SamplingParams | list[SamplingParams]
+    ) -> list[GenerationOutput]:
+        """Run a whole batch to completion (sync convenience); outputs in prompt order."""
+        all_params = params if isinstance(params, list) else [params] * len(prompts)
+        if len(all_params) != len(prompts):
+            raise ValueError(f"{len(all_params)} sampling params for {len(prompts)} prompts")
+        ids = [f"generate-{self._arrivals + i}" for i in range(len(prompts))]
+        for rid, prompt, p in zip(ids, prompts, all_params, strict=True):
+            self.add_request(rid, prompt, p)
+        done: dict[str, GenerationOutput] = {}
+        while len(done) < len(ids):
+            for out in self.step():
+                done[out.request_id] = out
+        return [done[rid] for rid in ids]

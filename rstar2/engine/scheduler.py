@@ -1,0 +1,166 @@
+"""Which requests run in the next engine step, and who is preempted when KV blocks run out.
+
+vLLM's policy, on a fixed pool of blocks:
+1. Every running request (oldest first) gets its next token scheduled and, when its last block
+   is full, one more block. When the pool is empty the *newest* running request is preempted:
+   its blocks are freed, its computed tokens are forgotten and it goes back to the front of the
+   waiting queue; it is recomputed (prompt + tokens generated so far) when re-admitted, and
+   sampling continues where it stopped, so the output does not change.
+2. Only in a step with no preemption are waiting requests admitted, first come first served,
+   while blocks for their whole context, a batch slot and the step's token budget allow. A
+   prompt longer than the budget is admitted alone (no chunked prefill).
+`update()` then appends the sampled tokens and finishes requests (stop token, max_tokens, or
+max_model_len).
+
+What it does not do: run the model or sample (the engine core does), chunked prefill, or prefix
+caching across requests.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+
+from rstar2.engine.block_pool import BlockPool, blocks_needed
+from rstar2.engine.request import Request
+
+
+@dataclass
+class ScheduleResult:
+    scheduled: list[tuple[Request, int]] = field(default_factory=list)
+    """(request, number of tokens to compute this step), running requests first."""
+    preempted: list[Request] = field(default_factory=list)
+
+    @property
+    def num_tokens(self) -> int:
+        return sum(n for _, n in self.scheduled)
+
+
+class Scheduler:
+    def __init__(
+        self,
+        num_blocks: int,
+        block_size: int,
+        max_num_seqs: int,
+        max_num_batched_tokens: int,
+        max_model_len: int,
+    ) -> None:
+        self.pool = BlockPool(num_blocks)
+        self.block_size = block_size
+        self.max_num_seqs = max_num_seqs
+        self.max_num_batched_tokens = max_num_batched_tokens
+        self.max_model_len = max_model_len
+        self.waiting: deque[Request] = deque()
+        self.running: list[Request] = []
+        self.preemptions = 0
+        self.recomputed_tokens = 0
+        self.generated_tokens = 0
+
+    def add(self, request: Request) -> None:
+        self.waiting.append(request)
+
+    def has_unfinished(self) -> bool:
+        return bool(self.waiting or self.running)
+
+    def schedule(self) -> ScheduleResult:
+        result = ScheduleResult()
+        budget = self.max_num_batched_tokens
+        # 1) running requests, oldest first; preempt from the newest end when blocks run out
+        i = 0
+        while i < len(self.running) and budget > 0:
+            req = self.running[i]
+            if self._grow(req, result):
+                num_new = req.num_tokens - req.num_computed
+                result.scheduled.append((req, num_new))
+                budget -= num_new
+                i += 1
+        # 2) admit waiting requests only when nobody was preempted in this step
+        if result.preempted:
+            return result
+        while self.waiting and len(self.running) < self.max_num_seqs:
+            req = self.waiting[0]
+            num_new = req.num_tokens - req.num_computed
+            if num_new > budget and result.scheduled:
+                break
+            blocks = self.pool.allocate(blocks_needed(req.num_tokens, self.block_size))
+            if blocks is None:
+                break
+            self.waiting.popleft()
+            req.blocks = blocks
+            self.recomputed_tokens += req.lost_tokens
+            req.lost_tokens = 0
+            self.running.append(req)
+            result.scheduled.append((req, num_new))
+            budget -= num_new
+        return result
+
+    def _grow(self, req: Request, result: ScheduleResult) -> bool:
+        """Give `req` the blocks its next token needs, preempting the newest; False if it lost."""
+        need = blocks_needed(req.num_tokens, self.block_size) - len(req.blocks)
+        while need > 0:
+            blocks = self.pool.allocate(need)
+            if blocks is not None:
+                req.blocks.extend(blocks)
+                return True
+            victim = self.running[-1]
+            self._preempt(victim)
+            result.preempted.append(victim)
+            if victim is req:
+                return False
+        return True
+
+    def _preempt(self, req: Request) -> None:
+        self.running.remove(req)
+        self.pool.free(req.blocks)
+        req.blocks = []
+        req.lost_tokens += req.num_computed
+        req.num_computed = 0
+        self.waiting.appendleft(req)
+        self.preemptions += 1
+
+    def update(
+        self, scheduled: list[tuple[Request, int]], tokens: list[int], logprobs: list[float]
+    ) -> list[Request]:
+        """Record one sampled token per scheduled request; return the requests that finished."""
+        if not len(scheduled) == len(tokens) == len(logprobs):
+            raise ValueError("one token and one logprob per scheduled request")
+        finished = []
+        for (req, num_new), token, logprob in zip(scheduled, tokens, logprobs, strict=True):
+            req.num_computed += num_new
+            req.output_ids.append(token)
+            req.logprobs.append(logprob)
+            self.generated_tokens += 1
+            reason = finish_reason(req, self.max_model_len)
+            if reason is not None:
+                req.finish_reason = reason
+                self._release(req)
+                finished.append(req)
+        return finished
+
+    def abort(self, request_id: str) -> Request | None:
+        """Remove a request wherever it is; None if it is not here."""
+        for req in self.running:
+            if req.request_id == request_id:
+                self._release(req)
+                req.finish_reason = "abort"
+                return req
+        for req in self.waiting:
+            if req.request_id == request_id:
+                self.waiting.remove(req)
+                req.finish_reason = "abort"
+                return req
+        return None
+
+    def _release(self, req: Request) -> None:
+        self.running.remove(req)
+        self.pool.free(req.blocks)
+        req.blocks = []
+
+
+def finish_reason(req: Request, max_model_len: int) -> str | None:
+    """Why `req` is finished after its latest token, or None if it goes on."""
+    if req.output_ids and req.output_ids[-1] in req.params.stop_token_ids:
+        return "stop"
+    if len(req.output_ids) >= req.params.max_tokens or req.num_tokens >= max_model_len:
+        return "length"
+    return None

@@ -1,0 +1,171 @@
+"""The decoder forward pass of a Hugging Face Llama/Qwen2/Qwen3 causal LM, over its own weights.
+
+Supports what those architectures use: token embeddings, RMSNorm, rotary position embeddings
+(the module's own `inv_freq` and attention scaling, so `rope_theta` and static rope scaling
+carry over), grouped-query attention, optional q/k/v/o biases (Qwen2), per-head q/k RMSNorm
+(Qwen3), SwiGLU MLPs and tied or separate LM heads. The engine shares the module's parameter
+tensors (no copy): in-place changes to them (an optimizer step, `load_state_dict`) are seen
+by the next step. Attention reads K/V from the engine's paged cache (`KVCache`) as laid out
+by a `StepBatch`; logits are computed only for each request's last token.
+
+What it does not do: sliding-window attention, dynamic rope scaling, MoE layers or any
+activation other than SiLU; such models are rejected with a ValueError.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from rstar2.engine.kv_cache import KVCache
+from rstar2.engine.step_batch import StepBatch
+
+SUPPORTED_MODEL_TYPES = ("llama", "qwen2", "qwen3", "mistral")
+
+
+@dataclass
+class LayerWeights:
+    input_norm: torch.Tensor
+    q: nn.Linear
+    k: nn.Linear
+    v: nn.Linear
+    o: nn.Linear
+    q_norm: torch.Tensor | None
+    k_norm: torch.Tensor | None
+    post_norm: torch.Tensor
+    gate: torch.Tensor
+    up: torch.Tensor
+    down: torch.Tensor
+
+
+def check_supported(model: nn.Module) -> None:
+    """Raise ValueError unless `model` is a decoder this forward pass computes exactly."""
+    cfg = getattr(model, "config", None)
+    model_type = getattr(cfg, "model_type", None)
+    if model_type not in SUPPORTED_MODEL_TYPES:
+        raise ValueError(
+            f"unsupported model type {model_type!r} (supported: {', '.join(SUPPORTED_MODEL_TYPES)})"
+        )
+    if getattr(cfg, "hidden_act", "silu") != "silu":
+        raise ValueError(f"unsupported activation {cfg.hidden_act!r} (only silu)")
+    if getattr(cfg, "use_sliding_window", False) and getattr(cfg, "sliding_window", None):
+        raise ValueError("sliding-window attention is not supported by the embedded engine")
+    rope_type = getattr(model.model.rotary_emb, "rope_type", "default")
+    if "dynamic" in str(rope_type) or rope_type == "longrope":
+        raise ValueError(f"rope type {rope_type!r} changes with length and is not supported")
+
+
+class Transformer:
+    def __init__(self, model: nn.Module, max_positions: int) -> None:
+        check_supported(model)
+        cfg = model.config
+        self.model = model
+        self.num_heads = cfg.num_attention_heads
+        self.num_kv_heads = getattr(cfg, "num_key_value_heads", None) or self.num_heads
+        self.head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // self.num_heads
+        self.eps = cfg.rms_norm_eps
+        self.hidden = cfg.hidden_size
+        self.num_layers = cfg.num_hidden_layers
+        self.dtype = model.model.embed_tokens.weight.dtype
+        self.layers = [_layer_weights(layer) for layer in model.model.layers]
+        self.cos, self.sin = _rope_tables(model.model.rotary_emb, max_positions, self.dtype)
+
+    @torch.inference_mode()
+    def forward(self, batch: StepBatch, cache: KVCache) -> torch.Tensor:
+        """Logits `[num_requests, vocab]` at each request's last scheduled token."""
+        n = batch.input_ids.shape[0]
+        x = self.model.model.embed_tokens.weight[batch.input_ids]
+        cos = self.cos[batch.positions].unsqueeze(1)
+        sin = self.sin[batch.positions].unsqueeze(1)
+        for i, w in enumerate(self.layers):
+            h = _rms_norm(x, w.input_norm, self.eps)
+            q = F.linear(h, w.q.weight, w.q.bias).view(n, self.num_heads, self.head_dim)
+            k = F.linear(h, w.k.weight, w.k.bias).view(n, self.num_kv_heads, self.head_dim)
+            v = F.linear(h, w.v.weight, w.v.bias).view(n, self.num_kv_heads, self.head_dim)
+            if w.q_norm is not None and w.k_norm is not None:
+                q = _rms_norm(q, w.q_norm, self.eps)
+                k = _rms_norm(k, w.k_norm, self.eps)
+            q = _rotate(q, cos, sin)
+            k = _rotate(k, cos, sin)
+            cache.write(i, batch.write_rows, k, v)
+            x = x + F.linear(self._attention(i, q, k, v, batch, cache), w.o.weight, w.o.bias)
+            h = _rms_norm(x, w.post_norm, self.eps)
+            x = x + F.linear(F.silu(F.linear(h, w.gate)) * F.linear(h, w.up), w.down)
+        x = _rms_norm(x[batch.last_index], self.model.model.norm.weight, self.eps)
+        return F.linear(x, self.model.lm_head.weight)
+
+    def _attention(
+        self,
+        layer: int,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        batch: StepBatch,
+        cache: KVCache,
+    ) -> torch.Tensor:
+        hq, hkv, d = self.num_heads, self.num_kv_heads, self.head_dim
+        outs = []
+        for b in batch.decode:
+            # one query per sequence: the heads sharing a KV head act as that head's queries
+            n = b.end - b.start
+            kk, vv = cache.gather(layer, b.rows, (n, hkv, b.length))
+            qq = q[b.start : b.end].view(n, hkv, hq // hkv, d)
+            out = F.scaled_dot_product_attention(qq, kk, vv, attn_mask=b.mask)
+            outs.append(out.reshape(n, hq * d))
+        for s in batch.prefill:
+            qq = q[s.start : s.end].transpose(0, 1).unsqueeze(0)
+            if s.rows is None:
+                kk = k[s.start : s.end].transpose(0, 1).unsqueeze(0)
+                vv = v[s.start : s.end].transpose(0, 1).unsqueeze(0)
+                out = F.scaled_dot_product_attention(qq, kk, vv, is_causal=True, enable_gqa=True)
+            else:
+                kk, vv = cache.gather(layer, s.rows, (1, hkv, s.context))
+                out = F.scaled_dot_product_attention(qq, kk, vv, attn_mask=s.mask, enable_gqa=True)
+            outs.append(out[0].transpose(0, 1).reshape(s.end - s.start, hq * d))
+        return outs[0] if len(outs) == 1 else torch.cat(outs)
+
+
+def _layer_weights(layer: nn.Module) -> LayerWeights:
+    attn, mlp = layer.self_attn, layer.mlp
+    q_norm = getattr(attn, "q_norm", None)
+    k_norm = getattr(attn, "k_norm", None)
+    return LayerWeights(
+        input_norm=layer.input_layernorm.weight,
+        q=attn.q_proj,
+        k=attn.k_proj,
+        v=attn.v_proj,
+        o=attn.o_proj,
+        q_norm=None if q_norm is None else q_norm.weight,
+        k_norm=None if k_norm is None else k_norm.weight,
+        post_norm=layer.post_attention_layernorm.weight,
+        gate=mlp.gate_proj.weight,
+        up=mlp.up_proj.weight,
+        down=mlp.down_proj.weight,
+    )
+
+
+def _rope_tables(
+    rotary: nn.Module, max_positions: int, dtype: torch.dtype
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """cos/sin `[max_positions, head_dim]`, computed in float32 like the HF module does."""
+    inv_freq = rotary.inv_freq.float()
+    scaling = float(getattr(rotary, "attention_scaling", 1.0))
+    freqs = torch.arange(max_positions, dtype=torch.float32).view(-1, 1) * inv_freq.view(1, -1)
+    emb = torch.cat([freqs, freqs], dim=-1)
+    return (emb.cos() * scaling).to(dtype), (emb.sin() * scaling).to(dtype)
+
+
+def _rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    """RMSNorm as the HF modules compute it: normalise in float32, scale in the input dtype."""
+    if x.dtype == torch.float32:
+        return F.rms_norm(x, (x.shape[-1],), weight, eps)
+    return weight * F.rms_norm(x.float(), (x.shape[-1],), None, eps).to(x.dtype)
+
+
+def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    half = x.shape[-1] // 2
+    rotated = torch.cat([-x[..., half:], x[..., :half]], dim=-1)
+    return x * cos + rotated * sin

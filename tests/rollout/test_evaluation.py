@@ -1,0 +1,87 @@
+"""Eval aggregation (exact figures) and the evaluate driver over fakes."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pytest
+
+from rstar2.rollout.config import RolloutConfig
+from rstar2.rollout.evaluation import EvalItem, evaluate, summarize
+from rstar2.rollout.token_codec import TokenCodec
+from rstar2.rollout.trajectory import Trajectory
+from tests.rollout.fakes import CharTokenizer, FakeExecutor, ScriptedEngine
+
+
+def traj(pid: str, reward: float, tokens: int, calls: int = 0, errors: int = 0) -> Trajectory:
+    return Trajectory(
+        prompt_id=pid, sample=0, token_ids=[1] * (2 + tokens), loss_mask=[0] * (2 + tokens),
+        logprobs=[0.0] * (2 + tokens), prompt_len=2, response_text="", turns=1,
+        tool_calls=calls, tool_errors=errors, tool_timeouts=0, answer_tags=1,
+        finish_reason="answer", reward=reward,
+    )  # fmt: skip
+
+
+def test_summarize_exact_figures():
+    s = summarize(
+        [
+            traj("a", 1.0, 10, 2, 1),
+            traj("a", 0.0, 20, 0),
+            traj("b", 1.0, 30, 2, 0),
+            traj("b", 1.0, 40, 0),
+        ],
+        samples=2,
+    )
+    assert s.pass_at_1 == pytest.approx(0.75)  # (0.5 + 1.0) / 2
+    assert (s.samples, s.problems) == (2, 2)
+    assert s.mean_response_tokens == pytest.approx(25.0)
+    assert s.tool_calls_per_problem == pytest.approx(1.0)
+    assert s.tool_error_rate == pytest.approx(0.25)
+    assert s.finish_reasons == {"answer": 4}
+
+
+def test_summarize_without_tool_calls_has_zero_error_rate():
+    assert summarize([traj("a", 0.0, 5)], samples=1).tool_error_rate == 0.0
+
+
+def test_summarize_rejects_bad_input():
+    with pytest.raises(ValueError, match="no trajectories"):
+        summarize([], samples=1)
+    with pytest.raises(ValueError, match="samples"):
+        summarize([traj("a", 0.0, 1)], samples=0)
+
+
+@dataclass
+class Score:
+    reward: float
+    status: str
+
+
+class FakeScorer:
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, str]] = []
+
+    async def score(self, response: str, reference: str) -> Score:
+        self.calls.append((response, reference))
+        return Score(1.0 if f"\\boxed{{{reference}}}" in response else 0.0, "ok")
+
+
+@pytest.mark.anyio
+async def test_evaluate_scores_every_sample_and_zeroes_truncated():
+    tok = CharTokenizer()
+    right, wrong = "<answer>\\boxed{5}</answer><|im_end|>", "<answer>\\boxed{6}</answer><|im_end|>"
+    engine = ScriptedEngine(
+        tok, {"a/0": [right], "a/1": [wrong], "b/0": ["x" * 40], "b/1": [right]}
+    )
+    items = [EvalItem("a", tok.encode("qa"), "5"), EvalItem("b", tok.encode("qb"), "5")]
+    scorer, seen = FakeScorer(), []
+    trajs = await evaluate(
+        engine, FakeExecutor(), scorer, TokenCodec(tok), items,
+        RolloutConfig(max_response_tokens=30), samples=2, concurrency=3,
+        on_done=lambda t, item: seen.append((t.prompt_id, t.sample)),
+    )  # fmt: skip
+    assert [(t.prompt_id, t.sample) for t in trajs] == [("a", 0), ("a", 1), ("b", 0), ("b", 1)]
+    assert sorted(seen) == [("a", 0), ("a", 1), ("b", 0), ("b", 1)]
+    assert [t.reward for t in trajs] == [1.0, 0.0, 0.0, 1.0]
+    assert trajs[2].reward_status == "truncated" and len(scorer.calls) == 3
+    assert summarize(trajs, samples=2).pass_at_1 == pytest.approx(0.5)

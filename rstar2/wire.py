@@ -254,6 +254,13 @@ class StatsReply(Message, tag=7):
 
 
 @register
+class ActorFinished(Message, tag=8):
+    """An actor's serve() returned normally (the graph ends when every actor has)."""
+
+    actor: str
+
+
+@register
 class Item(Message, tag=10):
     """A generic numbered payload, used by the demo actors, the tests and `rstar2 bench bus`."""
 
@@ -298,3 +305,45 @@ class ExecCancel(Message, tag=22):
     """Kill a running or queued request; its result (status `killed`) is still sent."""
 
     id: str
+
+
+# --- reward (tags 60-69) ---------------------------------------------------------------------
+
+
+@register
+class VerifyRequest(Message, tag=60):
+    """Parent -> verifier worker: is `extracted` equivalent to `reference` (math-verify)?"""
+
+    id: int
+    extracted: str
+    reference: str
+    timeout_s: float
+
+
+@register
+class VerifyReply(Message, tag=61):
+    """Verifier worker -> parent, one per VerifyRequest. `status`: "equal", "unequal",
+    "timeout" (the worker's own alarm fired) or "error" (`message` says why)."""
+
+    id: int
+    status: str
+    message: str = ""
+
+
+@register
+class VerifierReady(Message, tag=62):
+    """Sent once by a verifier worker when its imports are done and it reads requests."""
+
+    pid: int
+
+
+@register
+class RewardResult(Message, tag=63):
+    """The outcome of scoring one response: `reward` 0.0 or 1.0, the extracted answer (None when
+    there was none), `status` one of "ok", "no_answer", "timeout", "error", and a `message`
+    saying what went wrong for "error"."""
+
+    reward: float
+    extracted: str | None
+    status: str
+    message: str = ""

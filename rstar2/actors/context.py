@@ -1,0 +1,338 @@
+"""The actor's view of the runtime: receive, send, request, reply, trace.
+
+One `ActorContext` per running actor instance. It owns no sockets (the supervisor does, so a
+restarted actor keeps its queued messages) and it is used from the actor's task only, plus the
+reply-reader tasks it starts for request ports.
+
+Framing on the sockets (bodies and array frames come from `wire.to_frames`):
+- stream (PUSH -> PULL): [body, *arrays]
+- request (DEALER -> ROUTER): [request id (8 bytes), body, *arrays]; the ROUTER prepends the
+  client identity, and the reply goes back as [identity, request id, body, *arrays].
+
+A message over `max_message_bytes` or one that does not decode is logged, counted
+(`malformed` / `oversized`) and skipped; the actor goes on. Sending an oversized message raises
+`MessageTooLarge` in the sender (that is a bug in the sender, not bad input).
+
+What it does not do: decide anything (actors do), or restart (the supervisor does).
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import traceback
+from collections import deque
+from dataclasses import dataclass, field
+
+import anyio
+import anyio.abc
+import zmq
+
+from rstar2.actors.actor import Actor, Incoming, Port, StopCallback
+from rstar2.actors.sockets import AsyncSocket, Frames
+from rstar2.actors.trace import Tracer, now
+from rstar2.wire import (
+    ActorFailed,
+    Message,
+    MessageTooLarge,
+    WireError,
+    frames_size,
+    from_frames,
+    to_frames,
+)
+
+log = logging.getLogger(__name__)
+
+_CHECKPOINT_EVERY = 64  # sends that never blocked before we yield to other tasks anyway
+
+
+class RemoteError(RuntimeError):
+    """The service raised while handling our request; carries its traceback text."""
+
+    def __init__(self, failure: ActorFailed) -> None:
+        super().__init__(f"actor {failure.actor} failed on this request:\n{failure.traceback}")
+        self.failure = failure
+
+
+@dataclass
+class ContextSockets:
+    """The sockets of one actor instance, by port name (owned by the supervisor)."""
+
+    inputs: dict[str, AsyncSocket] = field(default_factory=dict)
+    streams: dict[str, AsyncSocket] = field(default_factory=dict)
+    requests: dict[str, list[AsyncSocket]] = field(default_factory=dict)
+
+
+@dataclass
+class _Pending:
+    event: anyio.Event
+    reply: Message | None = None
+
+
+class ActorContext:
+    """What an actor's `serve()` uses to talk to the rest of the graph."""
+
+    def __init__(
+        self,
+        name: str,
+        ports_in: dict[str, Port],
+        ports_out: dict[str, Port],
+        sockets: ContextSockets,
+        tracer: Tracer,
+        *,
+        max_message_bytes: int,
+        batch: int = 64,
+        stop: StopCallback | None = None,
+    ) -> None:
+        self.name = name
+        self.tracer = tracer
+        self.max_message_bytes = max_message_bytes
+        self.batch = batch
+        self._ports_in = ports_in
+        self._ports_out = ports_out
+        self._sockets = sockets
+        self._stop = stop
+        self._buffer: deque[tuple[str, Frames]] = deque()
+        self._input_order = list(sockets.inputs)
+        self._pending: dict[int, _Pending] = {}
+        self._request_ids = itertools.count(1)
+        self._round_robin: dict[str, int] = {}
+        self._readers: set[int] = set()
+        self._task_group: anyio.abc.TaskGroup | None = None
+        self._unyielded_sends = 0
+
+    def attach(self, task_group: anyio.abc.TaskGroup | None) -> None:
+        """Give the context a task group for its reply readers (done by the supervisor)."""
+        self._task_group = task_group
+        self._readers.clear()
+
+    # --- receiving -------------------------------------------------------------------------
+
+    async def recv(self) -> Incoming:
+        """The next well-formed message on any input port (waits; bad ones are skipped)."""
+        while True:
+            while self._buffer:
+                port, frames = self._buffer.popleft()
+                self.tracer.stats.queue_depth = len(self._buffer)
+                incoming = self._decode_input(port, frames)
+                if incoming is not None:
+                    return incoming
+            await self._fill()
+
+    def _decode_input(self, port: str, frames: Frames) -> Incoming | None:
+        self.tracer.stats.received += 1
+        reply_to = None
+        if self._ports_in[port].is_request_reply:
+            if len(frames) < 3:
+                self._count_bad("malformed", port, f"request with {len(frames)} frames")
+                return None
+            reply_to = (frames[0], frames[1])
+            frames = frames[2:]
+        try:
+            msg = from_frames(frames, self.max_message_bytes)
+        except MessageTooLarge as e:
+            self._count_bad("oversized", port, str(e))
+            return None
+        except WireError as e:
+            self._count_bad("malformed", port, str(e))
+            return None
+        if not self._ports_in[port].accepts(msg):
+            self._count_bad("malformed", port, f"unexpected {type(msg).__name__}")
+            return None
+        return Incoming(port, msg, reply_to)
+
+    def _count_bad(self, what: str, port: str, detail: str) -> None:
+        stats = self.tracer.stats
+        if what == "oversized":
+            stats.oversized += 1
+        else:
+            stats.malformed += 1
+        log.warning("%s: dropped %s message on port %r: %s", self.name, what, port, detail)
+
+    async def _fill(self) -> None:
+        """Move at least one queued message into the buffer, waiting if none is queued."""
+        if not self._input_order:
+            raise RuntimeError(f"actor {self.name} has no input ports to receive from")
+        if self._drain():
+            return
+        start = now()
+        while not self._drain():
+            if len(self._input_order) == 1:
+                await self._sockets.inputs[self._input_order[0]].wait(zmq.POLLIN)
+            else:
+                await self._wait_any_input()
+        self.tracer.record("wait", start, now(), depth=len(self._buffer))
+
+    def _drain(self) -> bool:
+        # Rotate the start port so that a busy port cannot starve the others.
+        self._input_order.append(self._input_order.pop(0))
+        for port in self._input_order:
+            for frames in self._sockets.inputs[port].recv_batch_nowait(self.batch):
+                self._buffer.append((port, frames))
+        return bool(self._buffer)
+
+    async def _wait_any_input(self) -> None:
+        async def wait_one(sock: AsyncSocket, scope: anyio.CancelScope) -> None:
+            await sock.wait(zmq.POLLIN)
+            scope.cancel()
+
+        async with anyio.create_task_group() as tg:
+            for port in self._input_order:
+                tg.start_soon(wait_one, self._sockets.inputs[port], tg.cancel_scope)
+
+    # --- handling and sending --------------------------------------------------------------
+
+    async def dispatch(self, actor: Actor, incoming: Incoming) -> None:
+        """Run `actor.handle` on one message and send what it returns (replies included)."""
+        start = now()
+        try:
+            outputs = actor.handle(incoming.port, incoming.msg)
+        except BaseException:
+            if incoming.reply_to is not None:
+                await self._reply_failure(incoming)
+            raise
+        self.tracer.record("handle", start, now(), incoming.port, len(self._buffer))
+        self.tracer.stats.handled += 1
+        if not isinstance(outputs, list):
+            raise TypeError(f"{self.name}.handle must return a list, got {type(outputs).__name__}")
+        for item in outputs:
+            if not (isinstance(item, tuple) and len(item) == 2):
+                raise TypeError(f"{self.name}.handle returned {item!r}, not (port, message)")
+            out_port, msg = item
+            if out_port == incoming.port and incoming.reply_to is not None:
+                await self.reply(incoming, msg)
+            else:
+                await self.send(out_port, msg)
+
+    def _frames_for(self, port: str, msg: Message, spec: Port | None) -> list:
+        if spec is None:
+            raise ValueError(f"actor {self.name} has no output port {port!r}")
+        if not spec.accepts(msg):
+            raise TypeError(
+                f"{self.name}: port {port!r} takes {sorted(spec.type_names())}, "
+                f"got {type(msg).__name__}"
+            )
+        frames = to_frames(msg)
+        size = frames_size(frames)
+        if size > self.max_message_bytes:
+            raise MessageTooLarge(
+                f"{self.name}: {type(msg).__name__} of {size} bytes on port {port!r} is over "
+                f"the limit of {self.max_message_bytes}"
+            )
+        return frames
+
+    async def send(self, port: str, msg: Message) -> None:
+        """Send on a stream output port; waits (and records a "blocked" span) when full."""
+        sock = self._sockets.streams.get(port)
+        if sock is None:
+            if port in self._sockets.requests:
+                raise ValueError(f"{self.name}: port {port!r} is request/reply: use request()")
+            raise ValueError(f"{self.name}: output port {port!r} is not connected")
+        frames = self._frames_for(port, msg, self._ports_out.get(port))
+        await self._send_frames(sock, frames, port)
+
+    async def _send_frames(self, sock: AsyncSocket, frames: list, port: str) -> None:
+        if sock.send_nowait(frames):
+            self._unyielded_sends += 1
+            if self._unyielded_sends >= _CHECKPOINT_EVERY:
+                self._unyielded_sends = 0
+                await anyio.lowlevel.checkpoint()
+        else:
+            start = now()
+            await sock.send(frames)
+            self._unyielded_sends = 0
+            self.tracer.record("blocked", start, now(), port, len(self._buffer))
+        self.tracer.stats.sent += 1
+
+    async def reply(self, incoming: Incoming, msg: Message) -> None:
+        """Answer a request received on a service port (may be called later, from serve())."""
+        if incoming.reply_to is None:
+            raise ValueError(f"{self.name}: message on port {incoming.port!r} is not a request")
+        spec = self._ports_in[incoming.port]
+        reply_spec = Port(spec.reply) if spec.reply is not None else None
+        frames = self._frames_for(incoming.port, msg, reply_spec)
+        identity, request_id = incoming.reply_to
+        try:
+            await self._send_frames(
+                self._sockets.inputs[incoming.port], [identity, request_id, *frames], incoming.port
+            )
+        except zmq.ZMQError as e:  # EHOSTUNREACH: the client went away; nobody to tell
+            log.info("%s: reply on %r not delivered: %s", self.name, incoming.port, e)
+
+    async def _reply_failure(self, incoming: Incoming) -> None:
+        failure = ActorFailed(actor=self.name, traceback=traceback.format_exc())
+        assert incoming.reply_to is not None
+        identity, request_id = incoming.reply_to
+        sock = self._sockets.inputs[incoming.port]
+        sock.send_nowait([identity, request_id, *to_frames(failure)])
+
+    # --- requests --------------------------------------------------------------------------
+
+    def peers(self, port: str) -> int:
+        """How many service instances a request port reaches."""
+        return len(self._sockets.requests.get(port, ()))
+
+    async def request(
+        self, port: str, msg: Message, *, peer: int | None = None, timeout: float | None = None
+    ) -> Message:
+        """Send a request and wait for its reply; `peer` picks the service instance.
+
+        Without `peer`, instances are used round-robin. Raises `TimeoutError` after `timeout`
+        seconds and `RemoteError` when the service raised while handling the request.
+        """
+        socks = self._sockets.requests.get(port)
+        if not socks:
+            raise ValueError(f"{self.name}: port {port!r} is not a connected request port")
+        if peer is None:
+            peer = self._round_robin.get(port, 0) % len(socks)
+            self._round_robin[port] = peer + 1
+        elif not 0 <= peer < len(socks):
+            raise ValueError(f"{self.name}: peer {peer} out of range for port {port!r}")
+        frames = self._frames_for(port, msg, self._ports_out.get(port))
+        self._ensure_reader(socks[peer])
+        request_id = next(self._request_ids)
+        pending = _Pending(anyio.Event())
+        self._pending[request_id] = pending
+        try:
+            await self._send_frames(socks[peer], [request_id.to_bytes(8, "little"), *frames], port)
+            with anyio.fail_after(timeout):
+                await pending.event.wait()
+        finally:
+            self._pending.pop(request_id, None)
+        assert pending.reply is not None
+        if isinstance(pending.reply, ActorFailed):
+            raise RemoteError(pending.reply)
+        return pending.reply
+
+    def _ensure_reader(self, sock: AsyncSocket) -> None:
+        if id(sock) in self._readers:
+            return
+        if self._task_group is None:
+            raise RuntimeError(f"{self.name}: request() needs a running context")
+        self._readers.add(id(sock))
+        self._task_group.start_soon(self._read_replies, sock)
+
+    async def _read_replies(self, sock: AsyncSocket) -> None:
+        while True:
+            for frames in await sock.recv_batch(self.batch):
+                if len(frames) < 2:
+                    self._count_bad("malformed", sock.endpoint, "reply without request id")
+                    continue
+                try:
+                    msg = from_frames(frames[1:], self.max_message_bytes)
+                except WireError as e:
+                    kind = "oversized" if isinstance(e, MessageTooLarge) else "malformed"
+                    self._count_bad(kind, sock.endpoint, str(e))
+                    continue
+                pending = self._pending.get(int.from_bytes(frames[0], "little"))
+                if pending is None:
+                    log.debug("%s: late reply dropped (request gone)", self.name)
+                    continue
+                pending.reply = msg
+                pending.event.set()
+
+    def stop_graph(self, reason: str = "", result: object = None) -> None:
+        """Ask the whole graph to stop (from a custom serve())."""
+        if self._stop is None:
+            raise RuntimeError(f"actor {self.name} is not running in a graph")
+        self._stop(reason, result)

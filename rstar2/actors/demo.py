@@ -1,0 +1,116 @@
+"""Small actors for the docs, the tests and `rstar2 bench bus` (all on `wire.Item`).
+
+- `Source`: sends `n` Items (payload of `size` bytes) on "out", then finishes;
+- `Square`: "in" -> "out", value squared (a pure `handle`);
+- `Sink`: counts Items on "in"; after `n` it stops the graph with {"count", "sum"};
+- `Echo`: a request/reply service on "req": replies with the same Item;
+- `Pinger`: a client: `n` sequential requests on "req", stops the graph with their round trips;
+- `Flaky`: like Square, but raises on the Item whose seq is `fail_at` (first run only when
+  `once`), to exercise failure reports and restarts;
+- `SlowSink`: like Sink but sleeps `delay_s` per message (a slow consumer).
+
+What it does not do: anything useful beyond demonstrating and measuring the runtime.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import ClassVar
+
+import anyio
+
+from rstar2.actors.actor import Actor, Incoming, Outputs, Port, port
+from rstar2.actors.context import ActorContext
+from rstar2.wire import Item, Message
+
+
+class Source(Actor):
+    outputs: ClassVar[dict[str, Port]] = {"out": port(Item)}
+
+    def __init__(self, n: int = 100, size: int = 0) -> None:
+        if n < 0 or size < 0:
+            raise ValueError(f"n and size must be >= 0, got n={n}, size={size}")
+        self.n = n
+        self.payload = b"x" * size
+
+    async def serve(self, ctx: ActorContext) -> None:
+        for seq in range(self.n):
+            await ctx.send("out", Item(seq, seq, self.payload))
+
+
+class Square(Actor):
+    inputs: ClassVar[dict[str, Port]] = {"in": port(Item)}
+    outputs: ClassVar[dict[str, Port]] = {"out": port(Item)}
+
+    def handle(self, port: str, msg: Message) -> Outputs:
+        assert isinstance(msg, Item)
+        return [("out", Item(msg.seq, msg.value * msg.value))]
+
+
+class Sink(Actor):
+    inputs: ClassVar[dict[str, Port]] = {"in": port(Item)}
+
+    def __init__(self, n: int = 100) -> None:
+        self.n = n
+        self.count = 0
+        self.total = 0
+
+    def handle(self, port: str, msg: Message) -> Outputs:
+        assert isinstance(msg, Item)
+        self.count += 1
+        self.total += msg.value
+        if self.count == self.n:
+            self.stop_graph("done", {"count": self.count, "sum": self.total})
+        return []
+
+
+class Echo(Actor):
+    inputs: ClassVar[dict[str, Port]] = {"req": port(Item, reply=Item)}
+
+    def handle(self, port: str, msg: Message) -> Outputs:
+        return [("req", msg)]
+
+
+class Pinger(Actor):
+    outputs: ClassVar[dict[str, Port]] = {"req": port(Item, reply=Item)}
+
+    def __init__(self, n: int = 100, size: int = 0) -> None:
+        self.n = n
+        self.payload = b"x" * size
+
+    async def serve(self, ctx: ActorContext) -> None:
+        rtts = []
+        for seq in range(self.n):
+            start = time.perf_counter()
+            reply = await ctx.request("req", Item(seq, seq, self.payload), timeout=30.0)
+            rtts.append(time.perf_counter() - start)
+            if not (isinstance(reply, Item) and reply.seq == seq):
+                raise RuntimeError(f"reply {reply!r} does not match request {seq}")
+        ctx.stop_graph("done", {"rtt_s": rtts})
+
+
+class Flaky(Square):
+    _failed_once: ClassVar[set[str]] = set()  # per process: lets `once` survive a restart
+
+    def __init__(self, fail_at: int = 0, once: bool = False) -> None:
+        self.fail_at = fail_at
+        self.once = once
+
+    def handle(self, port: str, msg: Message) -> Outputs:
+        assert isinstance(msg, Item)
+        if msg.seq == self.fail_at and not (self.once and self.name in Flaky._failed_once):
+            Flaky._failed_once.add(self.name)
+            raise RuntimeError(f"flaky actor failing on item {msg.seq}")
+        return super().handle(port, msg)
+
+
+class SlowSink(Sink):
+    def __init__(self, n: int = 100, delay_s: float = 0.001) -> None:
+        super().__init__(n)
+        self.delay_s = delay_s
+
+    async def serve(self, ctx: ActorContext) -> None:
+        while True:
+            incoming: Incoming = await ctx.recv()
+            await anyio.sleep(self.delay_s)
+            await ctx.dispatch(self, incoming)

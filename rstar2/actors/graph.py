@@ -1,0 +1,384 @@
+"""Build and run an actor graph from its config: one process, or several local processes.
+
+`open_graph(cfg)` is the one API (and `rstar2 launch` the one command) for every placement:
+- all actors in process "main": everything runs in this process, wired by inproc://;
+- other process names: each is a child started with the "spawn" method, wired by ipc://
+  (sockets in a private temp dir) and tcp:// for actors placed on other hosts; each child says
+  `Hello` on the control socket within `handshake_timeout_s`, and all actors start together
+  once every child has (the parent answers `Ready`).
+
+The graph ends when an actor calls `stop_graph()`, when every actor's `serve()` has returned,
+when an actor fails past its restart budget (or a child process dies), or on `stop()` /
+SIGINT / SIGTERM. Then children get `Shutdown`, `shutdown_timeout_s` to exit, SIGTERM, then
+SIGKILL; sockets close with linger 0 and the temp dir (ipc socket files) is removed. In-flight
+messages are dropped (abort, not drain): actors that must flush do so before `stop_graph()`.
+
+A stats ROUTER at `<ipc dir>/stats.sock` answers `StatsRequest` with one `StatsReply` per
+process; `stats_endpoints()` lists running graphs for `rstar2 top`.
+
+What it does not do: start processes on other hosts (run `rstar2 launch --host` there).
+"""
+
+from __future__ import annotations
+
+import glob
+import logging
+import multiprocessing
+import os
+import shutil
+import signal
+import tempfile
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import anyio
+import anyio.abc
+import msgspec
+import sniffio
+import zmq
+
+from rstar2.actors.backend import backend_options
+from rstar2.actors.child import child_main
+from rstar2.actors.graph_config import MAIN_PROCESS, GraphConfig
+from rstar2.actors.plan import GraphPlan, build_plan
+from rstar2.actors.sockets import AsyncSocket, SocketFactory
+from rstar2.actors.supervisor import GraphEvents, Supervisor
+from rstar2.wire import (
+    ActorFailed,
+    ActorFinished,
+    ActorStats,
+    Hello,
+    Message,
+    Ready,
+    Shutdown,
+    Span,
+    StatsReply,
+    StatsRequest,
+    StopGraph,
+    WireError,
+    from_frames,
+    to_frames,
+)
+
+log = logging.getLogger(__name__)
+
+_MONITOR_S = 0.2
+_STATS_TIMEOUT_S = 2.0
+TMP_PREFIX = "rstar2-graph-"
+
+
+class GraphStartError(RuntimeError):
+    """A child process did not come up (died or missed the handshake timeout)."""
+
+
+@dataclass
+class GraphResult:
+    reason: str
+    """"stopped" (an actor asked), "finished" (all returned), "failed", "signal" or "stop()"."""
+    stopped_by: str = ""
+    result: Any = None
+    failures: list[ActorFailed] = field(default_factory=list)
+    stats: list[ActorStats] = field(default_factory=list)
+    spans: list[Span] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return self.reason in ("stopped", "finished")
+
+
+class RunningGraph:
+    """Handle on a running graph (from `open_graph`)."""
+
+    def __init__(self, cfg: GraphConfig, plan: GraphPlan, factory: SocketFactory) -> None:
+        self.cfg = cfg
+        self.plan = plan
+        self.procs: dict[str, multiprocessing.process.BaseProcess] = {}
+        self.control: AsyncSocket | None = None
+        self.result = GraphResult(reason="")
+        self._done = anyio.Event()
+        self._finished: set[str] = set()
+        self._replies: dict[str, StatsReply] = {}
+        self._reply_event = anyio.Event()
+        self.events = GraphEvents(self._on_failure, self._on_stop, self._on_finished)
+        self.supervisor = Supervisor(plan, MAIN_PROCESS, factory, self.events)
+
+    # --- events (from the local supervisor or forwarded by children) ------------------------
+
+    def _on_failure(self, failure: ActorFailed) -> None:
+        self.result.failures.append(failure)
+        if not failure.restarting:
+            self.stop("failed", failure.actor)
+
+    def _on_stop(self, msg: StopGraph) -> None:
+        self.stop("stopped", msg.actor, msg.result)
+
+    def _on_finished(self, name: str) -> None:
+        self._finished.add(name)
+        if len(self._finished) == len(self.plan.instances):
+            self.stop("finished")
+
+    def stop(self, reason: str = "stop()", by: str = "", result: Any = None) -> None:
+        """Ask the graph to stop (idempotent; the first reason wins)."""
+        if self._done.is_set():
+            return
+        self.result.reason, self.result.stopped_by, self.result.result = reason, by, result
+        self._done.set()
+
+    @property
+    def stopping(self) -> bool:
+        return self._done.is_set()
+
+    async def wait(self) -> GraphResult:
+        """Wait until the graph stops; returns its result with final stats (not yet spans)."""
+        await self._done.wait()
+        return self.result
+
+    # --- stats ------------------------------------------------------------------------------
+
+    async def collect(self, spans: bool = False) -> list[StatsReply]:
+        """Counters (and spans) of every process, children asked over the control socket."""
+        replies = [
+            StatsReply(
+                MAIN_PROCESS, self.supervisor.stats(), self.supervisor.spans() if spans else []
+            )
+        ]
+        alive = [n for n, p in self.procs.items() if p.exitcode is None]
+        if not alive or self.control is None:
+            return replies
+        self._replies.clear()
+        for name in alive:
+            _send(self.control, name, StatsRequest(spans))
+        with anyio.move_on_after(_STATS_TIMEOUT_S):
+            while len(self._replies) < len(alive):
+                self._reply_event = anyio.Event()
+                await self._reply_event.wait()
+        return replies + list(self._replies.values())
+
+    def _on_control(self, process: str, msg: Message | None) -> None:
+        if isinstance(msg, ActorFailed):
+            self._on_failure(msg)
+        elif isinstance(msg, StopGraph):
+            self._on_stop(msg)
+        elif isinstance(msg, ActorFinished):
+            self._on_finished(msg.actor)
+        elif isinstance(msg, StatsReply):
+            self._replies[process] = msg
+            self._reply_event.set()
+        else:
+            log.warning("unexpected control message from %s: %r", process, msg)
+
+
+def _send(sock: AsyncSocket, process: str, msg: Message) -> None:
+    try:
+        if not sock.send_nowait([process.encode(), *to_frames(msg)]):
+            log.warning("control message to %s dropped (queue full)", process)
+    except zmq.ZMQError as e:
+        log.debug("control message to %s not delivered: %s", process, e)
+
+
+def _decode(frames: list[bytes]) -> tuple[str, Message | None]:
+    process = frames[0].decode(errors="replace")
+    try:
+        return process, from_frames(frames[1:])
+    except WireError as e:
+        log.warning("malformed control message from %s: %s", process, e)
+        return process, None
+
+
+# --- starting and stopping -----------------------------------------------------------------
+
+
+def _spawn(graph: RunningGraph, control_ep: str, backend: str) -> None:
+    ctx = multiprocessing.get_context("spawn")
+    plan_bytes = msgspec.msgpack.encode(graph.plan)
+    keys = graph.cfg.curve.keys()
+    curve = (
+        (keys.server_public, keys.server_secret, keys.client_public, keys.client_secret)
+        if keys
+        else None
+    )
+    level = logging.getLogger("rstar2").getEffectiveLevel()
+    for name in graph.plan.processes():
+        if name == MAIN_PROCESS:
+            continue
+        proc = ctx.Process(
+            target=child_main,
+            args=(plan_bytes, name, control_ep, backend, curve, level),
+            name=f"rstar2-{graph.plan.name}-{name}",
+        )
+        proc.start()
+        graph.procs[name] = proc
+        log.debug("spawned process %s (pid %s)", name, proc.pid)
+
+
+async def _handshake(graph: RunningGraph, timeout_s: float) -> None:
+    """Wait for every child's Hello (failing fast if one dies), then send Ready to all."""
+    assert graph.control is not None
+    waiting = set(graph.procs)
+    with anyio.move_on_after(timeout_s):
+        while waiting:
+            dead = {n: p.exitcode for n, p in graph.procs.items() if p.exitcode is not None}
+            if dead:
+                raise GraphStartError(f"graph process(es) exited during start: {dead}")
+            with anyio.move_on_after(_MONITOR_S):
+                for frames in await graph.control.recv_batch(64):
+                    process, msg = _decode(frames)
+                    if isinstance(msg, Hello):
+                        waiting.discard(process)
+                        log.debug("HELLO from %s: %s", process, ", ".join(msg.actors))
+                    else:
+                        graph._on_control(process, msg)
+    if waiting:
+        raise GraphStartError(
+            f"no HELLO from process(es) {sorted(waiting)} within {timeout_s} s "
+            "(graph.handshake_timeout_s)"
+        )
+    for name in graph.procs:
+        _send(graph.control, name, Ready(name))
+
+
+async def _serve_control(graph: RunningGraph) -> None:
+    assert graph.control is not None
+    while True:
+        for frames in await graph.control.recv_batch(64):
+            graph._on_control(*_decode(frames))
+
+
+async def _monitor_children(graph: RunningGraph) -> None:
+    while not graph.stopping:
+        for name, proc in graph.procs.items():
+            if proc.exitcode is not None:
+                text = f"process {name} (pid {proc.pid}) exited with code {proc.exitcode}"
+                log.error("%s", text)
+                graph._on_failure(ActorFailed(f"process:{name}", text))
+        await anyio.sleep(_MONITOR_S)
+
+
+async def _serve_stats(graph: RunningGraph, sock: AsyncSocket) -> None:
+    """Answer StatsRequest on the stats endpoint (for `rstar2 top` / `rstar2 profile`)."""
+    while True:
+        frames = await sock.recv()
+        if len(frames) < 2:
+            continue
+        try:
+            request = from_frames(frames[1:])
+        except WireError as e:
+            log.warning("malformed stats request: %s", e)
+            continue
+        if not isinstance(request, StatsRequest):
+            continue
+        for reply in await graph.collect(request.spans):
+            sock.send_nowait([frames[0], *to_frames(reply)])
+
+
+async def _watch_signals(graph: RunningGraph) -> None:
+    with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+        async for signum in signals:
+            log.warning("signal %s: stopping the graph", signal.Signals(signum).name)
+            graph.stop("signal", signal.Signals(signum).name)
+
+
+async def _shutdown_children(graph: RunningGraph, timeout_s: float) -> None:
+    if graph.control is not None:
+        for name, proc in graph.procs.items():
+            if proc.exitcode is None:
+                _send(graph.control, name, Shutdown(graph.result.reason))
+    for step in ("join", "terminate", "kill"):
+        alive = [p for p in graph.procs.values() if p.exitcode is None]
+        if not alive:
+            return
+        if step != "join":
+            log.warning("%s %d graph process(es)", step, len(alive))
+        for proc in alive:
+            if step == "terminate":
+                proc.terminate()
+            elif step == "kill":
+                proc.kill()
+        with anyio.move_on_after(timeout_s):
+            while any(p.exitcode is None for p in alive):
+                await anyio.sleep(0.02)
+
+
+def _reap(graph: RunningGraph, ipc_dir: str) -> None:
+    """Last resort, synchronous: nothing outlives the graph, whatever happened before."""
+    for proc in graph.procs.values():
+        if proc.exitcode is None:
+            proc.kill()
+        proc.join(timeout=5)
+    shutil.rmtree(ipc_dir, ignore_errors=True)
+
+
+@asynccontextmanager
+async def open_graph(
+    cfg: GraphConfig, *, handle_signals: bool = False
+) -> AsyncIterator[RunningGraph]:
+    """Start the graph; on exit stop it and clean up (see the module docstring)."""
+    ipc_dir = tempfile.mkdtemp(prefix=f"{TMP_PREFIX}{cfg.name}-")
+    context = zmq.Context()
+    factory = SocketFactory(context, hwm=cfg.hwm, curve=cfg.curve.keys())
+    graph: RunningGraph | None = None
+    try:
+        plan = build_plan(cfg, ipc_dir)
+        graph = RunningGraph(cfg, plan, factory)
+        graph.supervisor.prepare()
+        stats_sock = factory.bind(zmq.ROUTER, f"ipc://{ipc_dir}/stats.sock")
+        if len(plan.processes()) > (1 if MAIN_PROCESS in plan.processes() else 0):
+            graph.control = factory.bind(zmq.ROUTER, f"ipc://{ipc_dir}/control.sock")
+            _spawn(graph, f"ipc://{ipc_dir}/control.sock", sniffio.current_async_library())
+            await _handshake(graph, cfg.handshake_timeout_s)
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(graph.supervisor.run)
+            tg.start_soon(_serve_stats, graph, stats_sock)
+            if graph.control is not None:
+                tg.start_soon(_serve_control, graph)
+                tg.start_soon(_monitor_children, graph)
+            if handle_signals:
+                tg.start_soon(_watch_signals, graph)
+            try:
+                yield graph
+            finally:
+                with anyio.CancelScope(shield=True):
+                    graph.stop()
+                    graph.result.stats = [s for r in await graph.collect() for s in r.actors]
+                tg.cancel_scope.cancel()
+        with anyio.CancelScope(shield=True):
+            await _shutdown_children(graph, cfg.shutdown_timeout_s)
+    finally:
+        factory.close()
+        context.term()
+        if graph is not None:
+            _reap(graph, ipc_dir)
+        else:
+            shutil.rmtree(ipc_dir, ignore_errors=True)
+
+
+async def run_graph(
+    cfg: GraphConfig, *, handle_signals: bool = False, spans: bool = False
+) -> GraphResult:
+    """Run the graph until it stops; the result carries final stats (and spans if asked)."""
+    async with open_graph(cfg, handle_signals=handle_signals) as graph:
+        await graph.wait()
+        if spans:
+            graph.result.spans = [s for r in await graph.collect(spans=True) for s in r.spans]
+    return graph.result
+
+
+def run_graph_blocking(
+    cfg: GraphConfig, *, backend: str = "asyncio", handle_signals: bool = True, spans: bool = False
+) -> GraphResult:
+    """`run_graph` from synchronous code: asyncio (with uvloop when installed) or trio."""
+    if backend not in ("asyncio", "trio"):
+        raise ValueError(f"backend must be 'asyncio' or 'trio', got {backend!r}")
+    return anyio.run(
+        lambda: run_graph(cfg, handle_signals=handle_signals, spans=spans),
+        backend=backend,
+        backend_options=backend_options(backend),
+    )
+
+
+def stats_endpoints() -> list[str]:
+    """Stats endpoints of the graphs running on this machine (their temp dirs still exist)."""
+    pattern = os.path.join(tempfile.gettempdir(), f"{TMP_PREFIX}*", "stats.sock")
+    return [f"ipc://{p}" for p in sorted(glob.glob(pattern))]

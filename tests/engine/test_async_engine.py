@@ -1,0 +1,83 @@
+"""The async Engine on asyncio and trio: concurrency, abort, cancellation, weights, closing."""
+
+from __future__ import annotations
+
+import anyio
+import pytest
+from transformers import Qwen2ForCausalLM
+
+from rstar2.engine import Engine, EngineClosedError, EngineCore, SamplingParams, open_engine
+from rstar2.engine.config import EngineConfig
+from tests.engine.factories import random_prompts, tiny_qwen2
+
+pytestmark = pytest.mark.anyio
+
+GREEDY = SamplingParams(max_tokens=10, temperature=0.0)
+
+
+async def test_concurrent_callers_get_their_own_outputs(qwen2: Qwen2ForCausalLM) -> None:
+    prompts = random_prompts(8, seed=11)
+    expected = [o.token_ids for o in EngineCore(qwen2).generate(prompts, GREEDY)]
+    results: dict[int, list[int]] = {}
+    async with open_engine(qwen2, EngineConfig(max_num_seqs=3)) as engine:
+        assert isinstance(engine, Engine)
+
+        async def one(i: int) -> None:
+            await anyio.sleep(0.001 * i)  # staggered arrivals join a running batch
+            out = await engine.generate(f"r{i}", prompts[i], GREEDY)
+            assert out.request_id == f"r{i}" and len(out.logprobs) == len(out.token_ids)
+            results[i] = out.token_ids
+
+        async with anyio.create_task_group() as tg:
+            for i in range(8):
+                tg.start_soon(one, i)
+        assert engine.stats().generated_tokens == 80
+    assert [results[i] for i in range(8)] == expected
+
+
+async def test_abort_ends_generate_with_abort(qwen2: Qwen2ForCausalLM) -> None:
+    async with open_engine(qwen2) as engine:
+        outputs = []
+
+        async def long_request() -> None:
+            outputs.append(await engine.generate("long", [1, 2], SamplingParams(400, 0.0)))
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(long_request)
+            while engine.stats().generated_tokens < 3:
+                await anyio.sleep(0.001)
+            await engine.abort("long")
+            await engine.abort("unknown")  # no-op
+        assert outputs[0].finish_reason == "abort" and 0 < len(outputs[0].token_ids) < 400
+        assert engine.stats().running == 0
+
+
+async def test_cancelled_caller_frees_its_request(qwen2: Qwen2ForCausalLM) -> None:
+    async with open_engine(qwen2) as engine:
+        with anyio.move_on_after(0.05):
+            await engine.generate("c", [1, 2], SamplingParams(400, 0.0))
+        while engine.stats().running or engine.stats().waiting:
+            await anyio.sleep(0.001)
+        out = await engine.generate("c", [3], SamplingParams(2, 0.0))  # the id is free again
+        assert len(out.token_ids) == 2
+
+
+async def test_update_weights_changes_the_output() -> None:
+    model, other = tiny_qwen2(seed=0), tiny_qwen2(seed=1)
+    prompt = random_prompts(1, seed=12)[0]
+    expected = EngineCore(other).generate([prompt], GREEDY)[0].token_ids
+    async with open_engine(model) as engine:
+        before = (await engine.generate("a", prompt, GREEDY)).token_ids
+        await engine.update_weights(other.state_dict())
+        after = (await engine.generate("b", prompt, GREEDY)).token_ids
+        with pytest.raises(ValueError):
+            await engine.update_weights({"nope": other.model.norm.weight})
+    assert after == expected != before
+
+
+async def test_bad_requests_fail_fast_and_closed_engine_refuses(qwen2: Qwen2ForCausalLM) -> None:
+    async with open_engine(qwen2) as engine:
+        with pytest.raises(ValueError):
+            await engine.generate("x", [], GREEDY)
+    with pytest.raises(EngineClosedError):
+        await engine.generate("y", [1], GREEDY)

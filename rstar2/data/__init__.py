@@ -1,0 +1,5 @@
+"""Problem data: loading JSONL/Parquet problem sets into `Problem` records."""
+
+from rstar2.data.problem_loader import BadRow, LoadedProblems, Problem, load_problems
+
+__all__ = ["BadRow", "LoadedProblems", "Problem", "load_problems"]

@@ -1,0 +1,113 @@
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from rstar2.data import BadRow, Problem, load_problems
+
+
+def write_jsonl(path: Path, rows: list[object]) -> Path:
+    path.write_text("\n".join(r if isinstance(r, str) else json.dumps(r) for r in rows) + "\n")
+    return path
+
+
+def test_jsonl_default_fields_and_line_number_ids(tmp_path: Path) -> None:
+    path = write_jsonl(
+        tmp_path / "p.jsonl",
+        [{"problem": "1+1?", "answer": "2"}, "", {"problem": "6*7?", "answer": 42, "extra": 1}],
+    )
+    problems, skipped = load_problems(path)
+    assert problems == [Problem("1", "1+1?", "2"), Problem("3", "6*7?", "42")]
+    assert skipped == 0
+
+
+def test_custom_field_names_and_id_field(tmp_path: Path) -> None:
+    path = write_jsonl(
+        tmp_path / "p.jsonl",
+        [{"q": "a?", "sol": " 0.5 ", "uid": "x1"}, {"q": "b?", "sol": 2.5, "uid": 7}],
+    )
+    loaded = load_problems(path, problem_field="q", answer_field="sol", id_field="uid")
+    assert loaded.problems == [Problem("x1", "a?", "0.5"), Problem("7", "b?", "2.5")]
+
+
+BAD_ROWS = [
+    ("{not json", "invalid JSON"),
+    ("[1, 2]", "expected an object"),
+    ({"answer": "1"}, "missing field 'problem'"),
+    ({"problem": "p", "answer": None}, "missing field 'answer'"),
+    ({"problem": 3, "answer": "1"}, "'problem' must be a string"),
+    ({"problem": "p", "answer": ["1"]}, "'answer' must be a string or a number"),
+    ({"problem": "p", "answer": True}, "got bool"),
+    ({"problem": "p", "answer": float("nan")}, "not finite"),
+    ({"problem": "   ", "answer": "1"}, "'problem' is empty"),
+    ({"problem": "p", "answer": ""}, "'answer' is empty"),
+]
+
+
+@pytest.mark.parametrize(("bad", "message"), BAD_ROWS)
+def test_bad_row_is_an_error_naming_file_and_line(
+    tmp_path: Path, bad: object, message: str
+) -> None:
+    path = write_jsonl(tmp_path / "p.jsonl", [{"problem": "ok", "answer": "1"}, bad])
+    with pytest.raises(BadRow, match=message) as info:
+        load_problems(path)
+    assert str(info.value).startswith(f"{path} line 2: ")
+    assert isinstance(info.value, ValueError)
+
+
+def test_bad_rows_are_skipped_and_counted(tmp_path: Path) -> None:
+    rows: list[object] = [bad for bad, _ in BAD_ROWS] + [{"problem": "ok", "answer": "1"}]
+    path = write_jsonl(tmp_path / "p.jsonl", rows)
+    problems, skipped = load_problems(path, skip_bad_rows=True)
+    assert problems == [Problem(str(len(BAD_ROWS) + 1), "ok", "1")]
+    assert skipped == len(BAD_ROWS)
+
+
+def test_duplicate_ids(tmp_path: Path) -> None:
+    path = write_jsonl(
+        tmp_path / "p.jsonl",
+        [{"problem": "a", "answer": "1", "id": "q"}, {"problem": "b", "answer": "2", "id": "q"}],
+    )
+    with pytest.raises(BadRow, match="line 2: duplicate id 'q'"):
+        load_problems(path, id_field="id")
+    assert load_problems(path, id_field="id", skip_bad_rows=True).skipped == 1
+
+
+def test_non_utf8_line(tmp_path: Path) -> None:
+    path = tmp_path / "p.jsonl"
+    path.write_bytes(b'{"problem": "a", "answer": "1"}\n\xff\xfe\n')
+    with pytest.raises(BadRow, match="line 2: not UTF-8"):
+        load_problems(path)
+
+
+def test_parquet_rows_nulls_and_row_numbers(tmp_path: Path) -> None:
+    path = tmp_path / "p.parquet"
+    table = pa.table({"problem": ["a?", None, "c?"], "answer": [1, 2, 3], "other": [0, 0, 0]})
+    pq.write_table(table, path)
+    with pytest.raises(BadRow, match=r"p.parquet row 2: missing field 'problem'"):
+        load_problems(path)
+    problems, skipped = load_problems(path, skip_bad_rows=True)
+    assert problems == [Problem("1", "a?", "1"), Problem("3", "c?", "3")]
+    assert skipped == 1
+
+
+def test_parquet_missing_column_is_a_file_error_even_when_skipping(tmp_path: Path) -> None:
+    path = tmp_path / "p.parquet"
+    pq.write_table(pa.table({"question": ["a?"], "answer": ["1"]}), path)
+    with pytest.raises(ValueError, match="no column 'problem'.*question"):
+        load_problems(path, skip_bad_rows=True)
+
+
+def test_file_errors(tmp_path: Path) -> None:
+    with pytest.raises(FileNotFoundError, match="nope.jsonl"):
+        load_problems(tmp_path / "nope.jsonl")
+    (tmp_path / "p.csv").write_text("problem,answer\n")
+    with pytest.raises(ValueError, match="unknown problem file type"):
+        load_problems(tmp_path / "p.csv")
+    (tmp_path / "broken.parquet").write_bytes(b"not parquet")
+    with pytest.raises(ValueError, match="not a readable Parquet file"):
+        load_problems(tmp_path / "broken.parquet")

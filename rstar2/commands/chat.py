@@ -57,6 +57,7 @@ async def _chat(args: argparse.Namespace, settings: RunSettings) -> Trajectory:
         return await run_trajectory(
             engine, executor, tok, prompt_ids, settings.rollout,
             prompt_id="chat", sample=0, seed=args.seed, on_event=printer,
+            context_limit=engine.core.max_model_len,
         )  # fmt: skip
 
 

@@ -87,6 +87,18 @@ def turn_seed(seed: int | None, turn: int) -> int | None:
     return (seed * _SEED_MIX + turn) % _SEED_MOD
 
 
+def response_budget(prompt_len: int, max_response_tokens: int, context_limit: int | None) -> int:
+    """Tokens a trajectory may add after its prompt: the config's budget, cut to the context."""
+    if context_limit is None:
+        return max_response_tokens
+    room = context_limit - prompt_len
+    if room < 1:
+        raise ValueError(
+            f"prompt of {prompt_len} tokens leaves no room under the context limit {context_limit}"
+        )
+    return min(max_response_tokens, room)
+
+
 async def run_trajectory(
     engine: Engine,
     tools: ToolExecutor,
@@ -97,16 +109,20 @@ async def run_trajectory(
     prompt_id: str,
     sample: int,
     seed: int | None = None,
+    context_limit: int | None = None,
     on_event: EventSink | None = None,
 ) -> Trajectory:
     """Roll out one trajectory from `prompt_ids` (rendered up to `<|im_start|>assistant\\n`).
 
     `tok` is a Hugging Face tokenizer or a prebuilt `TokenCodec` (build one per tokenizer and
-    pass it when running many rollouts). `on_event` sees each turn, call and tool response as
-    it happens (for `rstar2 chat`); it must not block.
+    pass it when running many rollouts). `context_limit` is the engine's longest sequence
+    (prompt + output); when given, the budget shrinks so no turn is ever asked past it.
+    `on_event` sees each turn, call and tool response as it happens (for `rstar2 chat`); it
+    must not block.
     """
     codec = tok if isinstance(tok, TokenCodec) else TokenCodec(tok)
-    state = TrajectoryState(prompt_ids, cfg.max_response_tokens, cfg.max_turns)
+    budget = response_budget(len(prompt_ids), cfg.max_response_tokens, context_limit)
+    state = TrajectoryState(prompt_ids, budget, cfg.max_turns)
     emit: EventSink = on_event if on_event is not None else _ignore
     base_id = f"{prompt_id}/{sample}"
     while not state.finished:

@@ -98,9 +98,13 @@ async def evaluate(
     samples: int,
     seed: int = 0,
     concurrency: int = 64,
+    context_limit: int | None = None,
     on_done: Callable[[Trajectory, EvalItem], None] | None = None,
 ) -> list[Trajectory]:
-    """Roll out and score `samples` trajectories per item; returns them in (item, sample) order."""
+    """Roll out and score `samples` trajectories per item; returns them in (item, sample) order.
+
+    `context_limit`: the engine's longest sequence, passed on to `run_trajectory`.
+    """
     if samples < 1:
         raise ValueError(f"samples must be >= 1, got {samples}")
     if concurrency < 1:
@@ -113,6 +117,7 @@ async def evaluate(
             traj = await run_trajectory(
                 engine, tools, codec, item.prompt_ids, cfg,
                 prompt_id=item.prompt_id, sample=sample, seed=seed + index,
+                context_limit=context_limit,
             )  # fmt: skip
         await score_trajectory(scorer, traj, item.reference)
         results[index] = traj

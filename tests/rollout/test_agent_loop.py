@@ -9,6 +9,7 @@ from rstar2.rollout.agent_loop import (
     ToolCallEvent,
     ToolResultEvent,
     TurnEvent,
+    response_budget,
     run_trajectory,
     turn_seed,
 )
@@ -248,3 +249,20 @@ async def test_prebuilt_codec_gives_the_same_trajectory():
     )
     b, _, _ = await roll([CALL, ANSWER])
     assert a == b
+
+
+async def test_context_limit_shrinks_the_budget():
+    engine = ScriptedEngine(TOK, {"p/0": ["x" * 500]})
+    traj = await run_trajectory(
+        engine, FakeExecutor(), TOK, PROMPT, cfg(), prompt_id="p", sample=0,
+        context_limit=len(PROMPT) + 30,
+    )  # fmt: skip
+    assert traj.finish_reason == "budget" and len(traj.token_ids) == len(PROMPT) + 30
+
+
+def test_response_budget():
+    assert response_budget(10, 100, None) == 100
+    assert response_budget(10, 100, 50) == 40
+    assert response_budget(10, 20, 50) == 20
+    with pytest.raises(ValueError, match="no room"):
+        response_budget(50, 100, 50)

@@ -1,0 +1,55 @@
+"""Configuration of the rollout scheduler: which policy, and the knobs each policy reads.
+
+One dataclass, loaded with `rstar2.config.from_dict` and validated on load. It does not say
+how many engines there are: that comes from the deployment (or the simulator's `--gpus`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from rstar2.config import require
+
+PolicyName = Literal["static", "round_robin", "least_outstanding", "prefix_aware", "kv_aware"]
+
+
+@dataclass
+class SchedulerConfig:
+    policy: PolicyName = "kv_aware"
+    """Routing policy: static (VERL v0.2 even split), round_robin, least_outstanding (verl
+    default, sticky), prefix_aware (SGLang router style) or kv_aware (rStar2)."""
+    reservation: Literal["max", "predicted"] = "predicted"
+    """kv_aware: reserve prompt + predicted response x predicted_scale per trajectory
+    ('predicted', the default) or prompt + max response ('max': the literal rStar2 rule, which
+    cannot preempt but leaves reserved KV idle)."""
+    predicted_scale: float = 0.7
+    """kv_aware 'predicted': factor on the predicted response length. Below 1 over-commits on
+    purpose: trajectories on one engine reach their full length at different times."""
+    sticky_guard: bool = True
+    """least_outstanding / prefix_aware: move a turn off its engine when that engine is
+    saturated (waiting > 0 or too little free KV). False reproduces pure stickiness (thrash)."""
+    balance_abs_threshold: int = 32
+    """prefix_aware: loads are imbalanced when max - min exceeds this (SGLang default 32)..."""
+    balance_rel_threshold: float = 1.0001
+    """...and max exceeds min times this (SGLang default 1.0001)."""
+    cache_threshold: float = 0.5
+    """prefix_aware: minimum prefix match rate to follow the cache (SGLang default 0.5)."""
+
+    def validate(self) -> None:
+        require(self.predicted_scale > 0, "predicted_scale", self.predicted_scale, "> 0")
+        require(
+            self.balance_abs_threshold >= 0,
+            "balance_abs_threshold",
+            self.balance_abs_threshold,
+            ">= 0",
+        )
+        require(
+            self.balance_rel_threshold >= 1.0,
+            "balance_rel_threshold",
+            self.balance_rel_threshold,
+            ">= 1.0",
+        )
+        require(
+            0.0 <= self.cache_threshold <= 1.0, "cache_threshold", self.cache_threshold, "in [0, 1]"
+        )

@@ -1,0 +1,263 @@
+"""One simulated rollout step: trajectories, a scheduling policy and engines on a virtual clock.
+
+The simulator plays the part of the live rollout and scheduler actors. Every trajectory of the
+step is ready at time 0 and queued (FIFO) for the policy; a queued request is offered to
+`policy.assign` whenever something may have changed (an engine decision, a finish), stopping at
+the first one the policy holds. An assigned turn is submitted to its engine; when the engine
+returns it, its tool call is dispatched at once (asynchronously, for every policy) and its
+result arrives after the trajectory's recorded latency, when the next turn is offered to the
+policy. The step ends when the last trajectory finishes; that time is the makespan.
+
+Events: an engine decision (`EngineModel.boundary`) and a tool result. Engines report
+`stats()` to the policy after every decision and every submission, as the live engines'
+periodic reports would (here without delay). What it does not do: model the learner, the
+network, or delay in stats reports.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from rstar2.scheduler.policy import Policy, TurnRequest
+from sim.bound import lower_bound
+from sim.cost import CostModel
+from sim.engine import BLOCK, EngineModel, Request
+from sim.events import PRIORITY_ENGINE, PRIORITY_TOOL, EventLoop
+from sim.workload import TrajectorySpec
+
+ProgressFn = Callable[[int, int, float], None]
+"""progress(finished trajectories, total, simulated seconds)."""
+
+
+@dataclass
+class SimResult:
+    """What one run measured. `summary()` holds the keys printed by `rstar2 sim --json`."""
+
+    policy: str
+    makespan_s: float
+    lower_bound_s: float
+    preemptions: int
+    recomputed_tokens: int
+    generated_tokens: int
+    prefill_tokens: int
+    cache_hit_tokens: int
+    events: int
+    wall_s: float
+    tool_wait_s: float
+    queue_wait_s: float
+    busy_s: list[float]
+    kv_capacity_blocks: int
+    max_used_blocks: list[int]
+    kv_timelines: list[list[tuple[float, int]]] = field(repr=False)
+
+    @property
+    def ratio_to_bound(self) -> float:
+        return self.makespan_s / self.lower_bound_s
+
+    @property
+    def idle_fraction(self) -> float:
+        total = self.makespan_s * len(self.busy_s)
+        return 1.0 - sum(self.busy_s) / total if total > 0 else 0.0
+
+    @property
+    def idle_fractions(self) -> list[float]:
+        if self.makespan_s <= 0:
+            return [0.0 for _ in self.busy_s]
+        return [1.0 - b / self.makespan_s for b in self.busy_s]
+
+    @property
+    def tokens_per_s(self) -> float:
+        return self.generated_tokens / self.makespan_s if self.makespan_s > 0 else 0.0
+
+    @property
+    def kv_utilisation(self) -> float:
+        """Time-averaged fraction of KV blocks in use, over all engines and the makespan."""
+        if self.makespan_s <= 0:
+            return 0.0
+        area = 0.0
+        for line in self.kv_timelines:
+            for (t0, used), (t1, _) in zip(line, line[1:], strict=False):
+                area += used * (min(t1, self.makespan_s) - min(t0, self.makespan_s))
+        return area / (self.kv_capacity_blocks * self.makespan_s * len(self.kv_timelines))
+
+    def summary(self) -> dict[str, object]:
+        return {
+            "policy": self.policy,
+            "makespan_s": round(self.makespan_s, 3),
+            "lower_bound_s": round(self.lower_bound_s, 3),
+            "ratio_to_bound": round(self.ratio_to_bound, 4),
+            "preemptions": self.preemptions,
+            "recomputed_tokens": self.recomputed_tokens,
+            "idle_fraction": round(self.idle_fraction, 4),
+            "tokens_per_s": round(self.tokens_per_s, 1),
+            "events": self.events,
+            "wall_s": round(self.wall_s, 3),
+        }
+
+
+class Simulation:
+    """A single run. Build it, call `run()` once."""
+
+    def __init__(
+        self,
+        policy: Policy,
+        workload: Sequence[TrajectorySpec],
+        num_engines: int,
+        kv_tokens: int,
+        cost: CostModel,
+        max_num_seqs: int = 256,
+        progress: ProgressFn | None = None,
+    ) -> None:
+        if policy.num_engines != num_engines:
+            raise ValueError(f"policy built for {policy.num_engines} engines, not {num_engines}")
+        if not workload:
+            raise ValueError("empty workload")
+        num_blocks = kv_tokens // BLOCK
+        for spec in workload:
+            if spec.prompt_tokens + spec.max_response_tokens > num_blocks * BLOCK:
+                raise ValueError(
+                    f"trajectory {spec.traj_id} may reach {spec.prompt_tokens + spec.max_response_tokens}"
+                    f" tokens, more than one engine's KV ({num_blocks * BLOCK} tokens)"
+                )
+        self.policy = policy
+        self.workload = list(workload)
+        self.cost = cost
+        self.kv_tokens = num_blocks * BLOCK
+        self.max_num_seqs = max_num_seqs
+        self.engines = [EngineModel(e, num_blocks, cost, max_num_seqs) for e in range(num_engines)]
+        self.loop = EventLoop()
+        self.progress = progress
+        n = len(self.workload)
+        self._turn = [0] * n
+        self._context = [s.prompt_tokens for s in self.workload]
+        self._held: deque[tuple[int, TurnRequest]] = deque()
+        self._held_since: deque[float] = deque()
+        self._finished = 0
+        self._makespan = 0.0
+        self._tool_wait = 0.0
+        self._queue_wait = 0.0
+        self._report_every = max(1, n // 100)
+        # Stands in for the previous step's mean response length, which a live scheduler knows;
+        # it is the same number for every trajectory (no per-trajectory oracle).
+        self._mean_response = round(sum(s.total_tokens - s.prompt_tokens for s in workload) / n)
+
+    def run(self) -> SimResult:
+        start = time.perf_counter()
+        for engine in self.engines:
+            self.policy.on_stats(engine.engine_id, engine.stats())
+        first = [self._request(i) for i in range(len(self.workload))]
+        self.policy.prepare(first)
+        self._held.extend(enumerate(first))
+        self._held_since.extend([0.0] * len(first))
+        self._dispatch(0.0)
+        while (event := self.loop.pop()) is not None:
+            now, priority, payload = event
+            if priority == PRIORITY_TOOL:
+                self._tool_done(payload, now)
+            else:
+                engine_id, version = payload
+                engine = self.engines[engine_id]
+                if version != engine.version:
+                    continue
+                self._engine_decides(engine, now)
+            self._dispatch(now)
+        if self._finished != len(self.workload):
+            raise RuntimeError(f"stalled: {self._finished}/{len(self.workload)} finished")
+        return self._result(time.perf_counter() - start)
+
+    def _request(self, i: int) -> TurnRequest:
+        spec = self.workload[i]
+        return TurnRequest(
+            traj_id=spec.traj_id,
+            prompt_id=spec.prompt_id,
+            turn=self._turn[i],
+            context_tokens=self._context[i],
+            prompt_tokens=spec.prompt_tokens,
+            max_total_tokens=spec.prompt_tokens + spec.max_response_tokens,
+            predicted_total_tokens=spec.prompt_tokens + self._mean_response,
+        )
+
+    def _dispatch(self, now: float) -> None:
+        held = self._held
+        while held:
+            i, req = held[0]
+            engine_id = self.policy.assign(req)
+            if engine_id is None:
+                return
+            held.popleft()
+            self._queue_wait += now - self._held_since.popleft()
+            self._submit(i, engine_id, now)
+
+    def _submit(self, i: int, engine_id: int, now: float) -> None:
+        spec = self.workload[i]
+        turn = self._turn[i]
+        req = Request(
+            i,
+            spec.prompt_id,
+            spec.prompt_tokens,
+            self._context[i],
+            spec.turns[turn].model_tokens,
+            final=turn == len(spec.turns) - 1,
+            first_turn=turn == 0,
+        )
+        engine = self.engines[engine_id]
+        wake = engine.submit(req, now)
+        if wake is not None:
+            self.loop.schedule(wake, PRIORITY_ENGINE, (engine_id, engine.version))
+        self.policy.on_stats(engine_id, engine.stats())
+
+    def _engine_decides(self, engine: EngineModel, now: float) -> None:
+        for req in engine.boundary(now):
+            self._turn_done(req.traj, engine, now)
+        if engine.wake_at is not None:
+            self.loop.schedule(engine.wake_at, PRIORITY_ENGINE, (engine.engine_id, engine.version))
+        self.policy.on_stats(engine.engine_id, engine.stats())
+
+    def _turn_done(self, i: int, engine: EngineModel, now: float) -> None:
+        spec = self.workload[i]
+        self.policy.on_turn_end(spec.traj_id)
+        turn = spec.turns[self._turn[i]]
+        if self._turn[i] == len(spec.turns) - 1:
+            self.policy.on_finish(spec.traj_id)
+            engine.drop_cache(i)
+            self._finished += 1
+            self._makespan = now
+            if self.progress is not None and self._finished % self._report_every == 0:
+                self.progress(self._finished, len(self.workload), now)
+            return
+        self._context[i] += turn.model_tokens
+        self._tool_wait += turn.tool_latency_s
+        self.loop.schedule(now + turn.tool_latency_s, PRIORITY_TOOL, i)
+
+    def _tool_done(self, i: int, now: float) -> None:
+        spec = self.workload[i]
+        self._context[i] += spec.turns[self._turn[i]].tool_tokens
+        self._turn[i] += 1
+        self._held.appendleft((i, self._request(i)))  # a running trajectory goes first
+        self._held_since.appendleft(now)
+
+    def _result(self, wall_s: float) -> SimResult:
+        engines = self.engines
+        return SimResult(
+            policy=self.policy.name,
+            makespan_s=self._makespan,
+            lower_bound_s=lower_bound(
+                self.workload, self.cost, len(engines), self.kv_tokens, self.max_num_seqs
+            ),
+            preemptions=sum(e.preemptions for e in engines),
+            recomputed_tokens=sum(e.recomputed_tokens for e in engines),
+            generated_tokens=sum(e.generated_tokens for e in engines),
+            prefill_tokens=sum(e.prefill_tokens for e in engines),
+            cache_hit_tokens=sum(e.cache_hit_tokens for e in engines),
+            events=self.loop.popped,
+            wall_s=wall_s,
+            tool_wait_s=self._tool_wait,
+            queue_wait_s=self._queue_wait,
+            busy_s=[e.busy_s for e in engines],
+            kv_capacity_blocks=engines[0].num_blocks,
+            max_used_blocks=[e.max_used_blocks for e in engines],
+            kv_timelines=[e.kv_timeline for e in engines],
+        )

@@ -1,0 +1,366 @@
+"""The local executor: admits requests, feeds its zygote, hands each caller exactly one result.
+
+`open_executor(cfg)` starts a zygote (inside bubblewrap when it can; see `isolation.py`) and
+yields an `Executor` whose `run(request)` many tasks may await at once (anyio: asyncio or trio).
+Admission is a plain synchronous decision (`Executor.admit`): oversized code or stdin, a full
+queue (`max_queue` requests or `max_queue_mb` bytes outstanding) or a closed executor answer
+`rejected` at once, so memory stays bounded and nothing is dropped silently. At most
+2 x `concurrency` requests are handed to the zygote at a time; its results come back in
+completion order, so a slow request never holds back others. If the zygote dies, its in-flight
+requests get status `killed` and a new zygote is started. A caller cancelled while waiting
+cancels its request in the zygote.
+
+`execute_code(code, stdin, timeout_s)` is the synchronous convenience: one shared executor
+started on first use in a background event-loop thread.
+
+What it does not do: talk to other hosts (see `service.py` and `pool.py`).
+"""
+
+from __future__ import annotations
+
+import atexit
+import itertools
+import logging
+import os
+import subprocess
+import threading
+from collections.abc import AsyncIterator
+from contextlib import AbstractContextManager, asynccontextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import anyio
+import anyio.abc
+from anyio.from_thread import BlockingPortal, start_blocking_portal
+
+from rstar2.sandbox import framing, proctree
+from rstar2.sandbox.config import SandboxConfig
+from rstar2.sandbox.isolation import (
+    ENV,
+    IsolationError,
+    IsolationReport,
+    bwrap_status,
+    zygote_argv,
+)
+from rstar2.wire import ExecRequest, ExecResult
+
+log = logging.getLogger(__name__)
+
+
+class SandboxStartError(RuntimeError):
+    """The zygote did not start (or did not report ready in time)."""
+
+
+@dataclass
+class ExecutorStats:
+    outstanding: int
+    queued_bytes: int
+    completed: int
+    rejected: int
+    zygote_restarts: int
+
+
+@dataclass
+class _Waiter:
+    event: anyio.Event
+    result: dict[str, Any] | None = None
+
+
+def rejected(request_id: str, message: str) -> ExecResult:
+    return ExecResult(id=request_id, status="rejected", stderr=message, exit_code=-1)
+
+
+class Executor:
+    """A warm zygote and the bookkeeping around it. Build it with `open_executor`."""
+
+    def __init__(self, cfg: SandboxConfig) -> None:
+        self.cfg = cfg
+        self.isolation = IsolationReport()
+        self._proc: anyio.abc.Process | None = None
+        self._up = anyio.Event()
+        self._closed = False
+        self._credits = anyio.Semaphore(2 * cfg.concurrency)
+        self._write_lock = anyio.Lock()
+        self._seq = itertools.count(1)
+        self._waiters: dict[int, _Waiter] = {}
+        self._outstanding = 0
+        self._queued_bytes = 0
+        self._completed = 0
+        self._rejected = 0
+        self._restarts = 0
+        self._frames = framing.FrameBuffer()
+
+    # -- the public surface --------------------------------------------------------------
+
+    def admit(self, request: ExecRequest) -> ExecResult | None:
+        """A `rejected` result for a request that cannot be admitted now, else None."""
+        if not isinstance(request, ExecRequest):
+            raise TypeError(f"expected an ExecRequest, got {type(request).__name__}")
+        cfg = self.cfg
+        if self._closed:
+            return rejected(request.id, "executor is shut down")
+        if len(request.code) > cfg.max_code_bytes:
+            return rejected(
+                request.id, f"code of {len(request.code)} chars exceeds {cfg.max_code_bytes}"
+            )
+        if len(request.stdin) > cfg.max_stdin_bytes:
+            return rejected(
+                request.id, f"stdin of {len(request.stdin)} chars exceeds {cfg.max_stdin_bytes}"
+            )
+        if self._outstanding >= cfg.max_queue:
+            return rejected(request.id, f"queue full ({self._outstanding} requests outstanding)")
+        if self._queued_bytes + _size(request) > cfg.max_queue_mb << 20:
+            return rejected(request.id, f"queue full ({self._queued_bytes} bytes outstanding)")
+        return None
+
+    async def run(self, request: ExecRequest) -> ExecResult:
+        """Run one request; always returns its one result (failures are statuses)."""
+        refusal = self.admit(request)
+        if refusal is not None:
+            self._rejected += 1
+            return refusal
+        size = _size(request)
+        self._outstanding += 1
+        self._queued_bytes += size
+        try:
+            async with self._credits:
+                result = await self._submit(request)
+        finally:
+            self._outstanding -= 1
+            self._queued_bytes -= size
+        self._completed += 1
+        return result
+
+    def stats(self) -> ExecutorStats:
+        return ExecutorStats(
+            self._outstanding, self._queued_bytes, self._completed, self._rejected, self._restarts
+        )
+
+    def process_ids(self) -> list[int]:
+        """The zygote's processes (bubblewrap, zygote, children) as seen from the host."""
+        if self._proc is None:
+            return []
+        return [self._proc.pid, *proctree.descendants(self._proc.pid)]
+
+    def memory_mb(self) -> float:
+        """Proportional memory (PSS) of all the zygote's processes, in MiB."""
+        return proctree.pss_bytes(self.process_ids()) / (1 << 20)
+
+    # -- one request ---------------------------------------------------------------------
+
+    async def _submit(self, request: ExecRequest) -> ExecResult:
+        await self._up.wait()
+        proc = self._proc
+        if self._closed or proc is None or proc.stdin is None:
+            return ExecResult(id=request.id, status="killed", stderr="executor is shut down")
+        seq = next(self._seq)
+        timeout_s, memory_mb = self.cfg.limits_for(request.timeout_s, request.memory_mb)
+        frame = {"op": "run", "seq": seq, "code": request.code, "stdin": request.stdin}
+        frame.update(timeout_s=timeout_s, memory_mb=memory_mb)
+        waiter = _Waiter(anyio.Event())
+        self._waiters[seq] = waiter
+        try:
+            await self._send(proc, framing.pack(frame))
+            await waiter.event.wait()
+        except anyio.get_cancelled_exc_class():
+            if self._waiters.pop(seq, None) is not None:
+                with anyio.CancelScope(shield=True):
+                    await self._send(proc, framing.pack({"op": "cancel", "seq": seq}))
+            raise
+        assert waiter.result is not None
+        return _result(request.id, waiter.result)
+
+    async def _send(self, proc: anyio.abc.Process, data: bytes) -> None:
+        assert proc.stdin is not None
+        try:
+            async with self._write_lock:
+                await proc.stdin.send(data)
+        except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
+            pass  # the zygote is gone; the reader fails every waiter with status killed
+
+    # -- the zygote's life ---------------------------------------------------------------
+
+    async def serve(
+        self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED
+    ) -> None:
+        """Start the zygote, restart it whenever it dies, until `aclose`."""
+        bwrap_reason = await anyio.to_thread.run_sync(bwrap_status, self.cfg)
+        argv = zygote_argv(self.cfg, bwrap_reason)
+        started = False
+        while not self._closed:
+            proc = await self._start(argv)
+            try:
+                layers = await self._handshake(proc)
+            except SandboxStartError:
+                await _stop(proc)
+                if not started:
+                    raise
+                log.error("sandbox zygote failed to restart; retrying in 1 s")
+                await anyio.sleep(1.0)
+                continue
+            self.isolation = _report(bwrap_reason, layers)
+            if not started:
+                self.isolation.log()
+                if self.cfg.require_isolation and self.isolation.missing():
+                    await _stop(proc)
+                    missing = ", ".join(self.isolation.missing())
+                    raise IsolationError(f"require_isolation: layers unavailable: {missing}")
+                started = True
+                task_status.started()
+            self._proc = proc
+            self._up.set()
+            await self._pump(proc)
+            self._up = anyio.Event()
+            self._fail_all("sandbox zygote exited")
+            await _stop(proc)
+            if not self._closed:
+                self._restarts += 1
+                log.error("sandbox zygote died (exit %s); starting a new one", proc.returncode)
+        self._up.set()
+
+    async def _start(self, argv: list[str]) -> anyio.abc.Process:
+        env = dict(ENV)
+        try:
+            return await anyio.open_process(
+                argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                env=env, cwd="/tmp",
+            )  # fmt: skip
+        except OSError as e:
+            raise SandboxStartError(f"cannot start the sandbox zygote: {e}") from e
+
+    async def _handshake(self, proc: anyio.abc.Process) -> dict[str, str]:
+        assert proc.stdout is not None and proc.stderr is not None
+        frames = framing.FrameBuffer()
+        self._frames = frames
+        with anyio.move_on_after(self.cfg.start_timeout_s):
+            while True:
+                try:
+                    data = await proc.stdout.receive(1 << 16)
+                except anyio.EndOfStream:
+                    break
+                got = frames.feed(data)
+                if got:
+                    ready = got[0]
+                    for name, err in ready.get("errors", {}).items():
+                        log.warning("sandbox preload of %s failed: %s", name, err)
+                    return dict(ready.get("layers", {}))
+        err = b""
+        with anyio.move_on_after(1.0):
+            err = await proc.stderr.receive(4096)
+        raise SandboxStartError(f"sandbox zygote did not start: {err.decode(errors='replace')}")
+
+    async def _pump(self, proc: anyio.abc.Process) -> None:
+        """Dispatch results until the zygote's output ends; relay its stderr to the log."""
+        assert proc.stdout is not None and proc.stderr is not None
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(_relay_stderr, proc.stderr)
+            while True:
+                try:
+                    data = await proc.stdout.receive(1 << 20)
+                except (anyio.EndOfStream, anyio.BrokenResourceError, anyio.ClosedResourceError):
+                    break
+                for frame in self._frames.feed(data):
+                    waiter = self._waiters.pop(frame.get("seq", -1), None)
+                    if waiter is not None:
+                        waiter.result = frame
+                        waiter.event.set()
+            tg.cancel_scope.cancel()
+
+    def _fail_all(self, message: str) -> None:
+        waiters, self._waiters = self._waiters, {}
+        for waiter in waiters.values():
+            waiter.result = {"status": "killed", "stderr": message, "exit_code": -9}
+            waiter.event.set()
+
+    async def aclose(self) -> None:
+        """Stop admitting, end the zygote (which kills its children), fail what is left."""
+        self._closed = True
+        proc = self._proc
+        if proc is not None and proc.stdin is not None:
+            with anyio.CancelScope(shield=True):
+                async with self._write_lock:
+                    await proc.stdin.aclose()
+        self._fail_all("executor is shut down")
+
+
+def _size(request: ExecRequest) -> int:
+    return len(request.code) + len(request.stdin)
+
+
+def _result(request_id: str, frame: dict[str, Any]) -> ExecResult:
+    return ExecResult(
+        id=request_id,
+        status=frame["status"],
+        stdout=frame.get("stdout", ""),
+        stderr=frame.get("stderr", ""),
+        exit_code=frame.get("exit_code", 0),
+        wall_s=frame.get("wall_s", 0.0),
+        truncated=frame.get("truncated", False),
+    )
+
+
+def _report(bwrap_reason: str, zygote_layers: dict[str, str]) -> IsolationReport:
+    layers = {"bwrap": bwrap_reason, **zygote_layers, "rlimits": "", "wall_clock_timeout": ""}
+    return IsolationReport(layers)
+
+
+async def _relay_stderr(stream: anyio.abc.ByteReceiveStream) -> None:
+    async for chunk in stream:
+        for line in chunk.decode(errors="replace").splitlines():
+            log.warning("sandbox zygote: %s", line)
+
+
+async def _stop(proc: anyio.abc.Process) -> None:
+    with anyio.CancelScope(shield=True):
+        with anyio.move_on_after(5.0):
+            await proc.wait()
+            return
+        proc.kill()
+        await proc.wait()
+
+
+@asynccontextmanager
+async def open_executor(cfg: SandboxConfig | None = None) -> AsyncIterator[Executor]:
+    """Start a local executor; on exit its zygote and every child are gone."""
+    ex = Executor(cfg or SandboxConfig())
+    async with anyio.create_task_group() as tg:
+        await tg.start(ex.serve)
+        try:
+            yield ex
+        finally:
+            await ex.aclose()
+
+
+# -- the synchronous convenience ------------------------------------------------------------
+
+
+class _SharedExecutor:
+    """One executor in a background event-loop thread, for `execute_code`."""
+
+    def __init__(self, cfg: SandboxConfig) -> None:
+        self._portal_cm: AbstractContextManager[BlockingPortal] = start_blocking_portal()
+        self.portal = self._portal_cm.__enter__()
+        self._ex_cm = self.portal.wrap_async_context_manager(open_executor(cfg))
+        self.executor = self._ex_cm.__enter__()
+
+    def close(self) -> None:
+        self._ex_cm.__exit__(None, None, None)
+        self._portal_cm.__exit__(None, None, None)
+
+
+_shared: _SharedExecutor | None = None
+_shared_lock = threading.Lock()
+_shared_pid = 0
+
+
+def execute_code(code: str, stdin: str = "", timeout_s: float = 5.0) -> ExecResult:
+    """Run `code` in the shared default executor and wait for its result (thread-safe)."""
+    global _shared, _shared_pid
+    with _shared_lock:
+        if _shared is None or _shared_pid != os.getpid():
+            _shared = _SharedExecutor(SandboxConfig())
+            _shared_pid = os.getpid()
+            atexit.register(_shared.close)
+        shared = _shared
+    request = ExecRequest(id="execute_code", code=code, stdin=stdin, timeout_s=timeout_s)
+    return shared.portal.call(shared.executor.run, request)

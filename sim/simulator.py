@@ -166,6 +166,8 @@ class Simulation:
             self._dispatch(now)
         if self._finished != len(self.workload):
             raise RuntimeError(f"stalled: {self._finished}/{len(self.workload)} finished")
+        if self.progress is not None and self._finished % self._report_every != 0:
+            self.progress(self._finished, self._finished, self._makespan)
         return self._result(time.perf_counter() - start)
 
     def _request(self, i: int) -> TurnRequest:

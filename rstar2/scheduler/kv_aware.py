@@ -39,7 +39,7 @@ class KVAware(Policy):
         name: str | None = None,
     ) -> None:
         super().__init__(num_engines)
-        self.name = name or ("kv_aware" if reservation == "max" else "kv_aware_predicted")
+        self.name = name or ("kv_aware_max" if reservation == "max" else "kv_aware")
         if reservation not in ("max", "predicted"):
             raise ValueError(f"reservation must be 'max' or 'predicted', got {reservation!r}")
         self.reservation = reservation

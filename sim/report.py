@@ -1,0 +1,102 @@
+"""Presenting simulator results: the comparison table and the PNG plots of `rstar2 sim compare`.
+
+Plots use matplotlib's Agg backend (files only, no display): KV use per engine over time (one
+panel per policy), idle fraction per engine, and makespan per policy against the lower bound.
+It does not run simulations.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402 - the backend must be chosen first
+
+from sim.simulator import SimResult  # noqa: E402
+
+
+def table(results: Sequence[SimResult]) -> str:
+    """A fixed-width table; ratios are to the static split and to the lower bound."""
+    static = next((r for r in results if r.policy == "static"), results[0])
+    head = (
+        f"{'policy':<18} {'makespan_s':>10} {'x_static':>8} {'x_bound':>7} {'preempt':>7} "
+        f"{'recomputed':>10} {'idle':>6} {'kv_util':>7} {'tokens/s':>10} {'events':>8} {'wall_s':>6}"
+    )
+    lines = [head, "-" * len(head)]
+    for r in results:
+        lines.append(
+            f"{r.policy:<18} {r.makespan_s:>10.1f} {r.makespan_s / static.makespan_s:>8.3f} "
+            f"{r.ratio_to_bound:>7.3f} {r.preemptions:>7d} {r.recomputed_tokens:>10d} "
+            f"{r.idle_fraction:>6.3f} {r.kv_utilisation:>7.3f} {r.tokens_per_s:>10.0f} "
+            f"{r.events:>8d} {r.wall_s:>6.2f}"
+        )
+    lines.append(f"lower bound: {results[0].lower_bound_s:.1f} s (see docs/sim.md)")
+    return "\n".join(lines)
+
+
+def _downsample(line: list[tuple[float, int]], points: int = 400) -> tuple[list[float], list[int]]:
+    step = max(1, len(line) // points)
+    sampled = line[::step] + [line[-1]]
+    return [t for t, _ in sampled], [u for _, u in sampled]
+
+
+def plot_kv(results: Sequence[SimResult], path: Path) -> None:
+    cols = min(3, len(results))
+    rows = -(-len(results) // cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(5 * cols, 3.2 * rows), sharey=True, squeeze=False)
+    for ax, r in zip(axes.flat, results, strict=False):
+        for line in r.kv_timelines:
+            ts, used = _downsample(line)
+            ax.plot(ts, [u / r.kv_capacity_blocks for u in used], linewidth=0.4, alpha=0.5)
+        ax.set_title(f"{r.policy} ({r.preemptions} preemptions)", fontsize=9)
+        ax.set_xlabel("simulated time (s)")
+        ax.set_ylim(0, 1.05)
+    for ax in axes[:, 0]:
+        ax.set_ylabel("KV blocks in use (fraction)")
+    for ax in list(axes.flat)[len(results) :]:
+        ax.axis("off")
+    fig.suptitle("KV use per engine over time")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def plot_idle(results: Sequence[SimResult], path: Path) -> None:
+    fig, ax = plt.subplots(figsize=(9, 3.5))
+    for r in results:
+        ax.plot(range(len(r.busy_s)), r.idle_fractions, marker=".", linewidth=0.8, label=r.policy)
+    ax.set_xlabel("engine")
+    ax.set_ylabel("idle fraction of the makespan")
+    ax.set_title("Idle fraction per engine")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def plot_makespan(results: Sequence[SimResult], path: Path) -> None:
+    fig, ax = plt.subplots(figsize=(8, 3.5))
+    names = [r.policy for r in results]
+    ax.bar(names, [r.makespan_s for r in results], color="tab:blue")
+    ax.axhline(results[0].lower_bound_s, color="tab:red", linestyle="--", label="lower bound")
+    ax.set_ylabel("step makespan (s)")
+    ax.set_title("Makespan per policy")
+    ax.tick_params(axis="x", labelsize=8)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def write_plots(results: Sequence[SimResult], out_dir: str | Path) -> list[Path]:
+    """Write the three PNGs into `out_dir` (created); returns their paths."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    paths = [out / "kv_per_engine.png", out / "idle_per_engine.png", out / "makespan.png"]
+    plot_kv(results, paths[0])
+    plot_idle(results, paths[1])
+    plot_makespan(results, paths[2])
+    return paths

@@ -8,7 +8,9 @@ from sim.simulator import Simulation
 from sim.workload import TrajectorySpec, Turn
 
 
-def traj(i: int, prompt: int, *turns: int, budget: int | None = None, tool: int = 0) -> TrajectorySpec:
+def traj(
+    i: int, prompt: int, *turns: int, budget: int | None = None, tool: int = 0
+) -> TrajectorySpec:
     ts = tuple(Turn(t, tool if k < len(turns) - 1 else 0) for k, t in enumerate(turns))
     used = sum(turns) + tool * (len(turns) - 1)
     return TrajectorySpec(f"t{i}", f"p{i}", prompt, budget or used, ts)

@@ -1,0 +1,128 @@
+"""The GRPO-RoC policy loss: a token-level clipped surrogate with clip-higher.
+
+For every loss-masked token t (mask 1: a sampled model token; tool output and prompt are 0):
+
+    ratio_t = exp(logp_new_t - logp_old_t)
+    s_t     = min(ratio_t * A_t, clip(ratio_t, 1 - eps_low, 1 + eps_high) * A_t)
+    loss    = -(sum_t s_t) / N                    N = number of loss-masked tokens in the batch
+
+Token-level averaging (one N for the whole batch, not a mean per sequence) lets long correct
+solutions weigh in proportion to their length (DAPO); eps_high > eps_low ("clip-higher", 0.28
+vs 0.2) leaves more room to raise the probability of unlikely tokens, which keeps entropy from
+collapsing. With gradient accumulation, pass the whole step's token count as `num_tokens` so
+that every micro-batch divides by the same N.
+
+Optional terms, both off by default as in the paper:
+- KL to a reference policy with the k3 estimator, per token
+  kl_t = exp(logp_ref_t - logp_new_t) - (logp_ref_t - logp_new_t) - 1  (>= 0, unbiased),
+  added as + kl_coef * sum_t kl_t / N;
+- an entropy bonus from per-token entropies the caller computed from the logits,
+  added as - entropy_coef * sum_t H_t / N.
+
+Metrics (floats, averaged over this call's masked tokens):
+- `clip_fraction`: share of tokens where the clipped term is the smaller one, i.e. where
+  clipping removed the gradient (ratio > 1 + eps_high with A > 0, or ratio < 1 - eps_low with
+  A < 0);
+- `approx_kl`: k3 estimate of KL(old || new), mean of (ratio - 1) - log(ratio);
+- `kl_ref` when reference logprobs are given; `entropy` when entropies are given.
+
+Masked-out positions never reach the arithmetic (their log-ratio is replaced by 0), so garbage
+logprobs there (e.g. 0.0 or -inf for tool tokens) cannot produce NaN.
+
+What it does not do: compute logprobs or entropies from logits, or average over micro-batches.
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+def policy_loss(
+    logprobs: torch.Tensor,
+    old_logprobs: torch.Tensor,
+    advantages: torch.Tensor,
+    loss_mask: torch.Tensor,
+    *,
+    eps_low: float = 0.2,
+    eps_high: float = 0.28,
+    ref_logprobs: torch.Tensor | None = None,
+    kl_coef: float = 0.0,
+    entropy: torch.Tensor | None = None,
+    entropy_coef: float = 0.0,
+    num_tokens: float | None = None,
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """The scalar loss to minimise and its metrics.
+
+    Shapes: `logprobs`, `old_logprobs`, `loss_mask` (and `ref_logprobs`, `entropy`) are
+    [batch, tokens]; `advantages` is [batch] (one per sequence) or [batch, tokens].
+    """
+    mask = _check_inputs(logprobs, old_logprobs, advantages, loss_mask, eps_low, eps_high)
+    adv = advantages.unsqueeze(-1).expand_as(logprobs) if advantages.dim() == 1 else advantages
+    adv = adv.to(logprobs.dtype)
+    count = float(mask.sum().item())
+    denom = float(num_tokens) if num_tokens is not None else max(count, 1.0)
+    if denom <= 0:
+        raise ValueError(f"num_tokens must be > 0, got {num_tokens}")
+
+    log_ratio = torch.where(mask, logprobs - old_logprobs.detach(), torch.zeros_like(logprobs))
+    ratio = torch.exp(log_ratio)
+    unclipped = ratio * adv
+    clipped = torch.clamp(ratio, 1.0 - eps_low, 1.0 + eps_high) * adv
+    surrogate = torch.minimum(unclipped, clipped)
+    loss = -(surrogate * mask).sum() / denom
+
+    metrics: dict[str, float] = {}
+    with torch.no_grad():
+        per_call = max(count, 1.0)
+        metrics["clip_fraction"] = float(((clipped < unclipped) & mask).sum().item() / per_call)
+        metrics["approx_kl"] = float((((ratio - 1) - log_ratio) * mask).sum().item() / per_call)
+
+    if ref_logprobs is not None:
+        _same_shape(ref_logprobs, logprobs, "ref_logprobs")
+        diff = torch.where(mask, ref_logprobs.detach() - logprobs, torch.zeros_like(logprobs))
+        kl = (torch.exp(diff) - diff - 1) * mask
+        metrics["kl_ref"] = float(kl.sum().item() / per_call)
+        if kl_coef > 0:
+            loss = loss + kl_coef * kl.sum() / denom
+    elif kl_coef > 0:
+        raise ValueError("kl_coef > 0 needs ref_logprobs")
+
+    if entropy is not None:
+        _same_shape(entropy, logprobs, "entropy")
+        ent = torch.where(mask, entropy, torch.zeros_like(entropy))
+        metrics["entropy"] = float(ent.sum().item() / per_call)
+        if entropy_coef > 0:
+            loss = loss - entropy_coef * ent.sum() / denom
+    elif entropy_coef > 0:
+        raise ValueError("entropy_coef > 0 needs entropy")
+    return loss, metrics
+
+
+def _check_inputs(
+    logprobs: torch.Tensor,
+    old_logprobs: torch.Tensor,
+    advantages: torch.Tensor,
+    loss_mask: torch.Tensor,
+    eps_low: float,
+    eps_high: float,
+) -> torch.Tensor:
+    """Validate shapes and clip ranges; return the mask as bool."""
+    if logprobs.dim() != 2:
+        raise ValueError(f"logprobs must be [batch, tokens], got shape {tuple(logprobs.shape)}")
+    _same_shape(old_logprobs, logprobs, "old_logprobs")
+    _same_shape(loss_mask, logprobs, "loss_mask")
+    if advantages.dim() == 1:
+        if advantages.shape[0] != logprobs.shape[0]:
+            raise ValueError(
+                f"advantages has {advantages.shape[0]} rows, logprobs {logprobs.shape[0]}"
+            )
+    else:
+        _same_shape(advantages, logprobs, "advantages")
+    if not (0 < eps_low < 1) or eps_high <= 0:
+        raise ValueError(f"need 0 < eps_low < 1 and eps_high > 0, got {eps_low}, {eps_high}")
+    return loss_mask.bool()
+
+
+def _same_shape(t: torch.Tensor, ref: torch.Tensor, name: str) -> None:
+    if t.shape != ref.shape:
+        raise ValueError(f"{name} has shape {tuple(t.shape)}, expected {tuple(ref.shape)}")

@@ -1,0 +1,65 @@
+"""Configuration of the RL algorithm: down-sampling (RoC or plain GRPO), advantages, loss."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from rstar2.config import require
+
+
+@dataclass
+class RLConfig:
+    algo: Literal["roc", "grpo"] = "roc"
+    """"roc": Resample-on-Correct down-sampling of each prompt's rollouts to `group_size`;
+    "grpo": plain GRPO (no penalty-based selection), for ablations."""
+
+    roc_variant: Literal["sampled", "lowest_penalty"] = "sampled"
+    """"sampled": the paper's RoC (negatives uniformly at random, positives drawn without
+    replacement with probability proportional to 1/(penalty + penalty_eps)); "lowest_penalty":
+    the released code's deterministic variant (the lowest-penalty rollouts of each kind)."""
+
+    group_size: int = 16
+    """G: rollouts kept per prompt (the rollout actor samples 2G for RoC)."""
+
+    grpo_keep: Literal["first", "all"] = "all"
+    """Plain GRPO: keep the first `group_size` rollouts of a prompt, or all of them."""
+
+    min_each: int = 2
+    """RoC keeps at least this many positives and negatives when the group has them (the
+    released code's rule; capped at group_size // 2). 0 gives the paper's plain halves."""
+
+    penalty_eps: float = 0.01
+    """Added to the penalty before inverting it, so a flawless positive (penalty 0) gets a large
+    but finite weight: 1/0.01 = 100 against 1/(0.1 + 0.01) ~ 9 for 10% tool errors."""
+
+    error_penalty: bool = True
+    """Include p_err (share of failed tool calls) in the RoC penalty."""
+
+    format_penalty: bool = True
+    """Include p_format (missing or repeated <answer> tags) in the RoC penalty."""
+
+    adv_eps: float = 1e-6
+    """Added to the group's standard deviation in A = (r - mean) / (std + adv_eps)."""
+
+    eps_low: float = 0.2
+    """Lower clip range: ratios below 1 - eps_low stop contributing gradient."""
+
+    eps_high: float = 0.28
+    """Upper clip range (clip-higher): ratios above 1 + eps_high stop contributing gradient."""
+
+    kl_coef: float = 0.0
+    """Weight of the k3 KL penalty against the reference policy (0 = off, as in the paper)."""
+
+    entropy_coef: float = 0.0
+    """Weight of the entropy bonus (0 = off, as in the paper)."""
+
+    def validate(self) -> None:
+        require(self.group_size >= 2, "rl.group_size", self.group_size, "an integer >= 2")
+        require(self.min_each >= 0, "rl.min_each", self.min_each, "an integer >= 0")
+        require(self.penalty_eps > 0, "rl.penalty_eps", self.penalty_eps, "a number > 0")
+        require(self.adv_eps > 0, "rl.adv_eps", self.adv_eps, "a number > 0")
+        require(0 < self.eps_low < 1, "rl.eps_low", self.eps_low, "a number in (0, 1)")
+        require(self.eps_high > 0, "rl.eps_high", self.eps_high, "a number > 0")
+        require(self.kl_coef >= 0, "rl.kl_coef", self.kl_coef, "a number >= 0")
+        require(self.entropy_coef >= 0, "rl.entropy_coef", self.entropy_coef, "a number >= 0")

@@ -64,7 +64,7 @@ def run(args: argparse.Namespace) -> int:
     if args.concurrency < 1:
         raise SystemExit(f"rstar2 eval: --concurrency must be >= 1, got {args.concurrency}")
     settings = resolve_settings(args)
-    problems = _load(args)
+    problems = load_problem_set(args)
     summary = anyio.run(_evaluate, args, settings, problems)
     if args.json:
         print(json.dumps({**dataclasses.asdict(summary), "trajectories_file": args.out}))
@@ -73,7 +73,8 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _load(args: argparse.Namespace) -> list[Problem]:
+def load_problem_set(args: argparse.Namespace) -> list[Problem]:
+    """The problems to evaluate; a missing file or a bad row is a one-line exit, not a traceback."""
     try:
         loaded = load_problems(
             args.data, args.problem_field, args.answer_field, args.id_field, args.skip_bad_rows

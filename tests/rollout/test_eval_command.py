@@ -69,8 +69,3 @@ def test_chat_on_the_tiny_model(model_dir: Path, tmp_path: Path):
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.startswith("=== assistant (turn 1) ===\n")
     assert "=== final answer ===\n" in proc.stdout and "\nfinish: " in proc.stdout
-
-
-def test_eval_reports_a_missing_data_file(model_dir: Path, tmp_path: Path):
-    proc = rstar2("eval", "--model", str(model_dir), "--data", "nope.jsonl", cwd=tmp_path)
-    assert proc.returncode != 0 and "nope.jsonl" in proc.stderr

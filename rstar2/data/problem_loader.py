@@ -87,7 +87,7 @@ def load_problems(
         seen.add(problem.id)
         problems.append(problem)
     if skipped:
-        log.warning("%s: skipped %d bad rows", path, skipped)
+        log.info("%s: skipped %d bad rows", path, skipped)
     return LoadedProblems(problems, skipped)
 
 

@@ -91,6 +91,6 @@ def print_summary(traj: Trajectory, out: TextIO) -> None:
     out.write(f"=== final answer ===\n{answer if answer is not None else '(none)'}\n")
     out.write(
         f"finish: {traj.finish_reason} | turns: {traj.turns} | tool calls: {traj.tool_calls} "
-        f"({traj.tool_errors} failed) | response tokens: {traj.response_tokens}\n"
+        f"({traj.failed_tool_calls} failed) | response tokens: {traj.response_tokens}\n"
     )
     out.flush()

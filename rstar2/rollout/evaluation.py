@@ -8,7 +8,8 @@ executor (at most `concurrency` at once), scores each finished rollout with the 
 - pass_at_1:              mean over problems of the mean reward of its samples (avg pass@1);
 - mean_response_tokens:   mean tokens after the prompt (model and tool tokens);
 - tool_calls_per_problem: mean tool calls per rollout (one attempt at a problem);
-- tool_error_rate:        failed calls / all calls, over every rollout (0.0 with no calls).
+- tool_error_rate:        failed calls (errors and timeouts) / all calls, over every rollout
+                          (0.0 with no calls).
 
 What it does not do: load models, data or sandboxes (the `eval` command does), or write files.
 """
@@ -75,7 +76,7 @@ def summarize(trajectories: Sequence[Trajectory], samples: int) -> EvalSummary:
         by_problem[t.prompt_id].append(t.reward)
     n = len(trajectories)
     calls = sum(t.tool_calls for t in trajectories)
-    errors = sum(t.tool_errors for t in trajectories)
+    errors = sum(t.failed_tool_calls for t in trajectories)
     return EvalSummary(
         pass_at_1=sum(sum(r) / len(r) for r in by_problem.values()) / len(by_problem),
         samples=samples,

@@ -11,10 +11,10 @@ where masked), turn and tool counters, and decides after every turn whether the 
 - "turns":        a turn ended in a tool call at the assistant-turn limit (call not executed);
 - "abort":        the engine aborted the request.
 
-Counters: `tool_calls` counts every call answered (malformed ones included), `tool_errors`
-every call whose response was a failure (malformed, error, timeout, memory, ...), and
-`tool_timeouts` the subset of `tool_errors` that timed out. So RoC's
-p_err = tool_errors / tool_calls.
+Counters: `tool_calls` counts every call answered (malformed ones included); `tool_errors`
+and `tool_timeouts` are disjoint: a failed call that timed out counts in `tool_timeouts`, any
+other failure (malformed, error, memory, ...) in `tool_errors`. So RoC's
+p_err = (tool_errors + tool_timeouts) / tool_calls (rstar2/rl/penalty.py reads them so).
 
 What it does not do: talk to the engine or the executor, or tokenise (see agent_loop.py).
 """
@@ -56,6 +56,11 @@ class Trajectory:
     def response_tokens(self) -> int:
         """Tokens after the prompt (model and tool tokens)."""
         return len(self.token_ids) - self.prompt_len
+
+    @property
+    def failed_tool_calls(self) -> int:
+        """Calls whose response was a failure of any kind (errors and timeouts)."""
+        return self.tool_errors + self.tool_timeouts
 
     @property
     def truncated(self) -> bool:
@@ -160,14 +165,17 @@ class TrajectoryState:
             self.awaiting_tool = True
 
     def add_tool_response(self, token_ids: Sequence[int], *, failed: bool, timed_out: bool) -> None:
-        """Record the forced tokens (mask 0) answering the pending call, cut at the budget."""
+        """Record the forced tokens (mask 0) answering the pending call, cut at the budget.
+
+        `timed_out` implies a failure; it is counted in `tool_timeouts` only.
+        """
         self._check_open("add_tool_response")
         if not self.awaiting_tool:
             raise RuntimeError("add_tool_response without a pending tool call")
         self.awaiting_tool = False
         self.tool_calls += 1
-        self.tool_errors += int(failed or timed_out)
         self.tool_timeouts += int(timed_out)
+        self.tool_errors += int(failed and not timed_out)
         kept = list(token_ids[: self.remaining])
         self.token_ids.extend(kept)
         self.loss_mask.extend([0] * len(kept))

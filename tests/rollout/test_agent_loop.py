@@ -145,7 +145,7 @@ async def test_failed_and_timed_out_calls_are_counted():
         return ExecResult(id=req.id, status=next(statuses), stderr="boom")
 
     traj, _, _ = await roll([CALL, CALL, ANSWER], FakeExecutor(handler))
-    assert (traj.tool_calls, traj.tool_errors, traj.tool_timeouts) == (2, 2, 1)
+    assert (traj.tool_calls, traj.tool_errors, traj.tool_timeouts) == (2, 1, 1)
     assert "Tool call failure\nerror\nboom" in traj.response_text
     assert "Tool call failure\ntimeout\nboom" in traj.response_text
 

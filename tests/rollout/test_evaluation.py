@@ -13,11 +13,13 @@ from rstar2.rollout.trajectory import Trajectory
 from tests.rollout.fakes import CharTokenizer, FakeExecutor, ScriptedEngine
 
 
-def traj(pid: str, reward: float, tokens: int, calls: int = 0, errors: int = 0) -> Trajectory:
+def traj(
+    pid: str, reward: float, tokens: int, calls: int = 0, errors: int = 0, timeouts: int = 0
+) -> Trajectory:
     return Trajectory(
         prompt_id=pid, sample=0, token_ids=[1] * (2 + tokens), loss_mask=[0] * (2 + tokens),
         logprobs=[0.0] * (2 + tokens), prompt_len=2, response_text="", turns=1,
-        tool_calls=calls, tool_errors=errors, tool_timeouts=0, answer_tags=1,
+        tool_calls=calls, tool_errors=errors, tool_timeouts=timeouts, answer_tags=1,
         finish_reason="answer", reward=reward,
     )  # fmt: skip
 
@@ -27,7 +29,7 @@ def test_summarize_exact_figures():
         [
             traj("a", 1.0, 10, 2, 1),
             traj("a", 0.0, 20, 0),
-            traj("b", 1.0, 30, 2, 0),
+            traj("b", 1.0, 30, 2, 0, 1),
             traj("b", 1.0, 40, 0),
         ],
         samples=2,
@@ -36,7 +38,7 @@ def test_summarize_exact_figures():
     assert (s.samples, s.problems) == (2, 2)
     assert s.mean_response_tokens == pytest.approx(25.0)
     assert s.tool_calls_per_problem == pytest.approx(1.0)
-    assert s.tool_error_rate == pytest.approx(0.25)
+    assert s.tool_error_rate == pytest.approx(0.5)  # 1 error + 1 timeout of 4 calls
     assert s.finish_reasons == {"answer": 4}
 
 

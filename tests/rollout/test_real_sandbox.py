@@ -45,5 +45,5 @@ async def test_real_executor_answers_success_error_and_timeout():
     assert "<tool_response>\nTool call success\n42\n\n</tool_response>" in text
     assert "Tool call failure\nerror\n" in text and "ZeroDivisionError" in text
     assert "Tool call failure\ntimeout\n" in text
-    assert (traj.tool_calls, traj.tool_errors, traj.tool_timeouts) == (4, 2, 1)
+    assert (traj.tool_calls, traj.tool_errors, traj.tool_timeouts) == (4, 1, 1)
     assert traj.finish_reason == "answer"

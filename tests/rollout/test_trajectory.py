@@ -80,11 +80,14 @@ def test_turn_limit_stops_before_executing_the_call():
     assert (s.turns, s.tool_calls, s.tool_errors) == (2, 1, 1)
 
 
-def test_timeouts_count_as_errors_too():
+def test_timeouts_and_errors_are_disjoint_counts():
     s = state()
-    s.add_turn([10, CALL_END], [-1.0] * 2, TurnStop.CALL, answer_tags=0)
-    s.add_tool_response([20], failed=True, timed_out=True)
-    assert (s.tool_errors, s.tool_timeouts) == (1, 1)
+    for failed, timed_out in [(True, True), (True, False), (False, False)]:
+        s.add_turn([10, CALL_END], [-1.0] * 2, TurnStop.CALL, answer_tags=0)
+        s.add_tool_response([20], failed=failed, timed_out=timed_out)
+    assert (s.tool_calls, s.tool_errors, s.tool_timeouts) == (3, 1, 1)
+    s.add_turn([IM_END], [-1.0], TurnStop.END, answer_tags=0)
+    assert s.to_trajectory("p", 0, "").failed_tool_calls == 2
 
 
 def test_abort():

@@ -1,0 +1,238 @@
+"""The rollout worker actor: one inference engine and the agent loops that run on it.
+
+Each instance owns an embedded engine (`rstar2.engine`) loaded from a model directory and
+serves three request/reply ports:
+
+- ``assign`` (`RolloutTask` -> `TrajectoryResult`): roll out one trajectory with
+  `run_trajectory`; many run at once as separate tasks over the one engine (continuous
+  batching), and each reply is sent the moment its trajectory ends, with the engine's KV stats
+  attached so the scheduler's view stays fresh. All turns of a trajectory stay on this engine.
+- ``weights`` (`WeightUpdate` -> `WeightAck`): load new policy weights. The learner pushes them
+  between RL steps, when no trajectory is in flight.
+- ``report`` (`EngineReportRequest` -> `EngineReport`): the engine's KV stats.
+
+Tool calls leave through the ``tools`` client port to the sandbox service instances, each to
+the instance with the fewest of this worker's calls outstanding.
+
+What it does not do: choose which engine serves a trajectory (the scheduler actor), or score
+(the reward actor).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import time
+from typing import Any, ClassVar
+
+import anyio
+import anyio.abc
+import torch
+
+from rstar2.actors import Actor, ActorContext, Incoming, Port, port
+from rstar2.config import from_dict
+from rstar2.engine.async_engine import AsyncEngine, open_engine
+from rstar2.engine.config import EngineConfig
+from rstar2.learner.policy_update import unflatten_weights
+from rstar2.model.loader import load_model
+from rstar2.rollout.agent_loop import run_trajectory
+from rstar2.rollout.config import RolloutConfig
+from rstar2.rollout.token_codec import TokenCodec
+from rstar2.rollout.trajectory import Trajectory
+from rstar2.wire import (
+    EngineReport,
+    EngineReportRequest,
+    ExecRequest,
+    ExecResult,
+    RolloutTask,
+    TrajectoryResult,
+    WeightAck,
+    WeightUpdate,
+)
+
+log = logging.getLogger(__name__)
+
+
+class GraphTools:
+    """A `ToolExecutor` over the graph's sandbox services: least outstanding calls first."""
+
+    def __init__(self, ctx: ActorContext, port_name: str = "tools", timeout_s: float = 120.0):
+        self.ctx = ctx
+        self.port = port_name
+        self.timeout_s = timeout_s
+        self.outstanding = [0] * max(ctx.peers(port_name), 1)
+
+    def pick(self) -> int:
+        return min(range(len(self.outstanding)), key=lambda i: (self.outstanding[i], i))
+
+    async def run(self, req: ExecRequest) -> ExecResult:
+        peer = self.pick()
+        self.outstanding[peer] += 1
+        try:
+            reply = await self.ctx.request(self.port, req, peer=peer, timeout=self.timeout_s)
+        except TimeoutError:
+            return _failed(req.id, "timeout", "the sandbox service did not answer in time")
+        finally:
+            self.outstanding[peer] -= 1
+        if not isinstance(reply, ExecResult):
+            return _failed(req.id, "killed", f"unexpected reply {type(reply).__name__}")
+        return reply
+
+
+class _TimedTools:
+    """Adds up the wall time one trajectory spends waiting on tools."""
+
+    def __init__(self, inner: GraphTools) -> None:
+        self.inner = inner
+        self.seconds = 0.0
+
+    async def run(self, req: ExecRequest) -> ExecResult:
+        start = time.perf_counter()
+        try:
+            return await self.inner.run(req)
+        finally:
+            self.seconds += time.perf_counter() - start
+
+
+def _failed(request_id: str, status: str, message: str) -> ExecResult:
+    return ExecResult(
+        id=request_id,
+        status=status,
+        stdout="",
+        stderr=message,
+        exit_code=-1,
+        wall_s=0.0,
+        truncated=False,
+    )
+
+
+def to_result(
+    task: RolloutTask, traj: Trajectory, engine: int, stats: Any, gen_s: float, tool_s: float
+) -> TrajectoryResult:
+    """The wire form of a finished trajectory, with the engine's stats attached."""
+    return TrajectoryResult(
+        traj_id=task.traj_id,
+        prompt_id=task.prompt_id,
+        sample=task.sample,
+        step=task.step,
+        kind=task.kind,
+        answer=task.answer,
+        token_ids=traj.token_ids,
+        loss_mask=traj.loss_mask,
+        logprobs=traj.logprobs,
+        prompt_len=traj.prompt_len,
+        response_text=traj.response_text,
+        turns=traj.turns,
+        tool_calls=traj.tool_calls,
+        tool_errors=traj.tool_errors,
+        tool_timeouts=traj.tool_timeouts,
+        answer_tags=traj.answer_tags,
+        finish_reason=traj.finish_reason,
+        engine=engine,
+        gen_s=gen_s,
+        tool_s=tool_s,
+        kv_capacity_tokens=stats.kv_capacity_tokens,
+        kv_free_tokens=stats.kv_free_tokens,
+        running=stats.running,
+        waiting=stats.waiting,
+        preemptions=stats.preemptions,
+    )
+
+
+def engine_report(engine: int, stats: Any) -> EngineReport:
+    return EngineReport(
+        engine=engine,
+        kv_capacity_tokens=stats.kv_capacity_tokens,
+        kv_free_tokens=stats.kv_free_tokens,
+        running=stats.running,
+        waiting=stats.waiting,
+        preemptions=stats.preemptions,
+        recomputed_tokens=stats.recomputed_tokens,
+        generated_tokens=stats.generated_tokens,
+    )
+
+
+class RolloutWorker(Actor):
+    """An engine plus its agent loops (see the module docstring)."""
+
+    inputs: ClassVar[dict[str, Port]] = {
+        "assign": port(RolloutTask, reply=TrajectoryResult),
+        "weights": port(WeightUpdate, reply=WeightAck),
+        "report": port(EngineReportRequest, reply=EngineReport),
+    }
+    outputs: ClassVar[dict[str, Port]] = {"tools": port(ExecRequest, reply=ExecResult)}
+
+    def __init__(
+        self,
+        model_dir: str,
+        engine: dict[str, Any] | None = None,
+        rollout: dict[str, Any] | None = None,
+        threads: int = 0,
+    ) -> None:
+        self.model_dir = model_dir
+        self.engine_cfg = from_dict(EngineConfig, engine or {})
+        self.rollout_cfg = from_dict(RolloutConfig, rollout or {})
+        self.threads = threads
+
+    async def serve(self, ctx: ActorContext) -> None:
+        if self.threads > 0:
+            torch.set_num_threads(self.threads)
+        model, tokenizer = load_model(self.model_dir)
+        codec = TokenCodec(tokenizer)
+        tools = GraphTools(ctx, timeout_s=self.rollout_cfg.tool_wait_s + 60.0)
+        async with open_engine(model, self.engine_cfg) as engine, anyio.create_task_group() as tg:
+            while True:
+                incoming = await ctx.recv()
+                if incoming.port == "assign":
+                    tg.start_soon(self._rollout, ctx, engine, codec, tools, incoming)
+                elif incoming.port == "weights":
+                    await self._load(ctx, engine, incoming)
+                else:
+                    await ctx.reply(incoming, engine_report(self.index, engine.stats()))
+
+    async def _rollout(
+        self,
+        ctx: ActorContext,
+        engine: AsyncEngine,
+        codec: TokenCodec,
+        tools: GraphTools,
+        incoming: Incoming,
+    ) -> None:
+        task = incoming.msg
+        assert isinstance(task, RolloutTask)
+        cfg = self._task_config(task)
+        timed = _TimedTools(tools)
+        start = time.perf_counter()
+        traj = await run_trajectory(
+            engine,
+            timed,
+            codec,
+            list(task.prompt_ids),
+            cfg,
+            prompt_id=task.prompt_id,
+            sample=task.sample,
+            seed=task.seed,
+            context_limit=self.engine_cfg.max_model_len or None,
+        )
+        wall = time.perf_counter() - start
+        result = to_result(
+            task, traj, self.index, engine.stats(), wall - timed.seconds, timed.seconds
+        )
+        await ctx.reply(incoming, result)
+
+    def _task_config(self, task: RolloutTask) -> RolloutConfig:
+        return dataclasses.replace(
+            self.rollout_cfg,
+            max_response_tokens=task.max_response_tokens or self.rollout_cfg.max_response_tokens,
+            max_turns=task.max_turns or self.rollout_cfg.max_turns,
+            temperature=task.temperature,
+        )
+
+    async def _load(self, ctx: ActorContext, engine: AsyncEngine, incoming: Incoming) -> None:
+        msg = incoming.msg
+        assert isinstance(msg, WeightUpdate)
+        start = time.perf_counter()
+        flat = torch.from_numpy(msg.flat.copy())
+        await engine.update_weights(unflatten_weights(msg.names, msg.shapes, flat))
+        ack = WeightAck(version=msg.version, engine=self.index, load_s=time.perf_counter() - start)
+        await ctx.reply(incoming, ack)

@@ -89,6 +89,7 @@ class Executor:
         self._rejected = 0
         self._restarts = 0
         self._frames = framing.FrameBuffer()
+        self._argv: list[str] = []
 
     # -- the public surface --------------------------------------------------------------
 
@@ -180,43 +181,55 @@ class Executor:
 
     # -- the zygote's life ---------------------------------------------------------------
 
-    async def serve(
-        self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED
-    ) -> None:
-        """Start the zygote, restart it whenever it dies, until `aclose`."""
+    async def boot(self) -> None:
+        """Start the first zygote and check its isolation; raises instead of degrading silently."""
         bwrap_reason = await anyio.to_thread.run_sync(bwrap_status, self.cfg)
-        argv = zygote_argv(self.cfg, bwrap_reason)
-        started = False
-        while not self._closed:
-            proc = await self._start(argv)
-            try:
-                layers = await self._handshake(proc)
-            except SandboxStartError:
-                await _stop(proc)
-                if not started:
-                    raise
-                log.error("sandbox zygote failed to restart; retrying in 1 s")
-                await anyio.sleep(1.0)
-                continue
-            self.isolation = _report(bwrap_reason, layers)
-            if not started:
-                self.isolation.log()
-                if self.cfg.require_isolation and self.isolation.missing():
-                    await _stop(proc)
-                    missing = ", ".join(self.isolation.missing())
-                    raise IsolationError(f"require_isolation: layers unavailable: {missing}")
-                started = True
-                task_status.started()
-            self._proc = proc
-            self._up.set()
+        self._argv = zygote_argv(self.cfg, bwrap_reason)
+        proc, layers = await self._launch()
+        self.isolation = _report(bwrap_reason, layers)
+        self.isolation.log()
+        if self.cfg.require_isolation and self.isolation.missing():
+            proc.kill()
+            await _stop(proc)
+            missing = ", ".join(self.isolation.missing())
+            raise IsolationError(f"require_isolation is set and these layers are off: {missing}")
+        self._proc = proc
+        self._up.set()
+
+    async def serve(self) -> None:
+        """Pump results from the zygote; restart it whenever it dies, until `aclose`."""
+        while self._proc is not None:
+            proc = self._proc
             await self._pump(proc)
             self._up = anyio.Event()
             self._fail_all("sandbox zygote exited")
             await _stop(proc)
-            if not self._closed:
-                self._restarts += 1
-                log.error("sandbox zygote died (exit %s); starting a new one", proc.returncode)
+            if self._closed:
+                break
+            self._restarts += 1
+            log.error("sandbox zygote died (exit %s); starting a new one", proc.returncode)
+            self._proc = await self._relaunch()
+            self._up.set()
         self._up.set()
+
+    async def _launch(self) -> tuple[anyio.abc.Process, dict[str, str]]:
+        proc = await self._start(self._argv)
+        try:
+            return proc, await self._handshake(proc)
+        except SandboxStartError:
+            proc.kill()
+            await _stop(proc)
+            raise
+
+    async def _relaunch(self) -> anyio.abc.Process | None:
+        while not self._closed:
+            try:
+                proc, _ = await self._launch()
+                return proc
+            except SandboxStartError as e:
+                log.error("sandbox zygote failed to restart (%s); retrying in 1 s", e)
+                await anyio.sleep(1.0)
+        return None
 
     async def _start(self, argv: list[str]) -> anyio.abc.Process:
         env = dict(ENV)
@@ -323,8 +336,9 @@ async def _stop(proc: anyio.abc.Process) -> None:
 async def open_executor(cfg: SandboxConfig | None = None) -> AsyncIterator[Executor]:
     """Start a local executor; on exit its zygote and every child are gone."""
     ex = Executor(cfg or SandboxConfig())
+    await ex.boot()
     async with anyio.create_task_group() as tg:
-        await tg.start(ex.serve)
+        tg.start_soon(ex.serve)
         try:
             yield ex
         finally:

@@ -1,0 +1,174 @@
+"""The executor's contract: results, streaming, admission, cancellation, zygote death, backends."""
+
+from __future__ import annotations
+
+import os
+import signal
+
+import anyio
+import pytest
+
+from rstar2.sandbox.config import SandboxConfig
+from rstar2.sandbox.executor import execute_code, open_executor
+from rstar2.sandbox.isolation import IsolationError
+from rstar2.wire import ExecRequest, ExecResult
+
+from .conftest import Sandbox
+
+LIGHT = SandboxConfig(concurrency=2, preload=[], warmup=False)
+
+
+def test_trailing_expression_is_printed(sandbox: Sandbox) -> None:
+    r = sandbox.run("import sympy as sp\nx = sp.symbols('x')\nsp.factor(x**2 - 1)")
+    assert (r.status, r.stdout) == ("ok", "(x - 1)*(x + 1)\n")
+
+
+def test_trailing_none_is_not_printed(sandbox: Sandbox) -> None:
+    r = sandbox.run("print('a')")
+    assert (r.status, r.stdout) == ("ok", "a\n")
+
+
+def test_stdin_is_readable(sandbox: Sandbox) -> None:
+    r = sandbox.run("a, b = map(int, input().split())\nprint(a * b)", stdin="6 7\n")
+    assert (r.status, r.stdout) == ("ok", "42\n")
+
+
+def test_error_reports_the_deepest_line_of_the_cell(sandbox: Sandbox) -> None:
+    r = sandbox.run("def f(x):\n    return 1 / x\n\nf(0)")
+    assert r.stderr.splitlines() == [
+        "ZeroDivisionError at line 2: division by zero",
+        "    return 1 / x",
+    ]
+
+
+def test_concurrent_request_cannot_be_killed(sandbox: Sandbox) -> None:
+    victim = sandbox.portal.start_task_soon(
+        sandbox.executor.run,
+        ExecRequest(id="v", code="import time\ntime.sleep(1.0)\nprint('alive')"),
+    )
+    killer = "import os\nfor p in range(1, 4096):\n    try: os.kill(p, 9) if p != os.getpid() else None\n    except OSError: pass"
+    assert sandbox.run(killer).status == "ok"
+    assert (victim.result().status, victim.result().stdout) == ("ok", "alive\n")
+    sandbox.assert_recovered()
+
+
+def test_results_stream_in_completion_order(sandbox: Sandbox) -> None:
+    order: list[str] = []
+
+    async def both() -> None:
+        async def one(rid: str, code: str) -> None:
+            order.append((await sandbox.executor.run(ExecRequest(id=rid, code=code))).id)
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(one, "slow", "import time\ntime.sleep(0.8)")
+            await anyio.sleep(0.05)
+            tg.start_soon(one, "fast", "1")
+
+    sandbox.portal.call(both)
+    assert order == ["fast", "slow"]
+
+
+def test_full_queue_rejects_at_once() -> None:
+    cfg = SandboxConfig(concurrency=1, max_queue=2, preload=[], warmup=False)
+
+    async def main() -> list[ExecResult]:
+        results: list[ExecResult] = []
+        async with open_executor(cfg) as ex:
+
+            async def one(i: int) -> None:
+                results.append(
+                    await ex.run(ExecRequest(id=str(i), code="import time\ntime.sleep(0.3)"))
+                )
+
+            async with anyio.create_task_group() as tg:
+                for i in range(5):
+                    tg.start_soon(one, i)
+        return results
+
+    results = anyio.run(main)
+    statuses = sorted(r.status for r in results)
+    assert statuses == ["ok", "ok", "rejected", "rejected", "rejected"]
+    assert len({r.id for r in results}) == 5
+
+
+@pytest.mark.timeout(20)
+def test_cancelled_caller_kills_its_request() -> None:
+    # One slot: the next request can only run once the cancelled one's process is gone
+    # (without the kill it would hold the slot for 30 s and the test would time out).
+    cfg = SandboxConfig(concurrency=1, preload=[], warmup=False)
+
+    async def main() -> ExecResult:
+        async with open_executor(cfg) as ex:
+            with anyio.move_on_after(0.3):
+                await ex.run(ExecRequest(id="long", code="import time\ntime.sleep(30)"))
+            return await ex.run(ExecRequest(id="next", code="print(1)"))
+
+    assert anyio.run(main).status == "ok"
+
+
+@pytest.mark.parametrize("backend", ["asyncio", "trio"])
+def test_many_concurrent_callers_under_each_backend(backend: str) -> None:
+    async def main() -> list[ExecResult]:
+        out: list[ExecResult] = []
+        async with open_executor(LIGHT) as ex:
+
+            async def one(i: int) -> None:
+                out.append(await ex.run(ExecRequest(id=str(i), code=f"{i} * 2")))
+
+            async with anyio.create_task_group() as tg:
+                for i in range(20):
+                    tg.start_soon(one, i)
+        return out
+
+    results = anyio.run(main, backend=backend)
+    assert sorted((r.id, r.stdout) for r in results) == sorted(
+        (str(i), f"{2 * i}\n") for i in range(20)
+    )
+
+
+def test_zygote_death_fails_in_flight_and_restarts() -> None:
+    async def main() -> tuple[ExecResult, ExecResult]:
+        async with open_executor(LIGHT) as ex:
+            async with anyio.create_task_group() as tg:
+                first: list[ExecResult] = []
+
+                async def victim() -> None:
+                    first.append(
+                        await ex.run(ExecRequest(id="v", code="import time\ntime.sleep(5)"))
+                    )
+
+                tg.start_soon(victim)
+                await anyio.sleep(0.3)
+                os.kill(ex.process_ids()[0], signal.SIGKILL)  # bubblewrap, and with it the zygote
+            return first[0], await ex.run(ExecRequest(id="n", code="print(2)"))
+
+    dead, fresh = anyio.run(main)
+    assert dead.status == "killed" and "zygote" in dead.stderr
+    assert (fresh.status, fresh.stdout) == ("ok", "2\n")
+
+
+def test_require_isolation_refuses_to_start_without_bwrap() -> None:
+    cfg = SandboxConfig(use_bwrap=False, require_isolation=True, preload=[], warmup=False)
+
+    async def main() -> None:
+        async with open_executor(cfg):
+            pass
+
+    with pytest.raises(IsolationError, match="bwrap"):
+        anyio.run(main)
+
+
+def test_without_bwrap_it_runs_and_says_so() -> None:
+    cfg = SandboxConfig(use_bwrap=False, preload=[], warmup=False)
+
+    async def main() -> tuple[dict[str, str], ExecResult]:
+        async with open_executor(cfg) as ex:
+            return ex.isolation.missing(), await ex.run(ExecRequest(id="1", code="1 + 1"))
+
+    missing, result = anyio.run(main)
+    assert "bwrap" in missing and result.stdout == "2\n"
+
+
+def test_execute_code_is_a_sync_convenience() -> None:
+    r = execute_code("print(sum(range(10)))")
+    assert (r.status, r.stdout) == ("ok", "45\n")

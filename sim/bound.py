@@ -57,7 +57,12 @@ def lower_bound(
     if not workload:
         raise ValueError("empty workload")
     longest, tokens, sum_l = 0.0, 0, 0.0
-    prefill = sum({s.prompt_id: s.prompt_tokens for s in workload}.values())
+    prompt_min: dict[str, int] = {}
+    for spec in workload:
+        prompt_min[spec.prompt_id] = min(
+            spec.prompt_tokens, prompt_min.get(spec.prompt_id, spec.prompt_tokens)
+        )
+    prefill = sum(prompt_min.values())
     for spec in workload:
         path, n, s = _trajectory_path(spec, cost)
         longest = max(longest, path)

@@ -16,7 +16,7 @@ construction; the price is that KV reserved for lengths never reached stays idle
 budget and a 4K mean, two thirds of it). With 'predicted' the ledger over-commits on purpose
 (lengths vary, so their sum concentrates near the mean), and two checks keep engines out of
 preemption in practice though not by proof: a new trajectory also needs the engine's reported
-free KV to cover R with nothing waiting, and a trajectory that outgrows its reservation at a
+free KV to cover R (`is_saturated`), and a trajectory that outgrows its reservation at a
 turn boundary has it raised to ``context + (R0 - prompt) / 2`` (capped at the max).
 
 Tool calls are dispatched asynchronously by the caller the moment a turn ends; the policy only
@@ -25,7 +25,7 @@ keeps the engine's share reserved while the tool runs.
 
 from __future__ import annotations
 
-from rstar2.scheduler.policy import EngineLoad, Policy, TurnRequest
+from rstar2.scheduler.policy import EngineLoad, Policy, TurnRequest, is_saturated
 
 
 class KVAware(Policy):
@@ -85,11 +85,10 @@ class KVAware(Policy):
         return best
 
     def _live_room(self, engine: int, need: int) -> bool:
-        """'predicted' only: the engine's last report shows room for `need` and no queue."""
-        stats = self.stats[engine]
-        if self.reservation == "max" or stats is None:
+        """'predicted' only: the engine's last report shows free KV for `need` (see is_saturated)."""
+        if self.reservation == "max":
             return True
-        return stats.waiting == 0 and stats.kv_free_tokens >= need
+        return not is_saturated(self.stats[engine], need)
 
     def on_finish(self, traj_id: str) -> None:
         held = self._held.pop(traj_id, None)

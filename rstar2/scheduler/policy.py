@@ -116,11 +116,13 @@ class Policy:
 def is_saturated(stats: EngineLoad | None, need_tokens: int) -> bool:
     """True when an engine cannot take `need_tokens` more context without queueing or evicting.
 
-    An engine is saturated when requests already wait for KV room (``waiting > 0``) or when its
-    free KV does not cover the request. Sticky policies use this to break stickiness: a turn is
-    moved off its engine rather than locked onto one that would preempt (the consistent-hash
-    thrash seen in prime-rl). Unknown engines (no report yet) are not saturated.
+    Saturated means the free KV does not cover this request plus, counted at the same size,
+    every request already waiting for KV: ``kv_free < need * (1 + waiting)``. (Waiting alone is
+    no sign: a request just submitted waits until the engine's next step.) Sticky policies use
+    this to break stickiness: a turn is moved off its engine rather than locked onto one that
+    would preempt (the consistent-hash thrash seen in prime-rl). Unknown engines (no report
+    yet) are not saturated.
     """
     if stats is None:
         return False
-    return stats.waiting > 0 or stats.kv_free_tokens < need_tokens
+    return stats.kv_free_tokens < need_tokens * (1 + stats.waiting)

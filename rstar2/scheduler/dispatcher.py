@@ -1,0 +1,109 @@
+"""The live scheduler's bookkeeping: a FIFO of waiting trajectories in front of a policy.
+
+`Dispatcher` is the synchronous core of the scheduler actor (the actor only moves messages):
+
+- `submit(batch)` queues a step's trajectories (calling the policy's `prepare` first) and
+  returns the ones that can start now, each with its engine;
+- `finish(result)` records the engine stats that came back with a finished trajectory,
+  releases the trajectory in the policy (`on_finish`) and returns what can start now.
+
+A trajectory is routed once, at its first turn: all its later turns run on the same engine
+inside the rollout worker's agent loop (prefix cache). The queue is strictly FIFO: it stops at
+the first trajectory the policy holds back (no overtaking), as the policy interface requires.
+For the KV-aware policy's "predicted" reservation it passes the running mean of finished
+trajectories' lengths (prompt + response) as the prediction, capped at the maximum.
+
+What it does not do: send anything (the actor does), or decide where a trajectory goes (the
+policy does).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+
+from rstar2.scheduler.policy import Policy, TurnRequest
+from rstar2.wire import EngineReport, RolloutTask, TrajectoryResult
+
+
+@dataclass
+class _Load:
+    """An engine's last reported KV state (duck-types `EngineLoad`)."""
+
+    kv_capacity_tokens: int
+    kv_free_tokens: int
+    running: int
+    waiting: int
+    preemptions: int
+
+
+class Dispatcher:
+    """FIFO admission of trajectories to engines through a scheduling policy."""
+
+    def __init__(self, policy: Policy, max_response_tokens: int) -> None:
+        if max_response_tokens < 1:
+            raise ValueError(f"max_response_tokens must be >= 1, got {max_response_tokens}")
+        self.policy = policy
+        self.max_response_tokens = max_response_tokens
+        self.queue: deque[RolloutTask] = deque()
+        self.in_flight: dict[str, int] = {}
+        self._finished_tokens = 0
+        self._finished_count = 0
+
+    def report(self, r: EngineReport) -> None:
+        self.policy.on_stats(
+            r.engine,
+            _Load(r.kv_capacity_tokens, r.kv_free_tokens, r.running, r.waiting, r.preemptions),
+        )
+
+    def submit(self, tasks: list[RolloutTask]) -> list[tuple[int, RolloutTask]]:
+        self.policy.prepare([self._request(t) for t in tasks])
+        self.queue.extend(tasks)
+        return self._admit()
+
+    def finish(self, result: TrajectoryResult) -> list[tuple[int, RolloutTask]]:
+        self.in_flight.pop(result.traj_id, None)
+        if result.engine >= 0:
+            self.policy.on_stats(
+                result.engine,
+                _Load(
+                    result.kv_capacity_tokens,
+                    result.kv_free_tokens,
+                    result.running,
+                    result.waiting,
+                    result.preemptions,
+                ),
+            )
+        self.policy.on_finish(result.traj_id)
+        self._finished_tokens += len(result.token_ids)
+        self._finished_count += 1
+        return self._admit()
+
+    def _admit(self) -> list[tuple[int, RolloutTask]]:
+        started = []
+        while self.queue:
+            task = self.queue[0]
+            engine = self.policy.assign(self._request(task))
+            if engine is None:
+                break
+            self.queue.popleft()
+            self.in_flight[task.traj_id] = engine
+            started.append((engine, task))
+        return started
+
+    def _request(self, task: RolloutTask) -> TurnRequest:
+        budget = task.max_response_tokens or self.max_response_tokens
+        prompt = len(task.prompt_ids)
+        predicted = None
+        if self._finished_count:
+            mean = self._finished_tokens / self._finished_count
+            predicted = int(min(max(mean, prompt + 1), prompt + budget))
+        return TurnRequest(
+            traj_id=task.traj_id,
+            prompt_id=task.prompt_id,
+            turn=0,
+            context_tokens=prompt,
+            prompt_tokens=prompt,
+            max_total_tokens=prompt + budget,
+            predicted_total_tokens=predicted,
+        )

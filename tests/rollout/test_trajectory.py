@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from rstar2.rollout.trajectory import (
     TrajectoryState,
@@ -140,3 +142,28 @@ def test_classify_stop(tokens: list[int], reason: str, expected: TurnStop):
 def test_count_answer_tags():
     assert count_answer_tags("<answer>a</answer> x <answer>b</answer>") == 2
     assert count_answer_tags("no tags </answer>") == 0
+
+
+@given(
+    budget=st.integers(1, 60),
+    max_turns=st.integers(1, 6),
+    turns=st.lists(st.tuples(st.integers(1, 20), st.booleans(), st.integers(0, 25)), max_size=8),
+)
+def test_any_run_keeps_lengths_equal_and_within_budget(
+    budget: int, max_turns: int, turns: list[tuple[int, bool, int]]
+):
+    s = TrajectoryState(PROMPT, budget=budget, max_turns=max_turns)
+    for n, calls, response in turns:
+        if s.finished:
+            break
+        n = min(n, s.remaining)
+        stop = TurnStop.CALL if calls else TurnStop.END
+        s.add_turn([10] * (n - 1) + [CALL_END if calls else IM_END], [-1.0] * n, stop, 0)
+        if s.awaiting_tool:
+            s.add_tool_response([20] * response, failed=False, timed_out=False)
+    assert len(s.token_ids) == len(s.loss_mask) == len(s.logprobs)
+    assert 0 <= s.used <= budget and s.turns <= max_turns
+    assert all((m == 1) == (lp != 0.0) for m, lp in zip(s.loss_mask, s.logprobs, strict=True))
+    assert sum(s.loss_mask) + s.prompt_len + s.loss_mask[s.prompt_len :].count(0) == len(
+        s.token_ids
+    )

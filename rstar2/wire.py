@@ -307,6 +307,22 @@ class ExecCancel(Message, tag=22):
     id: str
 
 
+@register
+class SandboxPing(Message, tag=23):
+    """Liveness probe from a sandbox client; the service answers SandboxPong at once."""
+
+    seq: int
+
+
+@register
+class SandboxPong(Message, tag=24):
+    """A sandbox service's answer to SandboxPing, with its load (requests admitted, not done)."""
+
+    seq: int
+    outstanding: int = 0
+    capacity: int = 0
+
+
 # --- reward (tags 60-69) ---------------------------------------------------------------------
 
 

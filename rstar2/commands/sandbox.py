@@ -1,0 +1,185 @@
+"""`rstar2 sandbox exec|bench|serve`: the isolated Python code executor from the command line.
+
+- `exec`: JSON lines `{"id", "code", "stdin"?, "timeout_s"?, "memory_mb"?}` on stdin; exactly
+  one JSON result line per input line on stdout, in completion order. A bad line gets a result
+  with status `rejected` and a message, and processing goes on.
+- `bench [--json]`: executor vs fresh-subprocess baseline on three workloads, plus a burst.
+- `serve --bind ADDR`: the executor as a ZeroMQ service (see `rstar2.sandbox.service`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from pathlib import Path
+from typing import Any
+
+import anyio
+import msgspec
+
+from rstar2.actors.sockets import CurveKeys
+from rstar2.config import ConfigError, from_dict, load_file, override, to_dict
+from rstar2.sandbox.bench import run_bench
+from rstar2.sandbox.config import SandboxConfig
+from rstar2.sandbox.executor import Executor, open_executor
+from rstar2.sandbox.service import serve_sandbox
+from rstar2.wire import ExecRequest, ExecResult
+
+HELP = "the isolated Python code executor (exec, serve, bench)"
+log = logging.getLogger(__name__)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    sub = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
+    p_exec = sub.add_parser("exec", help="run JSON-line requests from stdin")
+    p_bench = sub.add_parser(
+        "bench", help="throughput/latency vs a subprocess-per-request baseline"
+    )
+    p_serve = sub.add_parser("serve", help="serve the executor on a ZeroMQ address")
+    for p in (p_exec, p_bench, p_serve):
+        p.add_argument("--config", type=Path, help="TOML file with a [sandbox] table")
+        p.add_argument("--concurrency", type=int, help="children running at once")
+        p.add_argument("--preload", help="comma-separated modules to pre-import ('' for none)")
+        p.add_argument("--no-bwrap", action="store_true", help="do not use bubblewrap")
+        p.add_argument(
+            "--require-isolation", action="store_true", help="refuse to start with a layer off"
+        )
+    p_bench.add_argument("--json", action="store_true", help="print one JSON object")
+    p_bench.add_argument("--seconds", type=float, default=5.0, help="per workload (default 5)")
+    p_bench.add_argument("--sweep", default="1,2,4,8", help="baseline concurrencies")
+    p_bench.add_argument("--burst", type=int, default=45000, help="burst size (0 to skip)")
+    p_serve.add_argument("--bind", required=True, help="e.g. ipc:///tmp/sbx.sock, tcp://*:5555")
+    p_serve.add_argument("--curve-keys", type=Path, help="JSON file with the four CURVE keys")
+
+
+def load_config(args: argparse.Namespace) -> SandboxConfig:
+    data: dict[str, Any] = {}
+    if args.config is not None:
+        data = load_file(args.config).get("sandbox", {})
+    cfg = from_dict(SandboxConfig, data, "sandbox")
+    if args.concurrency is not None:
+        cfg = override(cfg, "concurrency", args.concurrency)
+    if args.preload is not None:
+        cfg = override(cfg, "preload", [m for m in args.preload.split(",") if m.strip()])
+    if args.no_bwrap:
+        cfg = override(cfg, "use_bwrap", False)
+    if args.require_isolation:
+        cfg = override(cfg, "require_isolation", True)
+    log.info("sandbox config: %s", to_dict(cfg))
+    return cfg
+
+
+def parse_line(line: str, lineno: int) -> ExecRequest | ExecResult:
+    """An ExecRequest, or the `rejected` result that answers a bad input line."""
+    fallback = f"line-{lineno}"
+    try:
+        obj = json.loads(line)
+    except json.JSONDecodeError as e:
+        return ExecResult(id=fallback, status="rejected", stderr=f"invalid JSON: {e}", exit_code=-1)
+    if not isinstance(obj, dict):
+        return ExecResult(
+            id=fallback, status="rejected", stderr="expected a JSON object", exit_code=-1
+        )
+    rid = obj.get("id")
+    rid = rid if isinstance(rid, str) else (str(rid) if isinstance(rid, int) else fallback)
+    unknown = set(obj) - {"id", "code", "stdin", "timeout_s", "memory_mb"}
+    if unknown:
+        message = f"unknown field(s): {', '.join(sorted(unknown))}"
+        return ExecResult(id=rid, status="rejected", stderr=message, exit_code=-1)
+    problem = _field_problem(obj)
+    if problem:
+        return ExecResult(id=rid, status="rejected", stderr=problem, exit_code=-1)
+    return ExecRequest(
+        id=rid,
+        code=obj["code"],
+        stdin=obj.get("stdin", ""),
+        timeout_s=obj.get("timeout_s"),
+        memory_mb=obj.get("memory_mb"),
+    )
+
+
+def _field_problem(obj: dict[str, Any]) -> str:
+    """What is wrong with the fields of a request line ("" when nothing)."""
+    if not isinstance(obj.get("code"), str):
+        return 'field "code" must be a string'
+    if not isinstance(obj.get("stdin", ""), str):
+        return 'field "stdin" must be a string'
+    timeout = obj.get("timeout_s")
+    if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, int | float)):
+        return 'field "timeout_s" must be a number'
+    memory = obj.get("memory_mb")
+    if memory is not None and (isinstance(memory, bool) or not isinstance(memory, int)):
+        return 'field "memory_mb" must be an integer'
+    return ""
+
+
+def _emit(result: ExecResult) -> None:
+    sys.stdout.write(json.dumps(msgspec.structs.asdict(result)) + "\n")
+    sys.stdout.flush()
+
+
+async def _exec(cfg: SandboxConfig) -> int:
+    async def one(ex: Executor, request: ExecRequest) -> None:
+        _emit(await ex.run(request))
+
+    async with open_executor(cfg) as ex, anyio.create_task_group() as tg:
+        lineno = 0
+        async for line in anyio.wrap_file(sys.stdin):
+            lineno += 1
+            if not line.strip():
+                continue
+            parsed = parse_line(line, lineno)
+            if isinstance(parsed, ExecResult):
+                _emit(parsed)
+            else:
+                tg.start_soon(one, ex, parsed)
+    return 0
+
+
+def _print_bench(out: dict[str, Any]) -> None:
+    print(f"isolation: {out['isolation']}")
+    print(
+        f"{'workload':<9} {'rstar2 r/s':>10} {'base r/s':>9} {'ratio':>6} {'p50 ms':>7} {'p99 ms':>7}  sweep"
+    )
+    for name in ("trivial", "numpy", "sympy"):
+        w = out[name]
+        print(
+            f"{name:<9} {w['rstar2_rps']:>10} {w['baseline_rps']:>9} {w['ratio']:>6} "
+            f"{w['p50_ms']:>7} {w['p99_ms']:>7}  {w['baseline_sweep']}"
+        )
+    if "burst" in out:
+        print(f"burst: {out['burst']}")
+
+
+def _curve(path: Path | None) -> CurveKeys | None:
+    if path is None:
+        return None
+    try:
+        return CurveKeys(**json.loads(path.read_text()))
+    except (OSError, ValueError, TypeError) as e:
+        raise ConfigError(
+            "--curve-keys", str(path), f"a JSON file with the four CURVE keys ({e})"
+        ) from None
+
+
+def run(args: argparse.Namespace) -> int:
+    cfg = load_config(args)
+    if args.action == "exec":
+        return anyio.run(_exec, cfg)
+    if args.action == "serve":
+        curve = _curve(args.curve_keys)
+        anyio.run(lambda: serve_sandbox(cfg, args.bind, curve=curve))
+        return 0
+    sweep = [int(c) for c in args.sweep.split(",") if c.strip()]
+
+    def progress(line: str) -> None:
+        log.info("bench %s", line)
+
+    out = anyio.run(run_bench, cfg, args.seconds, sweep, args.burst, progress)
+    if args.json:
+        print(json.dumps(out, indent=2))
+    else:
+        _print_bench(out)
+    return 0

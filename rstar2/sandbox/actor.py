@@ -1,0 +1,38 @@
+"""The sandbox as an actor: a request/reply service on port ``exec`` over one local executor.
+
+Each `ExecRequest` is run by the executor (`executor.py`: warm zygote, isolation layers,
+bounded queue) in its own task, and answered the moment it finishes, so a slow call never holds
+back the others; a full queue answers `rejected` at once. Every request gets exactly one reply.
+
+What it does not do: spread work over several services (the caller picks a peer; see
+`rstar2.rollout.worker.GraphTools`).
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+import anyio
+
+from rstar2.actors import Actor, ActorContext, Incoming, Port, port
+from rstar2.config import from_dict
+from rstar2.sandbox.config import SandboxConfig
+from rstar2.sandbox.executor import Executor, open_executor
+from rstar2.wire import ExecRequest, ExecResult
+
+
+class SandboxActor(Actor):
+    inputs: ClassVar[dict[str, Port]] = {"exec": port(ExecRequest, reply=ExecResult)}
+
+    def __init__(self, sandbox: dict | None = None) -> None:
+        self.cfg = from_dict(SandboxConfig, sandbox or {})
+
+    async def serve(self, ctx: ActorContext) -> None:
+        async with open_executor(self.cfg) as ex, anyio.create_task_group() as tg:
+            while True:
+                incoming = await ctx.recv()
+                tg.start_soon(self._run, ctx, ex, incoming)
+
+    async def _run(self, ctx: ActorContext, ex: Executor, incoming: Incoming) -> None:
+        assert isinstance(incoming.msg, ExecRequest)
+        await ctx.reply(incoming, await ex.run(incoming.msg))

@@ -1,15 +1,15 @@
-"""The KV cache storage: one flat tensor per layer for K and one for V, addressed by token slot.
+"""The KV cache storage: one flat tensor per layer for K and one for V, addressed by block.
 
-Layout, per layer: `[num_kv_heads * (num_slots + 1), head_dim]`, head-major, so that gathering
-the rows `h * (num_slots + 1) + slot` for a batch of sequences yields `[batch, heads, len, dim]`
-with no transpose (ready for batched matmul). Slot `b * block_size + i` is position `i` of
-block `b`; the extra last slot of every head is kept at zero and used as padding, so padded
-positions read finite values (they are masked out of the softmax).
+Layout, per layer: `[num_kv_heads * (num_blocks + 1) * block_size, head_dim]`, head-major then
+block then position. Gathering whole blocks (`block_size * head_dim` contiguous values each) for
+a batch of sequences yields `[batch, heads, blocks * block_size, head_dim]` with no transpose,
+ready for batched matmul, and copies far fewer, larger pieces than a per-token gather. The
+extra last block of every head pads short block tables. Positions past a sequence's length
+(the padding block, the unwritten tail of its last block) are masked out of the softmax, but
+their values still enter the matmuls, so the storage starts zeroed: masked scores must be
+finite and masked values must not be NaN (0 * NaN is NaN).
 
-Memory is allocated with `torch.empty`: pages are only committed as slots are first written,
-so a large budget costs address space, not RAM, until it is used.
-
-What it does not do: decide which slots a request owns (the block pool and scheduler do).
+What it does not do: decide which blocks a request owns (the block pool and scheduler do).
 """
 
 from __future__ import annotations
@@ -30,47 +30,38 @@ class KVCache:
         self.num_kv_heads = num_kv_heads
         self.head_dim = head_dim
         self.block_size = block_size
-        self.num_slots = num_blocks * block_size
-        self.pad_slot = self.num_slots
-        rows = num_kv_heads * (self.num_slots + 1)
-        self.k = [torch.empty(rows, head_dim, dtype=dtype) for _ in range(num_layers)]
-        self.v = [torch.empty(rows, head_dim, dtype=dtype) for _ in range(num_layers)]
-        pad_rows = self.head_offsets() + self.pad_slot
-        for t in self.k + self.v:
-            t[pad_rows] = 0.0
-        self._head_offsets = self.head_offsets()
-
-    def head_offsets(self) -> torch.Tensor:
-        return torch.arange(self.num_kv_heads) * (self.num_slots + 1)
-
-    def rows(self, slots: torch.Tensor) -> torch.Tensor:
-        """Flat row indices for `slots` of any shape: shape `slots.shape[:-1] + (heads, len)`."""
-        return slots.unsqueeze(-2) + self._head_offsets.view(-1, 1)
+        self.pad_block = num_blocks
+        self._blocks_per_head = num_blocks + 1
+        rows = num_kv_heads * self._blocks_per_head * block_size
+        self.k = [torch.zeros(rows, head_dim, dtype=dtype) for _ in range(num_layers)]
+        self.v = [torch.zeros(rows, head_dim, dtype=dtype) for _ in range(num_layers)]
+        self._head_offsets = torch.arange(num_kv_heads) * self._blocks_per_head
 
     def write_rows(self, slots: torch.Tensor) -> torch.Tensor:
-        """Row indices to write K/V of tokens at `slots` ([N]), in `[N, heads]` order."""
-        return (slots.view(-1, 1) + self._head_offsets.view(1, -1)).reshape(-1)
+        """Rows to write K/V of tokens at `slots` ([N], slot = block * block_size + offset),
+        in `[N, heads]` order."""
+        head_rows = self._head_offsets * self.block_size
+        return (slots.view(-1, 1) + head_rows.view(1, -1)).reshape(-1)
 
     def write(self, layer: int, rows: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
         """Store K/V of shape [N, heads, dim] at `rows` from `write_rows`."""
         self.k[layer].index_copy_(0, rows, k.reshape(-1, self.head_dim))
         self.v[layer].index_copy_(0, rows, v.reshape(-1, self.head_dim))
 
-    def gather(
-        self, layer: int, rows: torch.Tensor, shape: tuple[int, int, int]
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        """K and V at flat `rows` from `rows()`, shaped `[batch, heads, len, dim]`."""
-        batch, heads, length = shape
-        k = self.k[layer].index_select(0, rows).view(batch, heads, length, self.head_dim)
-        v = self.v[layer].index_select(0, rows).view(batch, heads, length, self.head_dim)
-        return k, v
+    def block_rows(self, blocks: list[list[int]], num_blocks: int) -> torch.Tensor:
+        """Flat `[batch * heads * num_blocks]` block rows of each sequence's first blocks,
+        padded with the zero block; feed to `gather`."""
+        table = torch.tensor(
+            [b[:num_blocks] + [self.pad_block] * (num_blocks - len(b)) for b in blocks]
+        )
+        return (table.unsqueeze(1) + self._head_offsets.view(1, -1, 1)).reshape(-1)
 
-    def slots(self, blocks: list[list[int]], lengths: list[int], width: int) -> torch.Tensor:
-        """Slot of every position `< width` of each sequence, `pad_slot` past its length."""
-        bs = self.block_size
-        n_blk = -(-width // bs)
-        table = torch.tensor([b[:n_blk] + [0] * (n_blk - len(b[:n_blk])) for b in blocks])
-        pos = torch.arange(width)
-        slots = table[:, pos // bs] * bs + pos % bs
-        valid = pos.view(1, -1) < torch.tensor(lengths).view(-1, 1)
-        return torch.where(valid, slots, self.pad_slot)
+    def gather(
+        self, layer: int, block_rows: torch.Tensor, batch: int
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """K and V of the blocks in `block_rows`, shaped `[batch, heads, len, dim]`."""
+        shape = (batch, self.num_kv_heads, -1, self.head_dim)
+        width = self.block_size * self.head_dim
+        k = self.k[layer].view(-1, width).index_select(0, block_rows).view(shape)
+        v = self.v[layer].view(-1, width).index_select(0, block_rows).view(shape)
+        return k, v

@@ -1,9 +1,11 @@
 """Next-token sampling for a batch of requests with per-request parameters and RNGs.
 
 Greedy rows (temperature 0) take the argmax. Other rows divide by their temperature, keep the
-nucleus (top_p) and draw with their own seeded `torch.Generator`, one row at a time, so a
-request's draws never depend on which other requests share the batch. Rows without a seed
-share the engine's generator. The logprob returned for every row is log p(token) under the
+nucleus (top_p) and draw by the Gumbel-max trick: argmax(log p + g) with g = -log(-log u) and
+u uniform is an exact sample from p. Each row's uniforms come from its own seeded
+`torch.Generator` (one small call per row; the rest is batched), so a request's draws never
+depend on which other requests share the batch. Rows without a seed share the engine's
+generator. The logprob returned for every row is log p(token) under the
 unmodified model distribution (temperature 1, no top_p): the behaviour policy RL needs.
 
 What it does not do: repetition penalties, top_k, min_p or logit bias.
@@ -20,7 +22,8 @@ def top_p_filter(probs: torch.Tensor, top_p: torch.Tensor) -> torch.Tensor:
     """Zero the tail of each row outside the smallest set whose mass reaches `top_p[row]`."""
     sorted_probs, order = probs.sort(dim=-1, descending=True)
     mass_before = sorted_probs.cumsum(dim=-1) - sorted_probs
-    drop_sorted = mass_before >= top_p.view(-1, 1)
+    limit = torch.where(top_p >= 1.0, torch.inf, top_p)  # rounding must not cut a top_p=1 row
+    drop_sorted = mass_before >= limit.view(-1, 1)
     drop = torch.zeros_like(drop_sorted).scatter(-1, order, drop_sorted)
     return probs.masked_fill(drop, 0.0)
 
@@ -36,12 +39,15 @@ def sample(
     rows = [i for i, r in enumerate(requests) if r.params.temperature > 0.0]
     if rows:
         temps = torch.tensor([requests[i].params.temperature for i in rows], dtype=logits.dtype)
-        probs = torch.softmax(logits[rows] / temps.view(-1, 1), dim=-1)
+        scaled = torch.log_softmax(logits[rows] / temps.view(-1, 1), dim=-1)
         top_p = [requests[i].params.top_p for i in rows]
         if min(top_p) < 1.0:
-            probs = top_p_filter(probs, torch.tensor(top_p, dtype=probs.dtype))
+            kept = top_p_filter(scaled.exp(), torch.tensor(top_p, dtype=scaled.dtype))
+            scaled = scaled.masked_fill(kept == 0.0, -torch.inf)
+        noise = torch.empty_like(scaled)
         for j, i in enumerate(rows):
-            gen = requests[i].generator or shared
-            tokens[i] = torch.multinomial(probs[j], 1, generator=gen)[0]
+            noise[j].uniform_(generator=requests[i].generator or shared)
+        gumbel = -torch.log(-torch.log(noise))
+        tokens[rows] = (scaled + gumbel).argmax(dim=-1)
     chosen = logprobs.gather(1, tokens.view(-1, 1)).view(-1)
     return tokens.tolist(), chosen.tolist()

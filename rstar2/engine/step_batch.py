@@ -30,12 +30,10 @@ MIN_BUCKET_LEN = 64
 class DecodeBucket:
     start: int
     end: int
-    length: int
-    """Padded context length of the bucket."""
     rows: torch.Tensor
-    """KV cache rows to gather, flat `[n * heads * length]`."""
+    """KV cache block rows to gather (`KVCache.block_rows`)."""
     mask: torch.Tensor | None
-    """Bool `[n, 1, 1, length]`, True where attended; None when no row is padded."""
+    """Bool `[n, 1, 1, blocks * block_size]`, True where attended; None when nothing is padded."""
 
 
 @dataclass
@@ -45,9 +43,9 @@ class PrefillSegment:
     context: int
     """Context length after this step (cached tokens + new ones)."""
     rows: torch.Tensor | None
-    """KV rows of the whole context when some was cached before; None for a fresh prompt."""
+    """KV block rows of the whole context when some was cached before; None for a fresh prompt."""
     mask: torch.Tensor | None
-    """Bool `[new, context]` causal mask for a continuation; None for a fresh prompt."""
+    """Bool `[new, blocks * block_size]` causal mask for a continuation; None when fresh."""
 
 
 @dataclass
@@ -104,13 +102,14 @@ def _decode_buckets(decode: list[tuple[Request, int]], cache: KVCache) -> list[D
             end += 1
         reqs = [r for r, _ in decode[start:end]]
         lengths = [r.num_computed + 1 for r in reqs]
-        width = lengths[-1]
-        slots = cache.slots([r.blocks for r in reqs], lengths, width)
+        num_blocks = -(-lengths[-1] // cache.block_size)
+        width = num_blocks * cache.block_size
         mask = None
         if lengths[0] != width:
             valid = torch.arange(width).view(1, -1) < torch.tensor(lengths).view(-1, 1)
             mask = valid.view(len(reqs), 1, 1, width)
-        buckets.append(DecodeBucket(start, end, width, cache.rows(slots).reshape(-1), mask))
+        rows = cache.block_rows([r.blocks for r in reqs], num_blocks)
+        buckets.append(DecodeBucket(start, end, rows, mask))
         start = end
     return buckets
 
@@ -124,10 +123,10 @@ def _prefill_segments(
         context = req.num_computed + n
         rows = mask = None
         if req.num_computed > 0:
-            slots = cache.slots([req.blocks], [context], context)
-            rows = cache.rows(slots).reshape(-1)
+            num_blocks = -(-context // cache.block_size)
+            rows = cache.block_rows([req.blocks], num_blocks)
             q_pos = torch.arange(req.num_computed, context).view(-1, 1)
-            mask = torch.arange(context).view(1, -1) <= q_pos
+            mask = torch.arange(num_blocks * cache.block_size).view(1, -1) <= q_pos
         segments.append(PrefillSegment(start, start + n, context, rows, mask))
         start += n
     return segments

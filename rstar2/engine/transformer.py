@@ -111,7 +111,7 @@ class Transformer:
         for b in batch.decode:
             # one query per sequence: the heads sharing a KV head act as that head's queries
             n = b.end - b.start
-            kk, vv = cache.gather(layer, b.rows, (n, hkv, b.length))
+            kk, vv = cache.gather(layer, b.rows, n)
             qq = q[b.start : b.end].view(n, hkv, hq // hkv, d)
             out = F.scaled_dot_product_attention(qq, kk, vv, attn_mask=b.mask)
             outs.append(out.reshape(n, hq * d))
@@ -122,7 +122,7 @@ class Transformer:
                 vv = v[s.start : s.end].transpose(0, 1).unsqueeze(0)
                 out = F.scaled_dot_product_attention(qq, kk, vv, is_causal=True, enable_gqa=True)
             else:
-                kk, vv = cache.gather(layer, s.rows, (1, hkv, s.context))
+                kk, vv = cache.gather(layer, s.rows, 1)
                 out = F.scaled_dot_product_attention(qq, kk, vv, attn_mask=s.mask, enable_gqa=True)
             outs.append(out[0].transpose(0, 1).reshape(s.end - s.start, hq * d))
         return outs[0] if len(outs) == 1 else torch.cat(outs)

@@ -12,10 +12,7 @@ What it does not do: tokenization (the tokenizer does) or parsing of tool calls 
 
 from __future__ import annotations
 
-DEFAULT_SYSTEM_PROMPT = (
-    "Solve the problem. Use the python tool for arithmetic, "
-    "then give the answer as <answer>\\boxed{N}</answer>."
-)
+DEFAULT_SYSTEM_PROMPT = "Use the python tool, then answer as <answer>\\boxed{N}</answer>."
 """The embedded default's short system prompt (no tool schema, to save tokens)."""
 
 # Whitespace is produced only by explicit string literals; every tag trims around itself.

@@ -1,0 +1,198 @@
+"""Supervised fine-tuning (stage 0): teach the tool-call format on chat traces.
+
+`SFTConfig` holds the settings (their defaults are the embedded default's measured budget, see
+README "Model and task"). `encode_examples` turns chat traces into (token ids, loss mask)
+pairs with `rstar2.model.encode_conversation`, so the loss covers assistant tokens only: mask 0
+for system, user and tool-response tokens. `train_sft` runs AdamW with linear warm-up then
+cosine decay, on right-padded random batches, with gradient clipping and a progress line every
+`log_every` steps. With the same seed, data and starting weights it gives the same weights
+(deterministic CPU kernels).
+
+What it does not do: RL (see the learner actor), checkpointing mid-run, or evaluation.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import random
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import torch
+from torch import nn
+from transformers import PreTrainedTokenizerBase
+
+from rstar2.config import require
+from rstar2.model import encode_conversation
+
+log = logging.getLogger(__name__)
+
+Example = tuple[list[int], list[int]]
+
+
+@dataclass
+class SFTConfig:
+    """Stage-0 SFT settings (defaults: the embedded default's budget on 2 CPU cores)."""
+
+    steps: int = 600
+    """Optimizer steps."""
+    batch_size: int = 16
+    """Traces per step."""
+    lr: float = 3e-3
+    """Peak learning rate (after warm-up)."""
+    min_lr_ratio: float = 0.1
+    """Cosine decay ends at lr * min_lr_ratio."""
+    warmup_steps: int = 30
+    """Linear warm-up steps from 0 to lr."""
+    weight_decay: float = 0.01
+    """AdamW decoupled weight decay."""
+    betas: tuple[float, float] = (0.9, 0.98)
+    """AdamW betas."""
+    grad_clip: float = 1.0
+    """Clip the global gradient norm to this value."""
+    seed: int = 0
+    """Seed of batch order and of any torch randomness (dropout, if the model has it)."""
+    log_every: int = 25
+    """Log a progress line every this many steps."""
+    mistake_fraction: float = 0.15
+    """Share of SFT traces whose first tool call fails and is then fixed."""
+    train_problems: int = 4000
+    """Number of training problems turned into traces."""
+
+    def validate(self) -> None:
+        require(self.steps >= 1, "steps", self.steps, "a positive integer")
+        require(self.batch_size >= 1, "batch_size", self.batch_size, "a positive integer")
+        require(self.lr > 0, "lr", self.lr, "a positive number")
+        require(0 <= self.min_lr_ratio <= 1, "min_lr_ratio", self.min_lr_ratio, "0..1")
+        require(self.warmup_steps >= 0, "warmup_steps", self.warmup_steps, ">= 0")
+        require(self.weight_decay >= 0, "weight_decay", self.weight_decay, ">= 0")
+        require(all(0 <= b < 1 for b in self.betas), "betas", self.betas, "two numbers in [0, 1)")
+        require(self.grad_clip > 0, "grad_clip", self.grad_clip, "a positive number")
+        require(self.log_every >= 1, "log_every", self.log_every, "a positive integer")
+        require(0 <= self.mistake_fraction <= 1, "mistake_fraction", self.mistake_fraction, "0..1")
+        require(self.train_problems >= 1, "train_problems", self.train_problems, ">= 1")
+
+
+@dataclass
+class SFTResult:
+    """What a run did: the loss of each step and the wall time."""
+
+    losses: list[float] = field(default_factory=list)
+    seconds: float = 0.0
+    tokens: int = 0
+    """Loss-bearing (assistant) tokens seen."""
+
+
+def lr_at(step: int, cfg: SFTConfig) -> float:
+    """Learning rate of 0-based `step`: linear warm-up, then cosine from lr to lr*min_lr_ratio."""
+    if step < cfg.warmup_steps:
+        return cfg.lr * (step + 1) / cfg.warmup_steps
+    span = max(1, cfg.steps - cfg.warmup_steps)
+    progress = min(1.0, (step - cfg.warmup_steps) / span)
+    floor = cfg.lr * cfg.min_lr_ratio
+    return floor + (cfg.lr - floor) * 0.5 * (1.0 + math.cos(math.pi * progress))
+
+
+def encode_examples(
+    tokenizer: PreTrainedTokenizerBase, traces: Sequence[Sequence[dict[str, str]]]
+) -> list[Example]:
+    """(ids, mask) of each chat trace; mask 1 exactly on assistant-written tokens."""
+    return [encode_conversation(tokenizer, trace) for trace in traces]
+
+
+def collate(examples: Sequence[Example], pad_id: int) -> tuple[torch.Tensor, ...]:
+    """Right-pad to the longest example: (input_ids, attention_mask, loss_mask) tensors."""
+    if not examples:
+        raise ValueError("collate needs at least one example")
+    width = max(len(ids) for ids, _ in examples)
+    ids = torch.full((len(examples), width), pad_id, dtype=torch.long)
+    attn = torch.zeros((len(examples), width), dtype=torch.long)
+    loss = torch.zeros((len(examples), width), dtype=torch.float32)
+    for row, (tok, mask) in enumerate(examples):
+        if len(tok) != len(mask):
+            raise ValueError(f"example {row}: {len(tok)} ids but {len(mask)} mask entries")
+        ids[row, : len(tok)] = torch.tensor(tok)
+        attn[row, : len(tok)] = 1
+        loss[row, : len(tok)] = torch.tensor(mask, dtype=torch.float32)
+    return ids, attn, loss
+
+
+def masked_lm_loss(
+    model: nn.Module, ids: torch.Tensor, attn: torch.Tensor, loss_mask: torch.Tensor
+) -> torch.Tensor:
+    """Mean next-token cross-entropy over the tokens whose loss mask is 1."""
+    logits = model(input_ids=ids, attention_mask=attn).logits[:, :-1]
+    targets = ids[:, 1:]
+    weights = loss_mask[:, 1:]
+    nll = nn.functional.cross_entropy(
+        logits.reshape(-1, logits.shape[-1]).float(), targets.reshape(-1), reduction="none"
+    )
+    return (nll * weights.reshape(-1)).sum() / weights.sum().clamp(min=1.0)
+
+
+def _batches(n: int, cfg: SFTConfig) -> list[list[int]]:
+    """Indices of every step's batch: shuffled epochs, seeded, never a short batch."""
+    rng = random.Random(cfg.seed)
+    order: list[int] = []
+    out = []
+    for _ in range(cfg.steps):
+        if len(order) < cfg.batch_size:
+            epoch = list(range(n))
+            rng.shuffle(epoch)
+            order += epoch
+        out.append(order[: cfg.batch_size])
+        order = order[cfg.batch_size :]
+    return out
+
+
+def train_sft(
+    model: nn.Module,
+    examples: Sequence[Example],
+    cfg: SFTConfig,
+    pad_id: int,
+    on_step: Callable[[int], None] | None = None,
+) -> SFTResult:
+    """Fine-tune `model` in place on `examples`; returns per-step losses.
+
+    `on_step(step)` (1-based), if given, runs after every optimizer step, e.g. to evaluate
+    along the way; it must leave the model in train mode.
+    """
+    cfg.validate()
+    if not examples:
+        raise ValueError("train_sft needs at least one example")
+    torch.manual_seed(cfg.seed)
+    model.train()
+    opt = torch.optim.AdamW(
+        model.parameters(), lr=cfg.lr, betas=cfg.betas, weight_decay=cfg.weight_decay
+    )
+    result = SFTResult()
+    start = time.perf_counter()
+    for step, batch in enumerate(_batches(len(examples), cfg)):
+        for group in opt.param_groups:
+            group["lr"] = lr_at(step, cfg)
+        ids, attn, loss_mask = collate([examples[i] for i in batch], pad_id)
+        loss = masked_lm_loss(model, ids, attn, loss_mask)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        grad_norm = float(nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip))
+        opt.step()
+        result.losses.append(loss.item())
+        result.tokens += int(loss_mask[:, 1:].sum())
+        if (step + 1) % cfg.log_every == 0 or step + 1 == cfg.steps:
+            elapsed = time.perf_counter() - start
+            log.info(
+                "sft step %5d/%d  loss %7.4f  lr %.2e  grad %6.3f  %6.1fs",
+                step + 1,
+                cfg.steps,
+                result.losses[-1],
+                lr_at(step, cfg),
+                grad_norm,
+                elapsed,
+            )
+        if on_step is not None:
+            on_step(step + 1)
+    model.eval()
+    result.seconds = time.perf_counter() - start
+    return result

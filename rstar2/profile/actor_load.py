@@ -1,0 +1,140 @@
+"""Per-actor load figures from a Recording: busy / idle / blocked fractions, rates, queue depth.
+
+For each instance, over the recording's window T:
+- busy = time handling messages / T. When the instance's "handle" spans are all still in the
+  ring buffer, busy is the length of their union (so an actor with several requests in flight
+  counts a moment once, and busy never exceeds 1); otherwise it is the `busy_s` counter / T;
+- idle = `wait_s` / T: waiting for input with nothing to do;
+- blocked = `blocked_s` / T: a send waited because the downstream queue was full;
+- other = what is left: code the runtime does not see, such as a custom `serve()` awaiting a
+  request's reply (a client waiting on a service), its own work, or time after it finished;
+- msgs_per_s = messages received / T (messages sent for a pure source);
+- queue depth p50 / max over the depths recorded with its handle spans (messages drained and
+  waiting behind the one being handled), or the current depth when there are no spans.
+
+An actor (role) with several instances gets the mean of their fractions, the sum of their
+rates and the worst of their queue depths.
+
+What it does not do: decide anything (see `bottleneck.py`).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+
+from rstar2.profile.recording import Recording, role_of
+from rstar2.wire import ActorStats, Span
+
+_COVERAGE = 0.98  # spans hold at least this share of busy_s: the ring buffer lost none
+
+
+@dataclass(frozen=True)
+class ActorLoad:
+    """Load figures of one actor instance, or of all instances of one actor."""
+
+    name: str
+    instances: int
+    busy: float
+    idle: float
+    blocked: float
+    other: float
+    msgs_per_s: float
+    queue_p50: float
+    queue_max: int
+    received: int
+    sent: int
+
+
+def instance_loads(rec: Recording) -> dict[str, ActorLoad]:
+    """Instance name -> its load over the recording's window."""
+    spans: dict[str, list[Span]] = defaultdict(list)
+    for s in rec.spans:
+        spans[s.actor].append(s)
+    return {st.actor: _instance_load(st, spans[st.actor], rec) for st in rec.stats}
+
+
+def actor_loads(rec: Recording) -> dict[str, ActorLoad]:
+    """Actor (role) name -> the combined load of its instances, in first-seen order."""
+    groups: dict[str, list[ActorLoad]] = defaultdict(list)
+    for load in instance_loads(rec).values():
+        groups[role_of(load.name)].append(load)
+    return {role: combine(role, loads) for role, loads in groups.items()}
+
+
+def combine(role: str, loads: list[ActorLoad]) -> ActorLoad:
+    """The loads of several instances as one actor (mean fractions, summed rates)."""
+    if not loads:
+        raise ValueError(f"actor {role!r} has no instances to combine")
+    n = len(loads)
+    return ActorLoad(
+        name=role,
+        instances=sum(x.instances for x in loads),
+        busy=sum(x.busy for x in loads) / n,
+        idle=sum(x.idle for x in loads) / n,
+        blocked=sum(x.blocked for x in loads) / n,
+        other=sum(x.other for x in loads) / n,
+        msgs_per_s=sum(x.msgs_per_s for x in loads),
+        queue_p50=max(x.queue_p50 for x in loads),
+        queue_max=max(x.queue_max for x in loads),
+        received=sum(x.received for x in loads),
+        sent=sum(x.sent for x in loads),
+    )
+
+
+def _instance_load(st: ActorStats, spans: list[Span], rec: Recording) -> ActorLoad:
+    t = rec.duration
+    handles = [s for s in spans if s.kind == "handle"]
+    if handles and sum(s.end - s.start for s in handles) >= _COVERAGE * st.busy_s:
+        busy = union_length(handles, rec.start, rec.end) / t
+    else:
+        busy = st.busy_s / t
+    busy = _clamp(busy)
+    idle = _clamp(st.wait_s / t)
+    blocked = _clamp(st.blocked_s / t)
+    depths = sorted(s.queue_depth for s in handles) or [st.queue_depth]
+    return ActorLoad(
+        name=st.actor,
+        instances=1,
+        busy=busy,
+        idle=idle,
+        blocked=blocked,
+        other=_clamp(1.0 - busy - idle - blocked),
+        msgs_per_s=(st.received or st.sent) / t,
+        queue_p50=percentile(depths, 0.5),
+        queue_max=depths[-1],
+        received=st.received,
+        sent=st.sent,
+    )
+
+
+def union_length(spans: list[Span], lo: float, hi: float) -> float:
+    """Total length of the union of the spans' intervals, clipped to [lo, hi]."""
+    total = 0.0
+    cur_start, cur_end = lo, lo
+    for s in sorted(spans, key=lambda s: s.start):
+        start, end = max(s.start, lo), min(s.end, hi)
+        if end <= start:
+            continue
+        if start > cur_end:
+            total += cur_end - cur_start
+            cur_start, cur_end = start, end
+        else:
+            cur_end = max(cur_end, end)
+    return total + (cur_end - cur_start)
+
+
+def percentile(sorted_values: list[int] | list[float], q: float) -> float:
+    """Linear-interpolated percentile (q in [0, 1]) of an already sorted, non-empty list."""
+    if not sorted_values:
+        raise ValueError("percentile of an empty list")
+    if not 0.0 <= q <= 1.0:
+        raise ValueError(f"percentile q must be in [0, 1], got {q}")
+    pos = q * (len(sorted_values) - 1)
+    low = int(pos)
+    high = min(low + 1, len(sorted_values) - 1)
+    return float(sorted_values[low] + (sorted_values[high] - sorted_values[low]) * (pos - low))
+
+
+def _clamp(x: float) -> float:
+    return min(1.0, max(0.0, x))

@@ -74,8 +74,9 @@ class Actor:
     """Base class. Subclasses set `inputs`/`outputs` and implement `handle` (or `serve`).
 
     Constructor keyword arguments come from the actor's `params` table in the graph config.
-    The runtime sets `name` ("square.0"), `index` (0-based) and `replicas` (the actor's
-    instance count) before `setup()` is called: do not use these attribute names yourself.
+    The runtime sets `name` ("square.0"), `index` (0-based), `replicas` (the actor's
+    instance count) and `restarts` (how often this instance was restarted) before `setup()`
+    is called: do not use these attribute names yourself.
     """
 
     inputs: ClassVar[dict[str, Port]] = {}
@@ -84,13 +85,22 @@ class Actor:
     name: str = ""
     index: int = 0
     replicas: int = 1
+    restarts: int = 0
     _stop_callback: StopCallback | None = None
 
-    def bind_runtime(self, name: str, index: int, replicas: int, stop: StopCallback | None) -> None:
+    def bind_runtime(
+        self,
+        name: str,
+        index: int,
+        replicas: int,
+        stop: StopCallback | None,
+        restarts: int = 0,
+    ) -> None:
         """Called by the runtime once, right after construction."""
         self.name = name
         self.index = index
         self.replicas = replicas
+        self.restarts = restarts
         self._stop_callback = stop
 
     def setup(self) -> None:

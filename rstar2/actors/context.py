@@ -61,6 +61,8 @@ class ContextSockets:
     inputs: dict[str, AsyncSocket] = field(default_factory=dict)
     streams: dict[str, AsyncSocket] = field(default_factory=dict)
     requests: dict[str, list[AsyncSocket]] = field(default_factory=dict)
+    received: deque[tuple[str, Frames]] = field(default_factory=deque)
+    """Messages drained from the input sockets and not handled yet (survives a restart)."""
 
 
 @dataclass
@@ -92,7 +94,7 @@ class ActorContext:
         self._ports_out = ports_out
         self._sockets = sockets
         self._stop = stop
-        self._buffer: deque[tuple[str, Frames]] = deque()
+        self._buffer = sockets.received
         self._input_order = list(sockets.inputs)
         self._pending: dict[int, _Pending] = {}
         self._request_ids = itertools.count(1)

@@ -5,8 +5,8 @@
 - `Sink`: counts Items on "in"; after `n` it stops the graph with {"count", "sum"};
 - `Echo`: a request/reply service on "req": replies with the same Item;
 - `Pinger`: a client: `n` sequential requests on "req", stops the graph with their round trips;
-- `Flaky`: like Square, but raises on the Item whose seq is `fail_at` (first run only when
-  `once`), to exercise failure reports and restarts;
+- `Flaky`: like Square, but raises on every Item with seq >= `fail_at` (only before its first
+  restart when `once`), to exercise failure reports and restarts;
 - `SlowSink`: like Sink but sleeps `delay_s` per message (a slow consumer).
 
 What it does not do: anything useful beyond demonstrating and measuring the runtime.
@@ -90,16 +90,13 @@ class Pinger(Actor):
 
 
 class Flaky(Square):
-    _failed_once: ClassVar[set[str]] = set()  # per process: lets `once` survive a restart
-
     def __init__(self, fail_at: int = 0, once: bool = False) -> None:
         self.fail_at = fail_at
         self.once = once
 
     def handle(self, port: str, msg: Message) -> Outputs:
         assert isinstance(msg, Item)
-        if msg.seq == self.fail_at and not (self.once and self.name in Flaky._failed_once):
-            Flaky._failed_once.add(self.name)
+        if msg.seq >= self.fail_at and not (self.once and self.restarts > 0):
             raise RuntimeError(f"flaky actor failing on item {msg.seq}")
         return super().handle(port, msg)
 

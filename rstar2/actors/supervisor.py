@@ -86,7 +86,7 @@ class Supervisor:
             for inst in self.instances:
                 tg.start_soon(self._run_instance, inst, name=inst.name)
 
-    def _construct(self, inst: InstancePlan) -> Actor:
+    def _construct(self, inst: InstancePlan, restarts: int) -> Actor:
         cls = self._classes[inst.name]
         try:
             actor = cls(**inst.params)
@@ -96,7 +96,7 @@ class Supervisor:
         def stop(reason: str, result: Any) -> None:
             self.events.stop(StopGraph(inst.name, reason, result))
 
-        actor.bind_runtime(inst.name, inst.index, inst.count, stop)
+        actor.bind_runtime(inst.name, inst.index, inst.count, stop, restarts)
         return actor
 
     async def _run_instance(self, inst: InstancePlan) -> None:
@@ -122,7 +122,7 @@ class Supervisor:
                 tracer.stats.restarts = restarts
 
     async def _run_once(self, inst: InstancePlan, tracer: Tracer) -> None:
-        actor = self._construct(inst)
+        actor = self._construct(inst, tracer.stats.restarts)
         cls = self._classes[inst.name]
         ctx = ActorContext(
             inst.name,

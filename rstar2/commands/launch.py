@@ -1,0 +1,67 @@
+"""`rstar2 launch GRAPH.toml`: build an actor graph from its config and run it until it stops.
+
+Placement comes from the config (`process` / `host` of each actor); `--one-process` overrides
+it and runs every actor in this process over inproc://. Ctrl-C / SIGTERM stop the graph
+cleanly. Exit code 0 when the graph stopped or finished, 1 when it failed, 2 for config errors.
+
+What it does not do (yet): start the processes placed on other hosts; run the same config
+on each host for that once multi-host launch lands.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import logging
+import sys
+
+from rstar2.actors.backend import BACKENDS
+from rstar2.actors.graph import run_graph_blocking
+from rstar2.actors.graph_config import MAIN_PROCESS, GraphConfig, load_graph_config
+from rstar2.config import to_dict
+
+HELP = "start this node's share of a multi-host graph"
+log = logging.getLogger(__name__)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("config", help="TOML/YAML file with a [graph] table")
+    parser.add_argument("--backend", choices=BACKENDS, default="asyncio", help="event loop")
+    parser.add_argument(
+        "--one-process", action="store_true", help="run every actor in this process (inproc)"
+    )
+    parser.add_argument("--json", action="store_true", help="print the result as one JSON object")
+
+
+def one_process(cfg: GraphConfig) -> GraphConfig:
+    """The same graph with every actor placed in the launching process."""
+    actors = [dataclasses.replace(a, process=MAIN_PROCESS) for a in cfg.actors]
+    return dataclasses.replace(cfg, actors=actors)
+
+
+def run(args: argparse.Namespace) -> int:
+    cfg = load_graph_config(args.config)
+    if args.one_process:
+        cfg = one_process(cfg)
+    log.info("graph config: %s", json.dumps(to_dict(cfg), default=str))
+    result = run_graph_blocking(cfg, backend=args.backend, handle_signals=True)
+    summary = {
+        "reason": result.reason,
+        "stopped_by": result.stopped_by,
+        "result": result.result,
+        "failures": [{"actor": f.actor, "traceback": f.traceback} for f in result.failures],
+        "actors": [
+            {"actor": s.actor, "received": s.received, "sent": s.sent, "busy_s": round(s.busy_s, 4)}
+            for s in result.stats
+        ],
+    }
+    if args.json:
+        print(json.dumps(summary, default=str))
+    else:
+        print(f"graph {cfg.name}: {result.reason} {result.stopped_by} result={result.result!r}")
+        for s in summary["actors"]:
+            print(f"  {s['actor']:<24} received {s['received']:>8}  sent {s['sent']:>8}")
+        for f in result.failures:
+            print(f"  FAILED {f.actor}:\n{f.traceback}", file=sys.stderr)
+    return 0 if result.ok else 1

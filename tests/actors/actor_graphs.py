@@ -1,0 +1,29 @@
+"""Graph configs shared by the actor tests (built from the demo actors)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rstar2.actors.graph_config import GraphConfig, graph_config
+
+DEMO = "rstar2.actors.demo"
+
+
+def pipeline(n: int = 200, process: str = "main", **graph: Any) -> GraphConfig:
+    """source -> square (x2) -> sink; `process` places square and sink."""
+    return graph_config(
+        {
+            "name": "test-pipeline",
+            "edges": ["source.out -> square.in", "square.out -> sink.in"],
+            "actors": [
+                {"name": "source", "cls": f"{DEMO}:Source", "params": {"n": n}},
+                {"name": "square", "cls": f"{DEMO}:Square", "count": 2, "process": process},
+                {"name": "sink", "cls": f"{DEMO}:Sink", "params": {"n": n}, "process": process},
+            ],
+            **graph,
+        }
+    )
+
+
+def expected_sum(n: int) -> int:
+    return sum(i * i for i in range(n))

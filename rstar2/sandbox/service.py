@@ -7,8 +7,7 @@ actor runtime's `SocketFactory` (CURVE when binding a non-loopback tcp address):
 - `SandboxPing` -> `SandboxPong` at once, with the executor's outstanding count.
 Undecodable frames are logged and skipped. `rstar2 sandbox serve --bind ADDR` runs it.
 
-`SandboxActor` is the same service as an actor of a graph (`port(ExecRequest, reply=...)`),
-replying when each request finishes.
+The same service inside an actor graph is `rstar2.sandbox.actor.SandboxActor`.
 
 What it does not do: spread load over services or survive their death (see `pool.py`).
 """
@@ -16,16 +15,13 @@ What it does not do: spread load over services or survive their death (see `pool
 from __future__ import annotations
 
 import logging
-from typing import Any, ClassVar
 
 import anyio
 import anyio.abc
 import zmq
 
 from rstar2 import wire
-from rstar2.actors import Actor, ActorContext, Incoming, Port, port
 from rstar2.actors.sockets import AsyncSocket, CurveKeys, SocketFactory
-from rstar2.config import from_dict
 from rstar2.sandbox.config import SandboxConfig
 from rstar2.sandbox.executor import Executor, open_executor
 from rstar2.wire import ExecCancel, ExecRequest, ExecResult, SandboxPing, SandboxPong
@@ -99,24 +95,3 @@ async def serve_sandbox(
                     server.on_frames(frames)
     finally:
         factory.close()
-
-
-class SandboxActor(Actor):
-    """The executor as a graph actor: `exec` takes ExecRequest and replies ExecResult."""
-
-    inputs: ClassVar[dict[str, Port]] = {"exec": port(ExecRequest, reply=ExecResult)}
-    outputs: ClassVar[dict[str, Port]] = {}
-
-    def __init__(self, config: dict[str, Any] | None = None) -> None:
-        super().__init__()
-        self.cfg = from_dict(SandboxConfig, config or {}, "sandbox")
-
-    async def serve(self, ctx: ActorContext) -> None:
-        async with open_executor(self.cfg) as ex, anyio.create_task_group() as tg:
-            while True:
-                incoming = await ctx.recv()
-                tg.start_soon(self._answer, ctx, ex, incoming)
-
-    async def _answer(self, ctx: ActorContext, ex: Executor, incoming: Incoming) -> None:
-        assert isinstance(incoming.msg, ExecRequest)
-        await ctx.reply(incoming, await ex.run(incoming.msg))

@@ -1,11 +1,13 @@
 """Per-actor load figures from a Recording: busy / idle / blocked fractions, rates, queue depth.
 
 For each instance, over the recording's window T:
-- busy = time handling messages / T. When the instance's "handle" spans are all still in the
-  ring buffer, busy is the length of their union (so an actor with several requests in flight
-  counts a moment once, and busy never exceeds 1); otherwise it is the `busy_s` counter / T;
-- idle = `wait_s` / T: waiting for input with nothing to do;
-- blocked = `blocked_s` / T: a send waited because the downstream queue was full;
+- busy = time handling messages / T;
+- idle = time waiting for input with nothing to handle / T;
+- blocked = time a send waited because the downstream queue was full (and nothing was
+  handled meanwhile) / T;
+  when the instance's spans are all still in the ring buffer these are lengths of unions of
+  spans, so an actor with several requests in flight counts a moment once (see `_partition`);
+  otherwise they come from the `busy_s` / `blocked_s` / `wait_s` counters, capped at 1;
 - other = what is left: code the runtime does not see, such as a custom `serve()` awaiting a
   request's reply (a client waiting on a service), its own work, or time after it finished;
 - msgs_per_s = messages received / T (messages sent for a pure source);
@@ -85,13 +87,7 @@ def combine(role: str, loads: list[ActorLoad]) -> ActorLoad:
 def _instance_load(st: ActorStats, spans: list[Span], rec: Recording) -> ActorLoad:
     t = rec.duration
     handles = [s for s in spans if s.kind == "handle"]
-    if handles and sum(s.end - s.start for s in handles) >= _COVERAGE * st.busy_s:
-        busy = union_length(handles, rec.start, rec.end) / t
-    else:
-        busy = st.busy_s / t
-    busy = _clamp(busy)
-    idle = _clamp(st.wait_s / t)
-    blocked = _clamp(st.blocked_s / t)
+    busy, idle, blocked = _partition(st, spans, rec)
     depths = sorted(s.queue_depth for s in handles) or [st.queue_depth]
     return ActorLoad(
         name=st.actor,
@@ -106,6 +102,30 @@ def _instance_load(st: ActorStats, spans: list[Span], rec: Recording) -> ActorLo
         received=st.received,
         sent=st.sent,
     )
+
+
+def _partition(st: ActorStats, spans: list[Span], rec: Recording) -> tuple[float, float, float]:
+    """(busy, idle, blocked) shares of the window that never add up to more than 1.
+
+    An actor that receives in one task while it handles in others (a service with requests in
+    flight) waits for input and works at the same time; a moment counts once, with priority
+    handle > blocked > wait. That needs every span of the instance; when the ring buffer lost
+    some (spans hold less than the counters), the counters are used, capped at 1 in total.
+    """
+    by_kind = {k: [s for s in spans if s.kind == k] for k in ("handle", "blocked", "wait")}
+    counters = {"handle": st.busy_s, "blocked": st.blocked_s, "wait": st.wait_s}
+    complete = all(
+        sum(s.end - s.start for s in by_kind[k]) >= _COVERAGE * counters[k] for k in counters
+    )
+    t = rec.duration
+    if not complete:
+        busy = _clamp(st.busy_s / t)
+        blocked = min(1.0 - busy, _clamp(st.blocked_s / t))
+        return busy, min(1.0 - busy - blocked, _clamp(st.wait_s / t)), blocked
+    h = union_length(by_kind["handle"], rec.start, rec.end)
+    hb = union_length(by_kind["handle"] + by_kind["blocked"], rec.start, rec.end)
+    hbw = union_length(spans, rec.start, rec.end)
+    return _clamp(h / t), _clamp((hbw - hb) / t), _clamp((hb - h) / t)
 
 
 def union_length(spans: list[Span], lo: float, hi: float) -> float:

@@ -1,0 +1,273 @@
+"""The GRPO-RoC policy update sharded over torch.distributed ranks with FSDP2 (`fully_shard`).
+
+One code path for every placement: NCCL (RCCL on ROCm) on GPUs, gloo on CPU; a 2-rank gloo run
+on one CPU host is what the tests check against the single-process `update_policy`.
+
+How a step is split (it must give the single-process result, up to float rounding):
+
+1. Every rank holds the same `TrainingBatch` (token lists are small next to the model) and cuts
+   it into the same mini-batches as `update_policy`.
+2. Rank r trains on `chunk[r::world]` of each mini-batch. Every rank runs the same number of
+   micro-batches (FSDP2 gathers parameters in each forward, so ranks must stay in step); a rank
+   with fewer rollouts runs an all-masked dummy micro-batch that adds nothing.
+3. Each rank's loss is normalised by the number of model tokens of the *whole* mini-batch, and
+   FSDP2 reduce-scatters gradients as a sum (divide factor 1), so the reduced gradient is the
+   gradient of the mini-batch's token-level mean loss:
+       grad = sum_r d/dθ [ sum_{tokens t of rank r} l_t / T ],   T = model tokens of the chunk.
+4. `clip_grad_norm_` on sharded (DTensor) gradients computes the global norm; the optimizer
+   steps each rank's shard.
+Metrics are each rank's token-weighted sums, all-reduced, so they equal the single-process ones.
+
+What it does not do: start processes (use torchrun, or `torch.multiprocessing` in tests), move
+rollouts between ranks, or push weights to engines (`full_state_dict` gathers them on rank 0 for
+the caller to send).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
+from torch.distributed.tensor import DTensor
+
+from rstar2.config import require
+from rstar2.learner.policy_update import LearnerConfig, RolloutLike, pad_batch, token_logprobs
+from rstar2.rl import RLConfig, TrainingBatch, policy_loss
+
+log = logging.getLogger(__name__)
+
+BACKENDS = ("auto", "nccl", "gloo")
+METRIC_KEYS = ("loss", "clip_fraction", "approx_kl", "entropy")
+
+
+@dataclass
+class DistributedConfig:
+    """How the learner's ranks talk and shard the model."""
+
+    backend: str = "auto"
+    """"auto" (nccl when CUDA/ROCm GPUs are visible, else gloo), "nccl" or "gloo"."""
+    reshard_after_forward: bool = True
+    """FSDP2: free gathered parameters after each forward (ZeRO-3 memory; one more all-gather in
+    backward). False keeps them until backward (ZeRO-2-like, faster, more memory)."""
+    bf16_params: bool = False
+    """FSDP2 mixed precision on GPUs: bf16 compute copies of the parameters, fp32 gradient
+    reduction and fp32 master weights. Ignored on CPU."""
+
+    def validate(self) -> None:
+        require(self.backend in BACKENDS, "distributed.backend", self.backend, f"one of {BACKENDS}")
+
+
+def resolve_backend(backend: str) -> str:
+    """The process-group backend `backend` means on this machine."""
+    if backend not in BACKENDS:
+        raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
+    if backend == "auto":
+        return "nccl" if torch.cuda.is_available() else "gloo"
+    return backend
+
+
+def init_distributed(cfg: DistributedConfig) -> torch.device:
+    """Join the process group described by torchrun's environment; returns this rank's device.
+
+    Reads RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR and MASTER_PORT (set by `torchrun`).
+    """
+    cfg.validate()
+    missing = [
+        k for k in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT") if k not in os.environ
+    ]
+    if missing:
+        raise RuntimeError(f"not started by torchrun: environment lacks {', '.join(missing)}")
+    backend = resolve_backend(cfg.backend)
+    device = torch.device("cpu")
+    if backend == "nccl":
+        device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
+        torch.cuda.set_device(device)
+    dist.init_process_group(backend)
+    log.info("rank %d/%d joined (%s, %s)", dist.get_rank(), dist.get_world_size(), backend, device)
+    return device
+
+
+def decoder_layers(model: nn.Module) -> Sequence[nn.Module]:
+    """The transformer blocks of a Hugging Face causal LM (`model.model.layers`)."""
+    inner = getattr(model, "model", None)
+    layers = getattr(inner, "layers", None)
+    if not isinstance(layers, nn.ModuleList) or len(layers) == 0:
+        raise TypeError(
+            f"{type(model).__name__} has no model.layers ModuleList; shard it by hand with "
+            "fully_shard"
+        )
+    return list(layers)
+
+
+def shard_model(model: nn.Module, cfg: DistributedConfig | None = None) -> nn.Module:
+    """Apply FSDP2 to each decoder layer, then to the root (embeddings, norm, LM head).
+
+    The model must be identical on every rank (same init seed or the same checkpoint). Gradients
+    are reduced as a sum: `update_policy_sharded` normalises each rank's loss by the global token
+    count, so a sum is the mean over the whole mini-batch.
+    """
+    cfg = cfg or DistributedConfig()
+    cfg.validate()
+    kwargs: dict[str, object] = {"reshard_after_forward": cfg.reshard_after_forward}
+    on_gpu = next(model.parameters()).is_cuda
+    if cfg.bf16_params and on_gpu:
+        kwargs["mp_policy"] = MixedPrecisionPolicy(
+            param_dtype=torch.bfloat16, reduce_dtype=torch.float32
+        )
+    for layer in decoder_layers(model):
+        fully_shard(layer, **kwargs)  # type: ignore[arg-type]
+    fully_shard(model, **kwargs)  # type: ignore[arg-type]
+    for module in model.modules():
+        if isinstance(module, FSDPModule):
+            module.set_gradient_divide_factor(1.0)
+            # A plain SUM collective: gloo has no PREMUL_SUM/AVG, and a sum is what we want.
+            module.set_force_sum_reduction_for_comms(True)
+    return model
+
+
+def rank_share(indices: Sequence[int], rank: int, world: int) -> list[int]:
+    """The rollouts rank `rank` of `world` trains on: every world-th one, from `rank`."""
+    if world < 1 or not 0 <= rank < world:
+        raise ValueError(f"need 0 <= rank < world, got rank={rank} world={world}")
+    return list(indices[rank::world])
+
+
+def even_chunks(items: Sequence[int], parts: int) -> list[list[int]]:
+    """`items` in `parts` contiguous chunks whose sizes differ by at most one; empty chunks kept
+    (ranks need equal micro-batch counts). `parts` is clamped to at least 1."""
+    parts = max(1, parts)
+    size, extra = divmod(len(items), parts)
+    out, start = [], 0
+    for p in range(parts):
+        end = start + size + (1 if p < extra else 0)
+        out.append(list(items[start:end]))
+        start = end
+    return out
+
+
+def update_policy_sharded(
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    schedule: torch.optim.lr_scheduler.LRScheduler,
+    batch: TrainingBatch,
+    cfg: LearnerConfig,
+    rl: RLConfig,
+    pad_id: int = 0,
+) -> dict[str, float]:
+    """`update_policy` over the default process group: same arguments, same result on every
+    rank (metrics included). `model` must come from `shard_model` when the world has 2+ ranks."""
+    rank, world = dist.get_rank(), dist.get_world_size()
+    if world > 1 and not isinstance(model, FSDPModule):
+        raise TypeError("with several ranks the model must be sharded first (shard_model)")
+    n = len(batch.rollouts)
+    if n == 0:
+        return {"loss": 0.0, "clip_fraction": 0.0, "approx_kl": 0.0, "grad_norm": 0.0}
+    model.train()
+    sums: dict[str, float] = {}
+    chunks = [c for c in even_chunks(list(range(n)), min(cfg.mini_batches, n)) if c]
+    for chunk in chunks:
+        step_metrics = _sharded_mini_batch(model, batch, chunk, cfg, rl, pad_id, rank, world)
+        grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
+        optimizer.step()
+        schedule.step()
+        optimizer.zero_grad(set_to_none=True)
+        if isinstance(grad_norm, DTensor):
+            grad_norm = grad_norm.full_tensor()
+        step_metrics["grad_norm"] = float(grad_norm)
+        for k, v in step_metrics.items():
+            sums[k] = sums.get(k, 0.0) + v
+    out = {k: v / len(chunks) for k, v in sums.items()}
+    out["lr"] = float(optimizer.param_groups[0]["lr"])
+    return out
+
+
+def _sharded_mini_batch(
+    model: nn.Module,
+    batch: TrainingBatch,
+    chunk: list[int],
+    cfg: LearnerConfig,
+    rl: RLConfig,
+    pad_id: int,
+    rank: int,
+    world: int,
+) -> dict[str, float]:
+    """Accumulate this rank's gradients for one mini-batch; returns the global metrics."""
+    rollouts: list[RolloutLike] = [batch.rollouts[i] for i in chunk]
+    num_tokens = max(float(sum(sum(r.loss_mask[1:]) for r in rollouts)), 1.0)
+    mine = rank_share(list(range(len(chunk))), rank, world)
+    largest = math.ceil(len(chunk) / world)
+    device = _device_of(model)
+    weighted = torch.zeros(len(METRIC_KEYS), dtype=torch.float64)
+    for micro in even_chunks(mine, math.ceil(largest / cfg.micro_batch_size)):
+        if micro:
+            part = [rollouts[i] for i in micro]
+            advantages = torch.tensor([batch.advantages[chunk[i]] for i in micro])
+        else:  # keep step with the other ranks' collectives; the loss is exactly zero
+            part, advantages = [_EmptyRollout(pad_id)], torch.zeros(1)
+        ids, attn, mask, old = (t.to(device) for t in pad_batch(part, pad_id))
+        with _autocast(cfg.bf16, device):
+            logp, entropy = token_logprobs(model, ids, attn)
+        loss, metrics = policy_loss(
+            logp,
+            old[:, 1:],
+            advantages.to(device=device, dtype=torch.float32),
+            mask[:, 1:],
+            eps_low=rl.eps_low,
+            eps_high=rl.eps_high,
+            entropy=entropy,
+            entropy_coef=rl.entropy_coef,
+            num_tokens=num_tokens,
+        )
+        loss.backward()
+        share = float(mask[:, 1:].sum()) / num_tokens
+        metrics["loss"] = float(loss.detach()) / share if share > 0 else 0.0
+        for j, key in enumerate(METRIC_KEYS):
+            weighted[j] += metrics.get(key, 0.0) * share
+    if world > 1:
+        dist.all_reduce(weighted)
+    return {k: float(weighted[j]) for j, k in enumerate(METRIC_KEYS)}
+
+
+@dataclass(frozen=True)
+class _EmptyRollout:
+    """Two pad tokens, nothing trained: a rank's filler micro-batch."""
+
+    pad_id: int
+
+    @property
+    def token_ids(self) -> list[int]:
+        return [self.pad_id, self.pad_id]
+
+    @property
+    def loss_mask(self) -> list[int]:
+        return [0, 0]
+
+    @property
+    def logprobs(self) -> list[float]:
+        return [0.0, 0.0]
+
+
+def _device_of(model: nn.Module) -> torch.device:
+    param = next(model.parameters())
+    return param.to_local().device if isinstance(param, DTensor) else param.device
+
+
+def _autocast(enabled: bool, device: torch.device) -> torch.autocast:
+    return torch.autocast(device.type, dtype=torch.bfloat16, enabled=enabled)
+
+
+def full_state_dict(model: nn.Module) -> dict[str, torch.Tensor]:
+    """The unsharded weights (HF names, CPU tensors) on rank 0; `{}` on other ranks.
+
+    Collective: every rank must call it. Rank 0 sends the result to the engines.
+    """
+    options = StateDictOptions(full_state_dict=True, cpu_offload=True)
+    return get_model_state_dict(model, options=options)

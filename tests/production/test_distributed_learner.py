@@ -1,0 +1,112 @@
+"""The sharded (FSDP2) policy update against the single-process `update_policy`.
+
+The 2-rank test spawns two gloo ranks on this CPU; the rest run in this process (a world of
+one rank, or no process group at all).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+from production.distributed_ranks import (
+    SCENARIOS,
+    rank_main,
+    sharded_step,
+    single_process_step,
+    tiny_model,
+)
+from rstar2.config import ConfigError
+from rstar2.learner.distributed import (
+    DistributedConfig,
+    decoder_layers,
+    even_chunks,
+    init_distributed,
+    rank_share,
+    resolve_backend,
+)
+
+TOL = 1e-5
+
+
+def assert_same_step(got, want) -> None:
+    got_metrics, got_state = got
+    want_metrics, want_state = want
+    assert set(got_metrics) == set(want_metrics)
+    for k, v in want_metrics.items():
+        assert got_metrics[k] == pytest.approx(v, abs=TOL, rel=TOL), k
+    assert set(got_state) == set(want_state)
+    for k, v in want_state.items():
+        torch.testing.assert_close(got_state[k], v, atol=TOL, rtol=0, msg=k)
+
+
+def test_rank_shares_partition_the_mini_batch() -> None:
+    chunk = list(range(10, 17))
+    shares = [rank_share(chunk, r, 3) for r in range(3)]
+    assert shares == [[10, 13, 16], [11, 14], [12, 15]]
+    assert sorted(sum(shares, [])) == chunk
+    with pytest.raises(ValueError):
+        rank_share(chunk, 3, 3)
+
+
+def test_even_chunks_keep_empty_parts_for_lockstep() -> None:
+    assert even_chunks([1, 2, 3, 4, 5], 2) == [[1, 2, 3], [4, 5]]
+    assert even_chunks([7], 3) == [[7], [], []]
+    assert even_chunks([], 0) == [[]]
+
+
+def test_bad_settings_are_refused() -> None:
+    with pytest.raises(ConfigError, match="distributed.backend"):
+        DistributedConfig(backend="mpi").validate()
+    with pytest.raises(ValueError):
+        resolve_backend("ucc")
+    assert resolve_backend("gloo") == "gloo"
+    with pytest.raises(TypeError, match="model.layers"):
+        decoder_layers(torch.nn.Linear(2, 2))
+
+
+def test_init_distributed_outside_torchrun_says_what_is_missing(monkeypatch) -> None:
+    for key in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
+        monkeypatch.delenv(key, raising=False)
+    with pytest.raises(RuntimeError, match="RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT"):
+        init_distributed(DistributedConfig(backend="gloo"))
+
+
+def test_the_step_moves_the_weights_well_past_the_tolerance() -> None:
+    # Otherwise the equality tests below could pass with a broken reduction.
+    before = tiny_model().state_dict()
+    for s in SCENARIOS:
+        _, after = single_process_step(s)
+        moved = max(float((after[k] - before[k]).abs().max()) for k in before)
+        assert moved > 100 * TOL, s.name
+
+
+@pytest.fixture
+def one_rank_group(tmp_path: Path):
+    dist.init_process_group(
+        "gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1
+    )
+    yield
+    dist.destroy_process_group()
+
+
+@pytest.mark.parametrize("scenario", SCENARIOS, ids=lambda s: s.name)
+def test_one_rank_fsdp_step_equals_single_process(one_rank_group, scenario) -> None:
+    assert_same_step(sharded_step(scenario), single_process_step(scenario))
+
+
+@pytest.mark.slow
+def test_two_gloo_ranks_equal_the_single_process_step(tmp_path: Path) -> None:
+    ctx = mp.get_context("spawn")
+    assert ctx is not None
+    mp.spawn(rank_main, args=(2, str(tmp_path / "store"), str(tmp_path)), nprocs=2, join=True)
+    ranks = [torch.load(tmp_path / f"rank{r}.pt") for r in range(2)]
+    for s in SCENARIOS:
+        want = single_process_step(s)
+        assert_same_step(ranks[0][s.name], want)
+        assert ranks[1][s.name][0] == ranks[0][s.name][0]  # same metrics on every rank
+        assert ranks[1][s.name][1] == {}  # full weights are gathered on rank 0 only

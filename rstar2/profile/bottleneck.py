@@ -38,6 +38,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from rstar2.profile.actor_load import ActorLoad
+from rstar2.profile.recording import Edge
 
 SATURATED = 0.5
 """An actor busy at least this share of the time can be the bottleneck."""
@@ -62,11 +63,11 @@ class Bottleneck:
 
 def find_bottleneck(
     loads: Mapping[str, ActorLoad],
-    edges: Sequence[tuple[str, str]] = (),
+    edges: Sequence[Edge] = (),
     kv_use: Mapping[str, float] | None = None,
 ) -> Bottleneck:
-    """Apply the rule above. `edges` are (upstream, downstream) actor pairs; `kv_use` maps an
-    actor to its median KV use in [0, 1] where engines report it."""
+    """Apply the rule above. `edges` are the graph's connections; `kv_use` maps an actor to
+    its median KV use in [0, 1] where engines report it."""
     if not loads:
         raise ValueError("no actor loads to analyse (did the run record any stats?)")
     ranked = sorted(loads.values(), key=lambda a: a.busy, reverse=True)
@@ -95,7 +96,7 @@ def find_bottleneck(
 def _evidence(
     chosen: ActorLoad,
     loads: Mapping[str, ActorLoad],
-    edges: Sequence[tuple[str, str]],
+    edges: Sequence[Edge],
     runner_up: ActorLoad | None,
 ) -> list[str]:
     out = [f"{chosen.name} is busy {chosen.busy:.0%} of the time ({chosen.instances} instance(s))"]
@@ -104,18 +105,21 @@ def _evidence(
             f"work queues in front of it: queue depth p50 {chosen.queue_p50:g}, "
             f"max {chosen.queue_max}"
         )
-    for up in sorted({u for u, d in edges if d == chosen.name and u in loads}):
-        a = loads[up]
+    for edge in edges:
+        if edge.downstream != chosen.name or edge.upstream not in loads:
+            continue
+        a = loads[edge.upstream]
         if a.blocked >= _BLOCKED_EVIDENCE:
-            out.append(f"upstream {up} is blocked sending to it {a.blocked:.0%} of the time")
-        elif a.other >= _WAITING_EVIDENCE:
+            out.append(f"upstream {a.name} is blocked sending to it {a.blocked:.0%} of the time")
+        elif edge.request and a.other >= _WAITING_EVIDENCE:
             out.append(
-                f"caller {up} spends {a.other:.0%} outside its own handling (waiting on replies)"
+                f"caller {a.name} spends {a.other:.0%} outside its own handling "
+                "(waiting on replies)"
             )
-    for down in sorted({d for u, d in edges if u == chosen.name and d in loads}):
-        a = loads[down]
-        if a.idle >= _IDLE_EVIDENCE:
-            out.append(f"downstream {down} is idle {a.idle:.0%} of the time, waiting for input")
+    for edge in edges:
+        a = loads.get(edge.downstream)
+        if edge.upstream == chosen.name and a is not None and a.idle >= _IDLE_EVIDENCE:
+            out.append(f"downstream {a.name} is idle {a.idle:.0%} of the time, waiting for input")
     if runner_up is not None:
         out.append(f"next busiest: {runner_up.name} at {runner_up.busy:.0%}")
     return out

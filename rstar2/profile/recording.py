@@ -20,12 +20,23 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from rstar2.wire import ActorStats, Span, StatsReply
 
 STAGE_PREFIX = "time_"
 STAGE_SUFFIX = "_s"
+
+
+class Edge(NamedTuple):
+    """A connection between two actors of the graph."""
+
+    upstream: str
+    """The sending actor (the client, for a request/reply port)."""
+    downstream: str
+    """The receiving actor (the service, for a request/reply port)."""
+    request: bool = False
+    """True when upstream calls downstream as a service and waits for replies."""
 
 
 @dataclass(frozen=True)
@@ -55,9 +66,8 @@ class Recording:
     """Sampled values (KV use, running requests, ...) on named tracks."""
     steps: list[dict[str, Any]] = field(default_factory=list)
     """Per-step rows with `time_<stage>_s` keys (the trainer's metrics rows)."""
-    edges: list[tuple[str, str]] = field(default_factory=list)
-    """(upstream actor, downstream actor) pairs from the graph config; a client calling a
-    service counts as upstream of it."""
+    edges: list[Edge] = field(default_factory=list)
+    """The graph's connections between actors (see `workload.graph_edges`)."""
 
     def __post_init__(self) -> None:
         if not (math.isfinite(self.start) and math.isfinite(self.end)):

@@ -22,18 +22,24 @@ import anyio
 from rstar2.actors.backend import backend_options
 from rstar2.actors.graph import GraphResult, open_graph
 from rstar2.actors.graph_config import GraphConfig, parse_edge
-from rstar2.profile.recording import Recording, extras_from_result, from_replies
+from rstar2.actors.plan import import_actor
+from rstar2.profile.recording import Edge, Recording, extras_from_result, from_replies
 
 log = logging.getLogger(__name__)
 
 
-def graph_edges(cfg: GraphConfig) -> list[tuple[str, str]]:
-    """(upstream actor, downstream actor) of every edge, in config order, without repeats."""
-    out: list[tuple[str, str]] = []
-    for i, edge in enumerate(cfg.edges):
-        src, _, dst, _ = parse_edge(edge, f"graph.edges[{i}]")
-        if (src, dst) not in out:
-            out.append((src, dst))
+def graph_edges(cfg: GraphConfig) -> list[Edge]:
+    """The actor-to-actor connections of `cfg`, in config order, without repeats; an edge into
+    a request/reply port (the receiving class says) is a request edge."""
+    classes = {a.name: a.cls for a in cfg.actors}
+    out: list[Edge] = []
+    for i, text in enumerate(cfg.edges):
+        src, _, dst, dst_port = parse_edge(text, f"graph.edges[{i}]")
+        cls = import_actor(classes[dst], f"graph.actors.{dst}.cls") if dst in classes else None
+        port = cls.inputs.get(dst_port) if cls is not None else None
+        edge = Edge(src, dst, port is not None and port.is_request_reply)
+        if edge not in out:
+            out.append(edge)
     return out
 
 

@@ -6,12 +6,13 @@ import pytest
 from profile_factories import load
 
 from rstar2.profile.bottleneck import find_bottleneck
+from rstar2.profile.recording import Edge
 
 EDGES = [
-    ("learner", "rollout"),
-    ("rollout", "sandbox"),
-    ("rollout", "reward"),
-    ("reward", "learner"),
+    Edge("learner", "rollout"),
+    Edge("rollout", "sandbox", request=True),
+    Edge("rollout", "reward"),
+    Edge("reward", "learner"),
 ]
 
 
@@ -78,3 +79,10 @@ def test_advice_by_role(name: str, words: str) -> None:
 def test_no_loads_is_an_error() -> None:
     with pytest.raises(ValueError, match="no actor loads"):
         find_bottleneck({})
+
+
+def test_a_stream_producer_is_not_called_a_caller() -> None:
+    loads = {"rollout": load("rollout", 0.0, idle=0.1), "reward": load("reward", 0.95)}
+    b = find_bottleneck(loads, EDGES)
+    assert b.actor == "reward"
+    assert not any("caller" in e or "upstream" in e for e in b.evidence)

@@ -5,7 +5,9 @@ from __future__ import annotations
 import pytest
 from profile_factories import T0
 
-from rstar2.profile.recording import Recording, extras_from_result, role_of, stage_times
+from rstar2.profile.recording import Edge, Recording, extras_from_result, role_of, stage_times
+from rstar2.profile.synthetic import synthetic_graph
+from rstar2.profile.workload import graph_edges
 
 
 def test_role_of_strips_only_a_numeric_index() -> None:
@@ -61,3 +63,10 @@ def test_window_must_be_positive() -> None:
     with pytest.raises(ValueError, match="end after"):
         Recording(T0, T0)
     assert Recording(T0, T0 + 2).duration == 2
+
+
+def test_graph_edges_mark_request_reply_ports() -> None:
+    edges = graph_edges(synthetic_graph())
+    assert Edge("rollout", "sandbox", request=True) in edges
+    assert Edge("rollout", "reward", request=False) in edges
+    assert len(edges) == 5

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from profile_factories import T0, recording, span
 
-from rstar2.profile.recording import Counter
+from rstar2.profile.recording import Counter, Edge
 from rstar2.profile.report import build_report, format_report, mean_stages, report_json
 from rstar2.wire import Span
 
@@ -24,7 +24,7 @@ def _rec():
             Counter("engine.0", "kv_used", T0 + t, v)
             for t, v in ((0.1, 0.9), (0.2, 1.0), (0.3, 0.95))
         ],
-        edges=[("learner", "engine"), ("engine", "learner")],
+        edges=[Edge("learner", "engine", request=True), Edge("engine", "learner")],
     )
 
 

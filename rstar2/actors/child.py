@@ -82,15 +82,16 @@ async def _serve_child(plan: GraphPlan, process: str, control: str, keys: CurveK
     events = GraphEvents(failure=send, stop=send, finished=lambda name: send(ActorFinished(name)))
     supervisor = Supervisor(plan, process, factory, events)
     try:
-        supervisor.prepare()
-        send(Hello(process, [i.name for i in supervisor.instances]))
-        if not await _wait_ready(ctl):
-            return
         async with anyio.create_task_group() as tg:
-            tg.start_soon(supervisor.run)
+            # Watch parent and SIGTERM from the start: a parent that dies during the
+            # handshake must not leave this process waiting for Ready forever.
             tg.start_soon(_watch_parent, tg.cancel_scope)
             tg.start_soon(_watch_sigterm, tg.cancel_scope)
-            await _serve_control(ctl, supervisor, send)
+            supervisor.prepare()
+            send(Hello(process, [i.name for i in supervisor.instances]))
+            if await _wait_ready(ctl):
+                tg.start_soon(supervisor.run)
+                await _serve_control(ctl, supervisor, send)
             tg.cancel_scope.cancel()
     finally:
         supervisor.close()

@@ -7,7 +7,8 @@
 - `Pinger`: a client: `n` sequential requests on "req", stops the graph with their round trips;
 - `Flaky`: like Square, but raises on every Item with seq >= `fail_at` (only before its first
   restart when `once`), to exercise failure reports and restarts;
-- `SlowSink`: like Sink but sleeps `delay_s` per message (a slow consumer).
+- `SlowSink`: like Sink but sleeps `delay_s` per message (a slow consumer);
+- `RateSink`: times `n` Items from the first to the last (for the bus benchmark).
 
 What it does not do: anything useful beyond demonstrating and measuring the runtime.
 """
@@ -111,3 +112,26 @@ class SlowSink(Sink):
             incoming: Incoming = await ctx.recv()
             await anyio.sleep(self.delay_s)
             await ctx.dispatch(self, incoming)
+
+
+class RateSink(Actor):
+    """Counts `n` Items and stops the graph with the time from the first to the last."""
+
+    inputs: ClassVar[dict[str, Port]] = {"in": port(Item)}
+
+    def __init__(self, n: int = 100) -> None:
+        if n < 2:
+            raise ValueError(f"RateSink needs n >= 2 to time anything, got {n}")
+        self.n = n
+        self.seen = 0
+        self.first = 0.0
+
+    def handle(self, port: str, msg: Message) -> Outputs:
+        self.seen += 1
+        if self.seen == 1:
+            self.first = time.perf_counter()
+        elif self.seen == self.n:
+            self.stop_graph(
+                "done", {"count": self.n, "elapsed_s": time.perf_counter() - self.first}
+            )
+        return []

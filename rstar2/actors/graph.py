@@ -218,7 +218,7 @@ async def _handshake(graph: RunningGraph, timeout_s: float) -> None:
     assert graph.control is not None
     waiting = set(graph.procs)
     with anyio.move_on_after(timeout_s):
-        while waiting:
+        while waiting and not graph.stopping:
             dead = {n: p.exitcode for n, p in graph.procs.items() if p.exitcode is not None}
             if dead:
                 raise GraphStartError(f"graph process(es) exited during start: {dead}")
@@ -230,6 +230,8 @@ async def _handshake(graph: RunningGraph, timeout_s: float) -> None:
                         log.debug("HELLO from %s: %s", process, ", ".join(msg.actors))
                     else:
                         graph._on_control(process, msg)
+    if graph.stopping:
+        return
     if waiting:
         raise GraphStartError(
             f"no HELLO from process(es) {sorted(waiting)} within {timeout_s} s "
@@ -273,8 +275,24 @@ async def _serve_stats(graph: RunningGraph, sock: AsyncSocket) -> None:
             sock.send_nowait([frames[0], *to_frames(reply)])
 
 
-async def _watch_signals(graph: RunningGraph) -> None:
+async def _start_children(graph: RunningGraph, tg: anyio.abc.TaskGroup, ipc_dir: str) -> None:
+    """Spawn the child processes (if any), handshake, and start serving their control socket."""
+    processes = graph.plan.processes()
+    if len(processes) == (1 if MAIN_PROCESS in processes else 0):
+        return
+    endpoint = f"ipc://{ipc_dir}/control.sock"
+    graph.control = graph.supervisor.factory.bind(zmq.ROUTER, endpoint)
+    _spawn(graph, endpoint, sniffio.current_async_library())
+    await _handshake(graph, graph.cfg.handshake_timeout_s)
+    tg.start_soon(_serve_control, graph)
+    tg.start_soon(_monitor_children, graph)
+
+
+async def _watch_signals(
+    graph: RunningGraph, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED
+) -> None:
     with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+        task_status.started()
         async for signum in signals:
             log.warning("signal %s: stopping the graph", signal.Signals(signum).name)
             graph.stop("signal", signal.Signals(signum).name)
@@ -324,27 +342,29 @@ async def open_graph(
         graph = RunningGraph(cfg, plan, factory)
         graph.supervisor.prepare()
         stats_sock = factory.bind(zmq.ROUTER, f"ipc://{ipc_dir}/stats.sock")
-        if len(plan.processes()) > (1 if MAIN_PROCESS in plan.processes() else 0):
-            graph.control = factory.bind(zmq.ROUTER, f"ipc://{ipc_dir}/control.sock")
-            _spawn(graph, f"ipc://{ipc_dir}/control.sock", sniffio.current_async_library())
-            await _handshake(graph, cfg.handshake_timeout_s)
+        start_error: GraphStartError | None = None
         async with anyio.create_task_group() as tg:
-            tg.start_soon(graph.supervisor.run)
-            tg.start_soon(_serve_stats, graph, stats_sock)
-            if graph.control is not None:
-                tg.start_soon(_serve_control, graph)
-                tg.start_soon(_monitor_children, graph)
-            if handle_signals:
-                tg.start_soon(_watch_signals, graph)
+            if handle_signals:  # first, so that a signal during the handshake stops cleanly
+                await tg.start(_watch_signals, graph)
             try:
-                yield graph
-            finally:
-                with anyio.CancelScope(shield=True):
-                    graph.stop()
-                    graph.result.stats = [s for r in await graph.collect() for s in r.actors]
-                tg.cancel_scope.cancel()
+                await _start_children(graph, tg, ipc_dir)
+            except GraphStartError as e:
+                start_error = e
+            if start_error is None:
+                if not graph.stopping:
+                    tg.start_soon(graph.supervisor.run)
+                tg.start_soon(_serve_stats, graph, stats_sock)
+                try:
+                    yield graph
+                finally:
+                    with anyio.CancelScope(shield=True):
+                        graph.stop()
+                        graph.result.stats = [s for r in await graph.collect() for s in r.actors]
+            tg.cancel_scope.cancel()
         with anyio.CancelScope(shield=True):
             await _shutdown_children(graph, cfg.shutdown_timeout_s)
+        if start_error is not None:
+            raise start_error
     finally:
         factory.close()
         context.term()

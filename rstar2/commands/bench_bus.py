@@ -1,0 +1,246 @@
+"""`rstar2 bench bus [--json]`: actor bus throughput and round trips vs bare pyzmq + msgpack.
+
+For each transport (inproc, ipc, tcp on loopback) and 1 KB messages (`wire.Item`):
+- one-way throughput, msgs/s, timed at the receiver from the first to the last message:
+  runtime = a `Source` actor -> `RateSink` actor graph; raw = a PUSH loop -> PULL loop with
+  msgspec msgpack, nothing else;
+- round trip p50/p99: runtime = `Pinger` -> `Echo` over request/reply ports; raw = a blocking
+  DEALER -> ROUTER echo.
+inproc pairs run in one process (raw: a sender thread); ipc and tcp put the sender (or the
+echo service) in a spawned process. The runtime side runs on asyncio (+uvloop) by default.
+
+What it does not do: tune anything, or assert on the figures (they are printed).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing
+import statistics
+import tempfile
+import threading
+import time
+from typing import Any
+
+import msgspec
+import zmq
+
+from rstar2.actors.backend import BACKENDS
+from rstar2.actors.graph import run_graph_blocking
+from rstar2.actors.graph_config import GraphConfig, graph_config
+from rstar2.wire import Item
+
+HELP = "actor bus throughput/latency vs bare pyzmq"
+TRANSPORTS = ("inproc", "ipc", "tcp")
+_DEMO = "rstar2.actors.demo"
+_RAW_TCP_PORT = 5690
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--json", action="store_true", help="print one JSON list, one object per transport"
+    )
+    parser.add_argument("--messages", type=int, default=20000, help="messages per throughput run")
+    parser.add_argument("--round-trips", type=int, default=1000, help="round trips per latency run")
+    parser.add_argument("--size", type=int, default=1024, help="payload bytes per message")
+    parser.add_argument("--backend", choices=BACKENDS, default="asyncio")
+    parser.add_argument("--transports", default=",".join(TRANSPORTS), help="comma-separated subset")
+
+
+# --- runtime side ---------------------------------------------------------------------------
+
+
+def _placement(transport: str) -> dict[str, Any]:
+    """Where the remote end runs so that the plan picks `transport` for the edge."""
+    if transport == "inproc":
+        return {}
+    if transport == "ipc":
+        return {"process": "remote"}
+    return {"process": "remote", "host": "other"}
+
+
+def _graph(transport: str, actors: list[dict[str, Any]], edge: str) -> GraphConfig:
+    actors[0].update(_placement(transport))
+    return graph_config(
+        {
+            "name": f"bench-{transport}",
+            "edges": [edge],
+            "actors": actors,
+            "hosts": {"local": "127.0.0.1", "other": "127.0.0.1"},
+            "trace": True,
+        }
+    )
+
+
+def runtime_throughput(transport: str, n: int, size: int, backend: str) -> float:
+    cfg = _graph(
+        transport,
+        [
+            {"name": "source", "cls": f"{_DEMO}:Source", "params": {"n": n, "size": size}},
+            {"name": "sink", "cls": f"{_DEMO}:RateSink", "params": {"n": n}},
+        ],
+        "source.out -> sink.in",
+    )
+    result = run_graph_blocking(cfg, backend=backend, handle_signals=False)
+    if result.reason != "stopped":
+        raise RuntimeError(f"bench graph {transport} ended with {result.reason}: {result.failures}")
+    return (n - 1) / result.result["elapsed_s"]
+
+
+def runtime_rtts(transport: str, n: int, size: int, backend: str) -> list[float]:
+    cfg = _graph(
+        transport,
+        [
+            {"name": "echo", "cls": f"{_DEMO}:Echo"},
+            {"name": "pinger", "cls": f"{_DEMO}:Pinger", "params": {"n": n, "size": size}},
+        ],
+        "pinger.req -> echo.req",
+    )
+    result = run_graph_blocking(cfg, backend=backend, handle_signals=False)
+    if result.reason != "stopped":
+        raise RuntimeError(f"bench graph {transport} ended with {result.reason}: {result.failures}")
+    return list(result.result["rtt_s"])
+
+
+# --- bare pyzmq + msgpack ------------------------------------------------------------------
+
+
+def _endpoint(transport: str, name: str, tmp: str) -> str:
+    if transport == "inproc":
+        return f"inproc://bench-raw-{name}"
+    if transport == "ipc":
+        return f"ipc://{tmp}/raw-{name}.sock"
+    return f"tcp://127.0.0.1:{_RAW_TCP_PORT + (name == 'echo')}"
+
+
+def _raw_send(endpoint: str, n: int, size: int, context: zmq.Context | None = None) -> None:
+    ctx = context or zmq.Context()
+    sock = ctx.socket(zmq.PUSH)
+    sock.connect(endpoint)
+    enc = msgspec.msgpack.Encoder()
+    payload = b"x" * size
+    for seq in range(n):
+        sock.send(enc.encode(Item(seq, seq, payload)))
+    sock.close(linger=-1)  # deliver everything before the process exits
+    if context is None:
+        ctx.term()
+
+
+def _raw_echo(endpoint: str, n: int, context: zmq.Context | None = None) -> None:
+    ctx = context or zmq.Context()
+    sock = ctx.socket(zmq.ROUTER)
+    sock.bind(endpoint)
+    dec = msgspec.msgpack.Decoder(Item)
+    enc = msgspec.msgpack.Encoder()
+    for _ in range(n):
+        ident, body = sock.recv_multipart()
+        sock.send_multipart([ident, enc.encode(dec.decode(body))])
+    sock.close(linger=-1)
+    if context is None:
+        ctx.term()
+
+
+def _start_peer(transport: str, target: Any, args: tuple, ctx: zmq.Context) -> Any:
+    if transport == "inproc":
+        thread = threading.Thread(target=target, args=(*args, ctx), daemon=True)
+        thread.start()
+        return thread
+    proc = multiprocessing.get_context("spawn").Process(target=target, args=args)
+    proc.start()
+    return proc
+
+
+def raw_throughput(transport: str, n: int, size: int, tmp: str) -> float:
+    ctx = zmq.Context()
+    sock = ctx.socket(zmq.PULL)
+    endpoint = _endpoint(transport, "stream", tmp)
+    sock.bind(endpoint)
+    peer = _start_peer(transport, _raw_send, (endpoint, n, size), ctx)
+    dec = msgspec.msgpack.Decoder(Item)
+    dec.decode(sock.recv())
+    start = time.perf_counter()
+    for _ in range(n - 1):
+        dec.decode(sock.recv())
+    elapsed = time.perf_counter() - start
+    peer.join()
+    sock.close(linger=0)
+    ctx.term()
+    return (n - 1) / elapsed
+
+
+def raw_rtts(transport: str, n: int, size: int, tmp: str) -> list[float]:
+    ctx = zmq.Context()
+    endpoint = _endpoint(transport, "echo", tmp)
+    peer = _start_peer(transport, _raw_echo, (endpoint, n), ctx)
+    sock = ctx.socket(zmq.DEALER)
+    sock.connect(endpoint)
+    enc, dec = msgspec.msgpack.Encoder(), msgspec.msgpack.Decoder(Item)
+    payload = b"x" * size
+    rtts = []
+    for seq in range(n):
+        start = time.perf_counter()
+        sock.send(enc.encode(Item(seq, seq, payload)))
+        dec.decode(sock.recv())
+        rtts.append(time.perf_counter() - start)
+    peer.join()
+    sock.close(linger=0)
+    ctx.term()
+    return rtts
+
+
+# --- report --------------------------------------------------------------------------------
+
+
+def percentile(values: list[float], q: float) -> float:
+    """The q-quantile (0..1) by nearest rank."""
+    if not values:
+        raise ValueError("no values")
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, round(q * len(ordered)) - 1))]
+
+
+def measure(transport: str, args: argparse.Namespace, tmp: str) -> dict[str, Any]:
+    runtime = runtime_throughput(transport, args.messages, args.size, args.backend)
+    raw = raw_throughput(transport, args.messages, args.size, tmp)
+    rtts = runtime_rtts(transport, args.round_trips, args.size, args.backend)
+    raw_rt = raw_rtts(transport, args.round_trips, args.size, tmp)
+    return {
+        "transport": transport,
+        "runtime_msgs_per_s": round(runtime),
+        "raw_msgs_per_s": round(raw),
+        "ratio": round(runtime / raw, 3),
+        "rtt_p50_ms": round(percentile(rtts, 0.5) * 1e3, 3),
+        "rtt_p99_ms": round(percentile(rtts, 0.99) * 1e3, 3),
+        "raw_rtt_p50_ms": round(percentile(raw_rt, 0.5) * 1e3, 3),
+        "raw_rtt_p99_ms": round(percentile(raw_rt, 0.99) * 1e3, 3),
+        "median_rtt_ratio": round(statistics.median(rtts) / statistics.median(raw_rt), 2),
+    }
+
+
+def run(args: argparse.Namespace) -> int:
+    transports = [t.strip() for t in args.transports.split(",") if t.strip()]
+    bad = [t for t in transports if t not in TRANSPORTS]
+    if bad or args.messages < 2 or args.round_trips < 1 or args.size < 0:
+        raise SystemExit(
+            f"bench bus: bad arguments (transports {bad}, messages, round trips, size)"
+        )
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="rstar2-bench-") as tmp:
+        for transport in transports:
+            rows.append(measure(transport, args, tmp))
+    if args.json:
+        print(json.dumps(rows))
+        return 0
+    print(
+        f"{args.size}-byte messages, {args.messages} one way, {args.round_trips} round trips, runtime on {args.backend}"
+    )
+    print(
+        f"{'transport':<9} {'runtime/s':>10} {'raw/s':>10} {'ratio':>6} {'rtt p50':>9} {'rtt p99':>9} {'raw p50':>9} {'raw p99':>9}"
+    )
+    for r in rows:
+        print(
+            f"{r['transport']:<9} {r['runtime_msgs_per_s']:>10} {r['raw_msgs_per_s']:>10} {r['ratio']:>6.2f} "
+            f"{r['rtt_p50_ms']:>7.3f}ms {r['rtt_p99_ms']:>7.3f}ms {r['raw_rtt_p50_ms']:>7.3f}ms {r['raw_rtt_p99_ms']:>7.3f}ms"
+        )
+    return 0

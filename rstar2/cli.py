@@ -29,7 +29,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "sim": ("rstar2.commands.sim", "simulate rollout scheduling policies without GPUs"),
     "bench": ("rstar2.commands.bench", "benchmarks: bus, engine, train"),
     "profile": ("rstar2.commands.profile", "trace a short run and name the bottleneck actor"),
-    "top": ("rstar2.commands.top", "live per-actor rates, queue depths and busy %"),
+    "top": ("rstar2.commands.top", "live per-actor rates, queue depths and busy share"),
     "launch": ("rstar2.commands.launch", "start this node's share of a multi-host graph"),
 }
 

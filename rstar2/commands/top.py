@@ -27,7 +27,7 @@ from rstar2.profile.live_view import (
     timed_poll,
 )
 
-HELP = "live per-actor rates, queue depths and busy %"
+HELP = "live per-actor rates, queue depths and busy share"
 _CLEAR = "\x1b[H\x1b[2J"
 
 

@@ -84,3 +84,11 @@ def test_overhead_reports_both_sides(capsys: pytest.CaptureFixture[str], tmp_pat
     on, off = doc["on_s"], doc["off_s"]
     assert doc["overhead"] == pytest.approx(statistics.median(on) / statistics.median(off) - 1)
     assert min(on + off) > 0
+
+
+@pytest.mark.parametrize("argv", [["--help"], ["profile", "--help"], ["top", "--help"]])
+def test_help_texts_render(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        main(argv)
+    assert exit_info.value.code == 0
+    assert "usage: rstar2" in capsys.readouterr().out

@@ -30,6 +30,7 @@ import anyio
 from rstar2.actors.actor import Actor, Port, port
 from rstar2.actors.context import ActorContext
 from rstar2.actors.graph_config import GraphConfig, graph_config
+from rstar2.profile.handling import handling
 from rstar2.wire import Item
 
 _MODULE = "rstar2.profile.synthetic"
@@ -38,10 +39,8 @@ SLOW_CHOICES = ("sandbox", "reward", "engine", "learner")
 
 async def _traced_sleep(ctx: ActorContext, seconds: float, port: str, depth: int = 0) -> None:
     """Sleep as if handling a message, recorded as a "handle" span."""
-    start = time.time()
-    await anyio.sleep(seconds)
-    ctx.tracer.record("handle", start, time.time(), port, depth)
-    ctx.tracer.stats.handled += 1
+    with handling(ctx, port, depth):
+        await anyio.sleep(seconds)
 
 
 class Learner(Actor):

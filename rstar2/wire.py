@@ -363,3 +363,99 @@ class RewardResult(Message, tag=63):
     extracted: str | None
     status: str
     message: str = ""
+
+
+# --- train: learner <-> scheduler <-> rollout workers <-> reward (tags 70-89) -----------------
+
+
+@register
+class RolloutTask(Message, tag=70):
+    """One trajectory to roll out (learner -> scheduler -> a rollout worker)."""
+
+    traj_id: str
+    prompt_id: str
+    sample: int
+    step: int
+    prompt_ids: list[int]
+    answer: str
+    seed: int
+    kind: str = "train"  # "train" | "eval" | "filter"
+    temperature: float = 1.0
+    max_response_tokens: int = 0  # 0 = the worker's configured budget
+    max_turns: int = 0  # 0 = the worker's configured limit
+
+
+@register
+class TrajectoryResult(Message, tag=71):
+    """A finished trajectory, scored once it has passed the reward actor."""
+
+    traj_id: str
+    prompt_id: str
+    sample: int
+    step: int
+    kind: str
+    answer: str
+    token_ids: list[int]
+    loss_mask: list[int]
+    logprobs: list[float]
+    prompt_len: int
+    response_text: str
+    turns: int
+    tool_calls: int
+    tool_errors: int
+    tool_timeouts: int
+    answer_tags: int
+    finish_reason: str
+    engine: int = -1
+    gen_s: float = 0.0
+    tool_s: float = 0.0
+    reward: float = 0.0
+    reward_status: str = ""
+    reward_s: float = 0.0
+    kv_capacity_tokens: int = 0
+    kv_free_tokens: int = 0
+    running: int = 0
+    waiting: int = 0
+    preemptions: int = 0
+
+
+@register
+class EngineReportRequest(Message, tag=72):
+    """Ask a rollout worker for its engine's KV stats."""
+
+
+@register
+class EngineReport(Message, tag=73):
+    engine: int
+    kv_capacity_tokens: int
+    kv_free_tokens: int
+    running: int
+    waiting: int
+    preemptions: int
+    recomputed_tokens: int
+    generated_tokens: int
+
+
+@register
+class WeightUpdate(Message, tag=74):
+    """New policy weights for the rollout engines: all tensors flattened into one buffer."""
+
+    version: int
+    names: list[str]
+    shapes: list[list[int]]
+    flat: np.ndarray
+
+
+@register
+class WeightAck(Message, tag=75):
+    version: int
+    engine: int
+    load_s: float = 0.0
+
+
+@register
+class RolloutBatch(Message, tag=76):
+    """All trajectories of one RL step (or one evaluation), learner -> scheduler."""
+
+    step: int
+    tasks: list[RolloutTask]

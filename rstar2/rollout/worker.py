@@ -212,7 +212,7 @@ class RolloutWorker(Actor):
             prompt_id=task.prompt_id,
             sample=task.sample,
             seed=task.seed,
-            context_limit=self.engine_cfg.max_model_len or None,
+            context_limit=engine.core.max_model_len,
         )
         wall = time.perf_counter() - start
         result = to_result(

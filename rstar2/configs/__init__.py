@@ -1,0 +1,1 @@
+"""Packaged config files (the embedded default)."""

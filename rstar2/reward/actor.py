@@ -1,0 +1,61 @@
+"""The reward actor: scores finished trajectories off the hot path.
+
+Trajectories arrive on ``trajectories``; each is scored by the reward pool (math-verify in
+worker processes with timeouts, see `reward_pool.py`) in its own task, so a slow verification
+never holds back the others, and leaves on ``scored`` with `reward`, `reward_status` and the
+time it took. A truncated rollout (budget or turn limit) gets 0 without verification, as in
+the paper. Tool responses are cut out of the text before extraction, so a `\boxed{}` printed
+by the model's own code never counts as its answer.
+
+What it does not do: extract or verify itself (the pool does), or decide what to train on.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from typing import ClassVar
+
+import anyio
+import msgspec
+
+from rstar2.actors import Actor, ActorContext, Port, port
+from rstar2.config import from_dict
+from rstar2.reward.reward_config import RewardConfig
+from rstar2.reward.reward_pool import RewardPool, open_reward_pool
+from rstar2.rollout.trajectory import TRUNCATED_REASONS
+from rstar2.wire import TrajectoryResult
+
+_TOOL_RESPONSE = re.compile(r"<tool_response>.*?(</tool_response>|$)", re.DOTALL)
+
+
+def model_text(response: str) -> str:
+    """The response without the tool responses the loop inserted."""
+    return _TOOL_RESPONSE.sub("", response)
+
+
+class RewardActor(Actor):
+    inputs: ClassVar[dict[str, Port]] = {"trajectories": port(TrajectoryResult)}
+    outputs: ClassVar[dict[str, Port]] = {"scored": port(TrajectoryResult)}
+
+    def __init__(self, reward: dict | None = None) -> None:
+        self.cfg = from_dict(RewardConfig, reward or {})
+
+    async def serve(self, ctx: ActorContext) -> None:
+        async with open_reward_pool(self.cfg) as pool, anyio.create_task_group() as tg:
+            while True:
+                incoming = await ctx.recv()
+                assert isinstance(incoming.msg, TrajectoryResult)
+                tg.start_soon(self._score, ctx, pool, incoming.msg)
+
+    async def _score(self, ctx: ActorContext, pool: RewardPool, traj: TrajectoryResult) -> None:
+        start = time.perf_counter()
+        if traj.finish_reason in TRUNCATED_REASONS:
+            reward, status = 0.0, "truncated"
+        else:
+            result = await pool.score(model_text(traj.response_text), traj.answer)
+            reward, status = result.reward, result.status
+        scored = msgspec.structs.replace(
+            traj, reward=reward, reward_status=status, reward_s=time.perf_counter() - start
+        )
+        await ctx.send("scored", scored)

@@ -1,0 +1,231 @@
+"""`TrainConfig`: everything one training run needs, one table per component.
+
+The embedded default lives in `rstar2/configs/tiny.toml` (a CPU-sized run); `configs/` at the
+repository root holds the paper's full-scale setup. `load_train_config(path, quick, sets)`
+starts from the dataclass defaults, applies the file, then the `--quick` preset, then
+`--set key=value` overrides, and validates the result (errors name the dotted key).
+
+What it does not do: run anything (see `runner.py`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import tomllib
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any, Literal
+
+from rstar2.config import ConfigError, from_dict, load_file, require, to_dict
+from rstar2.engine.config import EngineConfig
+from rstar2.learner.policy_update import LearnerConfig
+from rstar2.learner.sft import SFTConfig
+from rstar2.model.tiny import TinyModelConfig
+from rstar2.reward.reward_config import RewardConfig
+from rstar2.rl import RLConfig
+from rstar2.rollout.config import RolloutConfig
+from rstar2.sandbox.config import SandboxConfig
+from rstar2.scheduler import SchedulerConfig
+from rstar2.tasks.arithmetic import TaskConfig
+
+
+@dataclass
+class StageConfig:
+    """One RL stage (paper: stage 1 8K tokens, stage 2 12K, stage 3 12K on the hard subset)."""
+
+    name: str = "rl1"
+    """Stage name, shown in progress lines and metrics."""
+    steps: int = 10
+    """RL steps in this stage."""
+    max_response_tokens: int = 0
+    """Token budget of a trajectory in this stage (0 = rollout.max_response_tokens)."""
+    max_turns: int = 0
+    """Assistant turn limit in this stage (0 = rollout.max_turns)."""
+    filter_solved: bool = False
+    """Stage 3: before it starts, roll out each problem of the pool `filter_samples` times with
+    the current policy and drop the problems solved every time."""
+    filter_samples: int = 8
+    """Rollouts per problem for the solved-filter (paper: 8)."""
+    filter_pool: int = 0
+    """Training problems probed by the filter (0 = all). A CPU run probes a subset."""
+    reset_optimizer: bool = False
+    """Start the stage with a fresh optimizer state (the paper resets it for stage 3)."""
+
+    def validate(self) -> None:
+        require(self.steps >= 1, "stages[].steps", self.steps, "an integer >= 1")
+        require(self.filter_samples >= 1, "stages[].filter_samples", self.filter_samples, ">= 1")
+        require(self.filter_pool >= 0, "stages[].filter_pool", self.filter_pool, ">= 0")
+
+
+@dataclass
+class ModelSource:
+    """Where the initial policy comes from."""
+
+    path: str = ""
+    """A local Hugging Face model directory; empty = build the tiny embedded default."""
+    tiny: TinyModelConfig = field(default_factory=TinyModelConfig)
+    """Size of the tiny embedded default (used when `path` is empty)."""
+
+
+@dataclass
+class Placement:
+    """How the actor graph is laid out."""
+
+    engines: int = 1
+    """Rollout workers, each with its own inference engine."""
+    sandboxes: int = 1
+    """Sandbox (code executor) service instances."""
+    processes: int = 1
+    """1 = every actor in this process (inproc); N > 1 = rollout workers and sandbox services
+    spread over N - 1 spawned local processes (ipc)."""
+    backend: Literal["asyncio", "trio"] = "asyncio"
+    """Event loop of the graph (asyncio uses uvloop when installed)."""
+    engine_threads: int = 0
+    """torch threads per rollout engine (0 = torch's default)."""
+    learner_threads: int = 0
+    """torch threads for the learner (0 = torch's default)."""
+
+    def validate(self) -> None:
+        require(self.engines >= 1, "graph.engines", self.engines, "an integer >= 1")
+        require(self.sandboxes >= 1, "graph.sandboxes", self.sandboxes, "an integer >= 1")
+        require(self.processes >= 1, "graph.processes", self.processes, "an integer >= 1")
+
+
+@dataclass
+class TrainConfig:
+    """A whole training run: SFT (stage 0) then the RL stages, on the actor graph."""
+
+    seed: int = 0
+    """Seed of everything: data order, rollout sampling, RoC selection."""
+    prompts_per_step: int = 8
+    """Prompts per RL step (paper: 512; released script: 128)."""
+    rollouts_per_prompt: int = 16
+    """Rollouts sampled per prompt, 2G for RoC (paper: 32); `rl.group_size` (G) are kept."""
+    heldout_problems: int = 100
+    """Held-out problems evaluated (one sample each) after SFT, every `eval_every` steps and at
+    the end."""
+    eval_every: int = 10
+    """Evaluate held-out accuracy every this many RL steps (0 = only after SFT and at the end)."""
+    eval_temperature: float = 0.0
+    """Sampling temperature of held-out evaluation (0 = greedy)."""
+    checkpoint_every: int = 10
+    """Write a checkpoint every this many RL steps (and at the end)."""
+    keep_checkpoints: int = 2
+    """Checkpoints kept on disk (older ones are pruned)."""
+    model: ModelSource = field(default_factory=ModelSource)
+    """The initial policy."""
+    task: TaskConfig = field(default_factory=TaskConfig)
+    """The embedded task's problems (train and held-out splits)."""
+    data: str = ""
+    """Optional JSONL/Parquet training problems (fields problem, answer) instead of the task."""
+    heldout_data: str = ""
+    """Optional JSONL/Parquet held-out problems instead of the task's held-out split."""
+    sft: SFTConfig = field(default_factory=SFTConfig)
+    """Stage 0: SFT on tool-format traces (steps = 0 skips it)."""
+    stages: list[StageConfig] = field(default_factory=lambda: [StageConfig()])
+    """The RL stages, in order."""
+    rl: RLConfig = field(default_factory=RLConfig)
+    """The RL algorithm: RoC or plain GRPO, clip range, penalties."""
+    learner: LearnerConfig = field(default_factory=LearnerConfig)
+    """The optimiser."""
+    rollout: RolloutConfig = field(default_factory=RolloutConfig)
+    """The agent loop."""
+    engine: EngineConfig = field(default_factory=EngineConfig)
+    """Each embedded inference engine."""
+    sandbox: SandboxConfig = field(default_factory=SandboxConfig)
+    """Each sandbox service."""
+    reward: RewardConfig = field(default_factory=RewardConfig)
+    """The reward actor's verifier pool."""
+    scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
+    """Routing of trajectories to engines."""
+    graph: Placement = field(default_factory=Placement)
+    """Actor placement."""
+
+    def validate(self) -> None:
+        require(self.prompts_per_step >= 1, "prompts_per_step", self.prompts_per_step, ">= 1")
+        require(
+            self.rollouts_per_prompt >= self.rl.group_size or self.rl.algo == "grpo",
+            "rollouts_per_prompt",
+            self.rollouts_per_prompt,
+            f">= rl.group_size ({self.rl.group_size}) for RoC",
+        )
+        require(
+            self.rollouts_per_prompt >= 2, "rollouts_per_prompt", self.rollouts_per_prompt, ">= 2"
+        )
+        require(self.heldout_problems >= 0, "heldout_problems", self.heldout_problems, ">= 0")
+        require(self.eval_every >= 0, "eval_every", self.eval_every, ">= 0")
+        require(self.checkpoint_every >= 1, "checkpoint_every", self.checkpoint_every, ">= 1")
+        require(self.keep_checkpoints >= 1, "keep_checkpoints", self.keep_checkpoints, ">= 1")
+        require(len(self.stages) >= 1, "stages", self.stages, "at least one RL stage")
+        for sub in (self.rl, self.learner, self.sft, self.task):
+            sub.validate()
+
+    @property
+    def total_steps(self) -> int:
+        return sum(s.steps for s in self.stages)
+
+
+QUICK: dict[str, Any] = {
+    "prompts_per_step": 4,
+    "rollouts_per_prompt": 4,
+    "heldout_problems": 16,
+    "eval_every": 0,
+    "checkpoint_every": 2,
+    "rl": {"group_size": 2},
+    "sft": {"steps": 40, "train_problems": 400, "log_every": 20},
+    "stages": [{"name": "rl1", "steps": 3}],
+}
+"""The `--quick` preset: a smoke run of a few minutes (tests and first tries)."""
+
+
+def default_config_text() -> str:
+    return resources.files("rstar2.configs").joinpath("tiny.toml").read_text()
+
+
+def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for k, v in over.items():
+        out[k] = _merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
+    return out
+
+
+def parse_set(item: str) -> tuple[list[str], Any]:
+    """`a.b=value` -> (["a", "b"], value); the value is read as JSON when it parses, else str."""
+    if "=" not in item:
+        raise ConfigError(item, item, "KEY=VALUE")
+    key, raw = item.split("=", 1)
+    try:
+        value = json.loads(raw)
+    except json.JSONDecodeError:
+        value = raw
+    return key.strip().split("."), value
+
+
+def load_train_config(
+    path: str | Path | None = None, quick: bool = False, sets: list[str] | None = None
+) -> TrainConfig:
+    """Defaults <- file (or the embedded tiny.toml) <- --quick <- --set overrides."""
+    data = load_file(path) if path else tomllib.loads(default_config_text())
+    if quick:
+        data = _merge(data, QUICK)
+    for item in sets or []:
+        keys, value = parse_set(item)
+        node = data
+        for k in keys[:-1]:
+            node = node.setdefault(k, {})
+            if not isinstance(node, dict):
+                raise ConfigError(".".join(keys), value, "a key inside a table")
+        node[keys[-1]] = value
+    cfg = from_dict(TrainConfig, data)
+    cfg.validate()
+    return cfg
+
+
+def config_dict(cfg: TrainConfig) -> dict[str, Any]:
+    return to_dict(cfg)
+
+
+def replace_stage(stage: StageConfig, **changes: Any) -> StageConfig:
+    return dataclasses.replace(stage, **changes)

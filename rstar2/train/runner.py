@@ -1,0 +1,179 @@
+"""The run driver behind `rstar2 train`: model, SFT (stage 0), then the RL actor graph.
+
+`run_training(cfg, run_dir, resume)`:
+
+1. writes the resolved config to `RUN/config.json` (a resumed run reads it back);
+2. builds the tiny embedded model (or takes `model.path`) and runs SFT on tool-format traces
+   unless `RUN/model-sft/` is complete already, so a resumed run skips it;
+3. runs the RL stages on the live actor graph (`train_graph`): learner, scheduler, rollout
+   workers with their engines, sandbox services and the reward actor, over ZeroMQ (inproc by
+   default; `graph.processes > 1` spreads them over local processes);
+4. draws the curves (`RUN/curves.png`) and returns a summary.
+
+What it does not do: RL math or actor logic (their own modules); argument parsing (the CLI).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import shutil
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from rstar2.actors import GraphConfig, graph_config, run_graph_blocking
+from rstar2.config import from_dict
+from rstar2.learner.sft import encode_examples, train_sft
+from rstar2.metrics import plot_metrics, read_metrics
+from rstar2.model.loader import load_model
+from rstar2.model.tiny import init_model
+from rstar2.tasks.arithmetic import generate_problems
+from rstar2.tasks.traces import build_traces
+from rstar2.train.config import TrainConfig, config_dict
+
+log = logging.getLogger(__name__)
+
+
+class TrainingFailed(RuntimeError):
+    """The actor graph stopped without finishing the run."""
+
+
+def save_config(cfg: TrainConfig, run_dir: Path) -> None:
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / "config.json").write_text(json.dumps(config_dict(cfg), indent=1))
+
+
+def load_run_config(run_dir: Path) -> TrainConfig:
+    path = run_dir / "config.json"
+    if not path.is_file():
+        raise FileNotFoundError(f"{run_dir} has no config.json: not an rstar2 run directory")
+    return from_dict(TrainConfig, json.loads(path.read_text()))
+
+
+def prepare_policy(cfg: TrainConfig, run_dir: Path) -> Path:
+    """The SFT'd starting policy of RL (built once per run directory)."""
+    sft_dir = run_dir / "model-sft"
+    if (sft_dir / "sft.json").is_file():
+        log.info("SFT already done in %s", sft_dir)
+        return sft_dir
+    if cfg.model.path:
+        base = Path(cfg.model.path)
+    else:
+        base = run_dir / "model-init"
+        if not (base / "config.json").is_file():
+            init_model(base, cfg.model.tiny)
+    if cfg.sft.steps == 0:
+        return base
+    torch.manual_seed(cfg.seed)
+    model, tokenizer = load_model(base)
+    problems = generate_problems(cfg.task, "train")[: cfg.sft.train_problems]
+    traces = build_traces(problems, seed=cfg.sft.seed, mistake_fraction=cfg.sft.mistake_fraction)
+    examples = encode_examples(tokenizer, traces)
+    log.info("SFT: %d traces, %d steps", len(examples), cfg.sft.steps)
+    start = time.perf_counter()
+    result = train_sft(model, examples, cfg.sft, pad_id=int(tokenizer.pad_token_id or 0))
+    tmp = run_dir / "model-sft.tmp"
+    shutil.rmtree(tmp, ignore_errors=True)
+    model.save_pretrained(tmp)
+    tokenizer.save_pretrained(tmp)
+    info = {
+        "steps": cfg.sft.steps,
+        "seconds": time.perf_counter() - start,
+        "final_loss": result.losses[-1] if result.losses else None,
+    }
+    (tmp / "sft.json").write_text(json.dumps(info))
+    shutil.rmtree(sft_dir, ignore_errors=True)
+    tmp.rename(sft_dir)
+    log.info("SFT done in %.0fs (final loss %.3f)", info["seconds"], info["final_loss"] or 0.0)
+    return sft_dir
+
+
+def train_graph(cfg: TrainConfig, run_dir: Path, model_dir: Path, resume: bool) -> GraphConfig:
+    """The RL actor graph of one run."""
+    g = cfg.graph
+    data = config_dict(cfg)
+    workers = "main" if g.processes == 1 else "engines"
+    tools = "main" if g.processes == 1 else ("engines" if g.processes == 2 else "tools")
+    actors = [
+        {
+            "name": "learner",
+            "cls": "rstar2.learner.actor:LearnerActor",
+            "params": {
+                "config": data,
+                "run_dir": str(run_dir),
+                "model_dir": str(model_dir),
+                "resume": resume,
+            },
+        },
+        {
+            "name": "scheduler",
+            "cls": "rstar2.scheduler.actor:SchedulerActor",
+            "params": {
+                "scheduler": data["scheduler"],
+                "max_response_tokens": cfg.rollout.max_response_tokens,
+            },
+        },
+        {
+            "name": "rollout",
+            "cls": "rstar2.rollout.worker:RolloutWorker",
+            "count": g.engines,
+            "process": workers,
+            "params": {
+                "model_dir": str(model_dir),
+                "engine": data["engine"],
+                "rollout": data["rollout"],
+                "threads": g.engine_threads,
+            },
+        },
+        {
+            "name": "sandbox",
+            "cls": "rstar2.sandbox.actor:SandboxActor",
+            "count": g.sandboxes,
+            "process": tools,
+            "params": {"sandbox": data["sandbox"]},
+        },
+        {
+            "name": "reward",
+            "cls": "rstar2.reward.actor:RewardActor",
+            "process": tools,
+            "params": {"reward": data["reward"]},
+        },
+    ]
+    edges = [
+        "learner.tasks -> scheduler.tasks",
+        "learner.weights -> rollout.weights",
+        "scheduler.assign -> rollout.assign",
+        "scheduler.report -> rollout.report",
+        "scheduler.done -> reward.trajectories",
+        "rollout.tools -> sandbox.exec",
+        "reward.scored -> learner.scored",
+    ]
+    return graph_config(
+        {"name": "train", "actors": actors, "edges": edges, "handshake_timeout_s": 120.0}
+    )
+
+
+def run_training(cfg: TrainConfig, run_dir: Path, resume: bool = False) -> dict[str, Any]:
+    """Run (or resume) a whole training run; returns its summary."""
+    start = time.perf_counter()
+    if not resume:
+        save_config(cfg, run_dir)
+    model_dir = prepare_policy(cfg, run_dir)
+    graph = train_graph(cfg, run_dir, model_dir, resume)
+    result = run_graph_blocking(graph, backend=cfg.graph.backend)
+    if not result.ok:
+        details = "; ".join(
+            f"{f.actor}: {f.traceback.strip().splitlines()[-1]}" for f in result.failures
+        )
+        raise TrainingFailed(f"the training graph stopped ({result.reason}): {details}")
+    summary: dict[str, Any] = dict(result.result or {})
+    rows = read_metrics(run_dir / "metrics.jsonl")
+    if rows:
+        plot_metrics({cfg.rl.algo: rows}, run_dir / "curves.png")
+    summary["wall_s"] = time.perf_counter() - start
+    summary["run_dir"] = str(run_dir)
+    (run_dir / "summary.json").write_text(json.dumps(summary, indent=1))
+    return summary

@@ -1,0 +1,68 @@
+"""Per-step rollout statistics, as pure functions of the step's trajectories.
+
+- `reward_mean`, `response_tokens_mean`, `tool_calls_mean` over all rollouts of the step;
+- `tool_error_ratio_correct`: failed (error or timeout) tool calls over all tool calls, counted
+  in the correct trajectories only (the paper's Figure 9 quantity, before RoC selection);
+- `mixed_group_fraction`: share of prompts whose rollouts have both rewards (groups with signal);
+- `stage_split`: how the rollout phase's wall time divides into generation, tool and reward
+  time. These overlap (many trajectories run at once), so the wall time is split in proportion
+  to the summed per-trajectory times: t_gen = wall * G / (G + T + R), and so on.
+
+What it does not do: anything with gradients (rstar2.learner.policy_update).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Protocol
+
+
+class Scored(Protocol):
+    prompt_id: str
+    reward: float
+    token_ids: Sequence[int]
+    prompt_len: int
+    tool_calls: int
+    tool_errors: int
+    tool_timeouts: int
+    gen_s: float
+    tool_s: float
+    reward_s: float
+
+
+def _mean(xs: Sequence[float]) -> float:
+    return sum(xs) / len(xs) if xs else 0.0
+
+
+def rollout_metrics(trajs: Sequence[Scored]) -> dict[str, float]:
+    correct = [t for t in trajs if t.reward > 0]
+    calls = sum(t.tool_calls for t in correct)
+    failed = sum(t.tool_errors + t.tool_timeouts for t in correct)
+    groups: dict[str, set[float]] = {}
+    for t in trajs:
+        groups.setdefault(t.prompt_id, set()).add(float(t.reward))
+    return {
+        "reward_mean": _mean([float(t.reward) for t in trajs]),
+        "response_tokens_mean": _mean([len(t.token_ids) - t.prompt_len for t in trajs]),
+        "tool_calls_mean": _mean([t.tool_calls for t in trajs]),
+        "tool_error_ratio_correct": failed / calls if calls else 0.0,
+        "mixed_group_fraction": _mean([len(v) > 1 for v in groups.values()]),
+    }
+
+
+def stage_split(trajs: Sequence[Scored], wall_s: float) -> dict[str, float]:
+    gen = sum(t.gen_s for t in trajs)
+    tool = sum(t.tool_s for t in trajs)
+    reward = sum(t.reward_s for t in trajs)
+    total = gen + tool + reward
+    if total <= 0:
+        return {"time_gen_s": wall_s, "time_tool_s": 0.0, "time_reward_s": 0.0}
+    return {
+        "time_gen_s": wall_s * gen / total,
+        "time_tool_s": wall_s * tool / total,
+        "time_reward_s": wall_s * reward / total,
+    }
+
+
+def accuracy(trajs: Sequence[Scored]) -> float:
+    return _mean([float(t.reward > 0) for t in trajs])

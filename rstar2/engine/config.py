@@ -23,6 +23,9 @@ class EngineConfig:
     """Most tokens (prefill + decode) in one engine step; a longer prompt is prefilled alone."""
     max_model_len: int = 0
     """Longest prompt + output in tokens; 0 = the model's max_position_embeddings."""
+    prefix_cache_entries: int = 256
+    """Finished requests whose KV blocks are kept for a continuation (multi-turn prefix reuse);
+    they are evicted, oldest first, whenever blocks are needed. 0 disables reuse."""
     num_threads: int = 0
     """torch intra-op threads for the engine; 0 = leave torch's setting alone."""
 
@@ -46,6 +49,12 @@ class EngineConfig:
             "max_model_len",
             self.max_model_len,
             "0 (model default) or a positive integer",
+        )
+        require(
+            self.prefix_cache_entries >= 0,
+            "prefix_cache_entries",
+            self.prefix_cache_entries,
+            "an integer >= 0",
         )
         require(self.num_threads >= 0, "num_threads", self.num_threads, "an integer >= 0")
 

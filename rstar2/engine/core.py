@@ -62,6 +62,7 @@ class EngineCore:
             cfg.max_num_seqs,
             cfg.max_num_batched_tokens,
             self.max_model_len,
+            cfg.prefix_cache_entries,
         )
         self._requests: dict[str, Request] = {}
         self._arrivals = 0
@@ -132,7 +133,7 @@ class EngineCore:
         s = self.scheduler
         return EngineStats(
             kv_capacity_tokens=s.pool.num_blocks * s.block_size,
-            kv_free_tokens=s.pool.num_free * s.block_size,
+            kv_free_tokens=s.num_free_blocks * s.block_size,
             running=len(s.running),
             waiting=len(s.waiting),
             preemptions=s.preemptions,

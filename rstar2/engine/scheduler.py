@@ -10,10 +10,12 @@ vLLM's policy, on a fixed pool of blocks:
    while blocks for their whole context, a batch slot and the step's token budget allow. A
    prompt longer than the budget is admitted alone (no chunked prefill).
 `update()` then appends the sampled tokens and finishes requests (stop token, max_tokens, or
-max_model_len).
+max_model_len). A finished request's blocks are parked in the prefix cache; a new request whose
+prompt extends a parked sequence takes its blocks and prefills only the new tokens (multi-turn
+continuations). Parked blocks count as free: they are evicted before anyone is preempted.
 
-What it does not do: run the model or sample (the engine core does), chunked prefill, or prefix
-caching across requests.
+What it does not do: run the model or sample (the engine core does), chunked prefill, or
+sharing of blocks between live requests.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from rstar2.engine.block_pool import BlockPool, blocks_needed
+from rstar2.engine.prefix_cache import PrefixCache
 from rstar2.engine.request import Request
 
 
@@ -44,8 +47,10 @@ class Scheduler:
         max_num_seqs: int,
         max_num_batched_tokens: int,
         max_model_len: int,
+        prefix_entries: int = 0,
     ) -> None:
         self.pool = BlockPool(num_blocks)
+        self.prefix_cache = PrefixCache(prefix_entries)
         self.block_size = block_size
         self.max_num_seqs = max_num_seqs
         self.max_num_batched_tokens = max_num_batched_tokens
@@ -61,6 +66,11 @@ class Scheduler:
 
     def has_unfinished(self) -> bool:
         return bool(self.waiting or self.running)
+
+    @property
+    def num_free_blocks(self) -> int:
+        """Blocks available to new work: free ones plus parked (evictable) ones."""
+        return self.pool.num_free + self.prefix_cache.num_blocks
 
     def schedule(self) -> ScheduleResult:
         result = ScheduleResult()
@@ -79,14 +89,12 @@ class Scheduler:
             return result
         while self.waiting and len(self.running) < self.max_num_seqs:
             req = self.waiting[0]
+            if req.num_tokens > budget and result.scheduled:
+                break
+            if not self._place(req):
+                break
             num_new = req.num_tokens - req.num_computed
-            if num_new > budget and result.scheduled:
-                break
-            blocks = self.pool.allocate(blocks_needed(req.num_tokens, self.block_size))
-            if blocks is None:
-                break
             self.waiting.popleft()
-            req.blocks = blocks
             self.recomputed_tokens += req.lost_tokens
             req.lost_tokens = 0
             self.running.append(req)
@@ -94,11 +102,32 @@ class Scheduler:
             budget -= num_new
         return result
 
+    def _place(self, req: Request) -> bool:
+        """Give a waiting request blocks for its whole context, reusing a parked prefix."""
+        entry = None if req.output_ids else self.prefix_cache.take(req.prompt_ids)
+        reused = entry.blocks if entry is not None else []
+        blocks = self._allocate(blocks_needed(req.num_tokens, self.block_size) - len(reused))
+        if blocks is None:
+            if entry is not None:
+                self.pool.free(self.prefix_cache.put(entry.tokens, entry.blocks))
+            return False
+        req.blocks = reused + blocks
+        req.num_computed = len(entry.tokens) if entry is not None else 0
+        return True
+
+    def _allocate(self, n: int) -> list[int] | None:
+        """`n` blocks, evicting parked prefixes (oldest first) as needed; None if impossible."""
+        while True:
+            blocks = self.pool.allocate(n)
+            if blocks is not None or not len(self.prefix_cache):
+                return blocks
+            self.pool.free(self.prefix_cache.evict())
+
     def _grow(self, req: Request, result: ScheduleResult) -> bool:
         """Give `req` the blocks its next token needs, preempting the newest; False if it lost."""
         need = blocks_needed(req.num_tokens, self.block_size) - len(req.blocks)
         while need > 0:
-            blocks = self.pool.allocate(need)
+            blocks = self._allocate(need)
             if blocks is not None:
                 req.blocks.extend(blocks)
                 return True
@@ -133,7 +162,10 @@ class Scheduler:
             reason = finish_reason(req, self.max_model_len)
             if reason is not None:
                 req.finish_reason = reason
-                self._release(req)
+                self.running.remove(req)
+                tokens = req.token_slice(0, req.num_computed)
+                self.pool.free(self.prefix_cache.put(tokens, req.blocks))
+                req.blocks = []
                 finished.append(req)
         return finished
 

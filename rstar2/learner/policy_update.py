@@ -186,7 +186,7 @@ def _mini_batch(
         )
         loss.backward()
         share = float(mask[:, 1:].sum()) / max(num_tokens, 1.0)
-        metrics["loss"] = float(loss) / max(share, 1e-12) if share > 0 else 0.0
+        metrics["loss"] = float(loss.detach()) / share if share > 0 else 0.0
         for k, v in metrics.items():
             weighted[k] = weighted.get(k, 0.0) + v * share
     return weighted

@@ -1,0 +1,47 @@
+"""Per-step rollout statistics on hand-built trajectories."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import pytest
+
+from rstar2.train.step_metrics import accuracy, rollout_metrics, stage_split
+
+
+@dataclass
+class T:
+    prompt_id: str
+    reward: float
+    tool_calls: int = 0
+    tool_errors: int = 0
+    tool_timeouts: int = 0
+    prompt_len: int = 2
+    token_ids: list[int] = field(default_factory=lambda: [0, 0, 1, 1])
+    gen_s: float = 1.0
+    tool_s: float = 0.0
+    reward_s: float = 0.0
+
+
+def test_rollout_metrics_exact() -> None:
+    trajs = [
+        T("a", 1.0, tool_calls=4, tool_errors=1),
+        T("a", 0.0, tool_calls=3, tool_errors=3),
+        T("b", 1.0, tool_calls=2, tool_timeouts=1),
+        T("b", 1.0, tool_calls=2),
+    ]
+    m = rollout_metrics(trajs)
+    assert m["reward_mean"] == 0.75
+    assert m["response_tokens_mean"] == 2.0
+    assert m["tool_calls_mean"] == pytest.approx(11 / 4)
+    # correct trajectories only: (1 + 1) failed of (4 + 2 + 2) calls
+    assert m["tool_error_ratio_correct"] == pytest.approx(2 / 8)
+    assert m["mixed_group_fraction"] == 0.5
+    assert accuracy(trajs) == 0.75
+
+
+def test_stage_split_sums_to_wall_time() -> None:
+    trajs = [T("a", 1.0, gen_s=3.0, tool_s=1.0, reward_s=0.0), T("a", 0.0, gen_s=1.0, reward_s=1.0)]
+    split = stage_split(trajs, wall_s=12.0)
+    assert split == {"time_gen_s": 8.0, "time_tool_s": 2.0, "time_reward_s": 2.0}
+    assert stage_split([], 5.0)["time_gen_s"] == 5.0

@@ -1,0 +1,81 @@
+"""`rstar2 train` end to end on the real actor graph, and resume after SIGKILL."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from rstar2.metrics import read_metrics
+
+TIMING = ("time_", "step_s", "wall_s")
+
+
+def train_cmd(*args: str) -> list[str]:
+    return [sys.executable, "-m", "rstar2.cli", "-q", "train", *args]
+
+
+def deterministic(rows: list[dict]) -> list[dict]:
+    return [{k: v for k, v in r.items() if not k.startswith(TIMING)} for r in rows]
+
+
+@pytest.mark.slow
+def test_train_writes_metrics_plot_and_checkpoints(tmp_path: Path, smoke_config: Path) -> None:
+    run = tmp_path / "run"
+    out = subprocess.run(
+        train_cmd("--config", str(smoke_config), "--run-dir", str(run), "--json"),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    summary = json.loads(out.stdout.strip().splitlines()[-1])
+    assert summary["steps"] == 3
+    rows = read_metrics(run / "metrics.jsonl")
+    assert [r["step"] for r in rows if r["stage"] == "rl1"] == [1, 2, 3]
+    for key in ("reward_mean", "response_tokens_mean", "tool_error_ratio_correct", "clip_fraction"):
+        assert key in rows[1]
+    assert rows[0]["stage"] == "sft" and "heldout_accuracy" in rows[0]
+    assert (run / "curves.png").read_bytes()[:4] == b"\x89PNG"
+    assert (run / "checkpoints" / "LATEST").read_text().strip() == "step-000003"
+    assert any((run / "tensorboard").iterdir())
+
+
+@pytest.mark.slow
+def test_resume_after_sigkill_matches_uninterrupted(tmp_path: Path, smoke_config: Path) -> None:
+    ref = tmp_path / "ref"
+    subprocess.run(
+        train_cmd("--config", str(smoke_config), "--run-dir", str(ref)),
+        check=True,
+        capture_output=True,
+        timeout=600,
+    )
+    run = tmp_path / "run"
+    proc = subprocess.Popen(
+        train_cmd("--config", str(smoke_config), "--run-dir", str(run)),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    try:
+        deadline = time.monotonic() + 600
+        while time.monotonic() < deadline:
+            if any(r.get("step") == 2 for r in read_metrics(run / "metrics.jsonl")):
+                break
+            if proc.poll() is not None:
+                pytest.fail("the run ended before it could be killed")
+            time.sleep(0.05)
+        os.killpg(proc.pid, signal.SIGKILL)
+    finally:
+        proc.wait(timeout=60)
+    assert (run / "checkpoints" / "LATEST").is_file()
+    subprocess.run(train_cmd("--resume", str(run)), check=True, capture_output=True, timeout=600)
+    assert deterministic(read_metrics(run / "metrics.jsonl")) == deterministic(
+        read_metrics(ref / "metrics.jsonl")
+    )

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from rstar2.config import ConfigError, require
 from rstar2.train.config import TrainConfig, config_dict, load_train_config
+from rstar2.train.plan import print_plan
 from rstar2.train.runner import TrainingFailed, load_run_config, run_training
 
 HELP = "run the full trainer (SFT then GRPO-RoC RL stages)"
@@ -75,8 +76,6 @@ def run(args: argparse.Namespace) -> int:
     except FileNotFoundError as e:
         raise ConfigError("--resume", args.resume, str(e)) from None
     if args.dry_run:
-        from rstar2.train.plan import print_plan
-
         print_plan(cfg)
         return 0
     log.info("run directory: %s", run_dir)

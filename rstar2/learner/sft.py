@@ -62,7 +62,7 @@ class SFTConfig:
     """Number of training problems turned into traces."""
 
     def validate(self) -> None:
-        require(self.steps >= 1, "steps", self.steps, "a positive integer")
+        require(self.steps >= 0, "steps", self.steps, "an integer >= 0 (0 skips SFT)")
         require(self.batch_size >= 1, "batch_size", self.batch_size, "a positive integer")
         require(self.lr > 0, "lr", self.lr, "a positive number")
         require(0 <= self.min_lr_ratio <= 1, "min_lr_ratio", self.min_lr_ratio, "0..1")

@@ -94,6 +94,40 @@ class Placement:
 
 
 @dataclass
+class ClusterConfig:
+    """The GPU deployment (ignored by the embedded CPU run; used by --dry-run and launch)."""
+
+    gpus: int = 0
+    """GPUs in the job (0 = the embedded CPU run)."""
+    gpus_per_node: int = 8
+    """GPUs per node."""
+    gpu: Literal["mi300x", "h100", "h200"] = "mi300x"
+    """GPU type (the simulator's presets)."""
+    model_preset: Literal["qwen3-14b", "qwen2.5-32b"] = "qwen3-14b"
+    """Architecture preset for the memory plan (the simulator's presets)."""
+    tp: int = 1
+    """Tensor-parallel degree of each inference engine (engines = gpus / tp)."""
+    gpu_memory_utilization: float = 0.9
+    """Share of GPU memory the inference engine may use (vLLM's setting)."""
+    prompt_tokens: int = 1024
+    """Typical prompt length, for the trajectories-per-engine estimate."""
+    engine_backend: Literal["embedded", "vllm"] = "embedded"
+    """Inference backend of the rollout workers."""
+
+    def validate(self) -> None:
+        require(self.gpus >= 0, "cluster.gpus", self.gpus, ">= 0")
+        require(self.gpus_per_node >= 1, "cluster.gpus_per_node", self.gpus_per_node, ">= 1")
+        require(self.tp in (1, 2, 4, 8), "cluster.tp", self.tp, "1, 2, 4 or 8")
+        require(self.gpus % self.tp == 0, "cluster.gpus", self.gpus, f"a multiple of tp={self.tp}")
+        require(
+            0 < self.gpu_memory_utilization <= 1,
+            "cluster.gpu_memory_utilization",
+            self.gpu_memory_utilization,
+            "in (0, 1]",
+        )
+
+
+@dataclass
 class TrainConfig:
     """A whole training run: SFT (stage 0) then the RL stages, on the actor graph."""
 
@@ -142,6 +176,8 @@ class TrainConfig:
     """Routing of trajectories to engines."""
     graph: Placement = field(default_factory=Placement)
     """Actor placement."""
+    cluster: ClusterConfig = field(default_factory=ClusterConfig)
+    """The GPU deployment (for `--dry-run` plans and multi-node launches)."""
 
     def validate(self) -> None:
         require(self.prompts_per_step >= 1, "prompts_per_step", self.prompts_per_step, ">= 1")
@@ -159,7 +195,7 @@ class TrainConfig:
         require(self.checkpoint_every >= 1, "checkpoint_every", self.checkpoint_every, ">= 1")
         require(self.keep_checkpoints >= 1, "keep_checkpoints", self.keep_checkpoints, ">= 1")
         require(len(self.stages) >= 1, "stages", self.stages, "at least one RL stage")
-        for sub in (self.rl, self.learner, self.sft, self.task):
+        for sub in (self.rl, self.learner, self.sft, self.task, self.cluster):
             sub.validate()
 
     @property

@@ -1,0 +1,107 @@
+"""The `--dry-run` plan: placement and per-GPU memory of a GPU deployment, without GPUs.
+
+For a config with `cluster.gpus > 0` it prints where the actors go and what fits:
+
+- engines = gpus / tp, one rollout worker each; one sandbox service and one learner rank per
+  GPU node; reward and scheduler on node 0. The learner is colocated with the engines
+  (verl's hybrid engine: the GPUs alternate between generation and training);
+- weights: bf16, 2 bytes/parameter, divided by tp on an engine;
+- learner state under FSDP over all GPUs: bf16 parameters (2 B) + fp32 master weights,
+  gradients and two Adam moments (16 B) per parameter, sharded over every GPU: 18 P / gpus;
+- KV pool per engine and KV bytes per token from the simulator's cost model
+  (`sim.cost.kv_capacity_tokens`), so the plan and `rstar2 sim` agree on every KV figure;
+- max-length trajectories per engine = KV pool // (prompt_tokens + max_response_tokens) with
+  the longest stage's budget, against the rollouts each engine must serve per step.
+
+What it does not do: check that a real cluster has these resources (it has none to look at),
+or model activation memory of the learner (it depends on micro-batch and checkpointing).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from rstar2.train.config import TrainConfig
+from sim.cost import GPUS, MODELS, kv_capacity_tokens
+
+GB = 1e9
+
+
+def memory_plan(cfg: TrainConfig) -> dict[str, Any]:
+    """The plan as data (what `print_plan` shows)."""
+    c = cfg.cluster
+    if c.gpus == 0:
+        raise ValueError("cluster.gpus is 0: the dry-run plan is for GPU deployments")
+    model, gpu = MODELS[c.model_preset], GPUS[c.gpu]
+    engines = c.gpus // c.tp
+    nodes = math.ceil(c.gpus / c.gpus_per_node)
+    kv_tokens = kv_capacity_tokens(model, gpu, c.tp, c.gpu_memory_utilization)
+    max_response = max(s.max_response_tokens or cfg.rollout.max_response_tokens for s in cfg.stages)
+    traj_tokens = c.prompt_tokens + max_response
+    rollouts = cfg.prompts_per_step * cfg.rollouts_per_prompt
+    per_engine = math.ceil(rollouts / engines)
+    fit = kv_tokens // traj_tokens
+    return {
+        "nodes": nodes,
+        "gpus": c.gpus,
+        "gpu": gpu.name,
+        "model": model.name,
+        "params_b": model.params / 1e9,
+        "tp": c.tp,
+        "engines": engines,
+        "sandbox_services": nodes,
+        "learner_ranks": c.gpus,
+        "engine_weights_gb": model.weight_bytes / c.tp / GB,
+        "learner_state_gb_per_gpu": 18 * model.params / c.gpus / GB,
+        "kv_bytes_per_token": model.kv_bytes_per_token,
+        "kv_pool_tokens_per_engine": kv_tokens,
+        "kv_pool_gb_per_engine": kv_tokens * model.kv_bytes_per_token / GB,
+        "max_trajectory_tokens": traj_tokens,
+        "max_length_trajectories_per_engine": fit,
+        "rollouts_per_step": rollouts,
+        "rollouts_per_engine": per_engine,
+        "all_fit_at_max_length": fit >= per_engine,
+    }
+
+
+def format_plan(plan: dict[str, Any], cfg: TrainConfig) -> str:
+    p = plan
+    lines = [
+        f"config valid: {cfg.total_steps} RL steps in {len(cfg.stages)} stage(s): "
+        + ", ".join(f"{s.name} {s.steps} steps" for s in cfg.stages),
+        f"placement: {p['nodes']} node(s) x {cfg.cluster.gpus_per_node} {p['gpu']} = "
+        f"{p['gpus']} GPUs; {p['engines']} rollout engine(s) (tp={p['tp']}, backend "
+        f"{cfg.cluster.engine_backend}); {p['sandbox_services']} sandbox service(s), one per "
+        f"node; {p['learner_ranks']} learner rank(s) (FSDP, colocated); reward and scheduler on "
+        "node 0",
+        f"model: {p['model']} ({p['params_b']:.1f}B parameters)",
+        f"  engine weights (bf16)          {p['engine_weights_gb']:8.1f} GB per engine",
+        f"  learner state (FSDP shard)     {p['learner_state_gb_per_gpu']:8.1f} GB per GPU "
+        "(bf16 params + fp32 master, grads, Adam m and v)",
+        f"  KV per token                   {p['kv_bytes_per_token'] / 1024:8.0f} KiB",
+        f"  KV pool                        {p['kv_pool_tokens_per_engine']:8d} tokens per engine "
+        f"({p['kv_pool_gb_per_engine']:.1f} GB)",
+        f"  max-length trajectory          {p['max_trajectory_tokens']:8d} tokens "
+        f"(prompt {cfg.cluster.prompt_tokens} + response budget)",
+        f"  fit at max length              {p['max_length_trajectories_per_engine']:8d} per engine",
+        f"  rollouts per step              {p['rollouts_per_step']:8d} "
+        f"({p['rollouts_per_engine']} per engine)",
+    ]
+    if not p["all_fit_at_max_length"]:
+        lines.append(
+            "  -> not every rollout fits at max length at once: the kv_aware scheduler admits "
+            "by free KV and queues the rest (see `rstar2 sim compare` for the makespan)"
+        )
+    return "\n".join(lines)
+
+
+def print_plan(cfg: TrainConfig) -> None:
+    if cfg.cluster.gpus == 0:
+        print(
+            f"config valid: embedded CPU run, {cfg.total_steps} RL steps; "
+            f"{cfg.graph.engines} engine(s), {cfg.graph.sandboxes} sandbox service(s), "
+            f"{cfg.graph.processes} process(es)"
+        )
+        return
+    print(format_plan(memory_plan(cfg), cfg))

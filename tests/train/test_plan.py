@@ -1,0 +1,63 @@
+"""The --dry-run plan of the paper config: valid, and KV figures equal to the simulator's."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from rstar2.train.config import load_train_config
+from rstar2.train.plan import memory_plan
+from sim.config import SimConfig, resolve_cluster
+
+PAPER = Path(__file__).resolve().parents[2] / "configs" / "paper_qwen3_14b_mi300x.toml"
+
+
+def test_paper_config_matches_the_paper() -> None:
+    cfg = load_train_config(PAPER)
+    assert (cfg.prompts_per_step, cfg.rollouts_per_prompt, cfg.rl.group_size) == (512, 32, 16)
+    assert (cfg.rl.eps_low, cfg.rl.eps_high, cfg.learner.lr) == (0.2, 0.28, 1e-6)
+    assert [s.max_response_tokens for s in cfg.stages] == [8192, 12288, 12288]
+    assert [s.max_turns for s in cfg.stages] == [10, 10, 15]
+    assert cfg.stages[2].filter_solved and cfg.stages[2].reset_optimizer
+
+
+def test_plan_kv_matches_simulator() -> None:
+    cfg = load_train_config(PAPER)
+    plan = memory_plan(cfg)
+    sim_cfg = SimConfig(gpus=64, gpu="mi300x", model="qwen3-14b", tp=1)
+    engines, kv_tokens, _ = resolve_cluster(sim_cfg, max_len=13312)
+    assert plan["engines"] == engines == 64
+    assert plan["kv_pool_tokens_per_engine"] == kv_tokens
+    assert plan["kv_bytes_per_token"] == 160 * 1024
+    assert plan["max_length_trajectories_per_engine"] == kv_tokens // 13312
+
+
+def test_dry_run_command(tmp_path: Path) -> None:
+    out = subprocess.run(
+        [sys.executable, "-m", "rstar2.cli", "train", "--config", str(PAPER), "--dry-run"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert out.returncode == 0, out.stderr
+    assert "64 rollout engine(s)" in out.stdout and "KV pool" in out.stdout
+
+
+def test_dry_run_rejects_bad_values(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.toml"
+    bad.write_text(PAPER.read_text().replace("tp = 1", "tp = 3"))
+    out = subprocess.run(
+        [sys.executable, "-m", "rstar2.cli", "train", "--config", str(bad), "--dry-run"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert out.returncode == 2 and "cluster.tp" in out.stderr and "Traceback" not in out.stderr
+
+
+def test_plan_needs_gpus() -> None:
+    with pytest.raises(ValueError):
+        memory_plan(load_train_config())

@@ -4,6 +4,7 @@
 - `tool_error_ratio_correct`: failed (error or timeout) tool calls over all tool calls, counted
   in the correct trajectories only (the paper's Figure 9 quantity, before RoC selection);
 - `mixed_group_fraction`: share of prompts whose rollouts have both rewards (groups with signal);
+- `gen_tokens`: tokens the policy sampled in the step (loss-mask 1), tool and prompt tokens excluded;
 - `stage_split`: how the rollout phase's wall time divides into generation, tool and reward
   time. These overlap (many trajectories run at once), so the wall time is split in proportion
   to the summed per-trajectory times: t_gen = wall * G / (G + T + R), and so on.
@@ -21,6 +22,7 @@ class Scored(Protocol):
     prompt_id: str
     reward: float
     token_ids: Sequence[int]
+    loss_mask: Sequence[int]
     prompt_len: int
     tool_calls: int
     tool_errors: int
@@ -47,6 +49,7 @@ def rollout_metrics(trajs: Sequence[Scored]) -> dict[str, float]:
         "tool_calls_mean": _mean([t.tool_calls for t in trajs]),
         "tool_error_ratio_correct": failed / calls if calls else 0.0,
         "mixed_group_fraction": _mean([len(v) > 1 for v in groups.values()]),
+        "gen_tokens": float(sum(sum(t.loss_mask) for t in trajs)),
     }
 
 

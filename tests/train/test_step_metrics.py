@@ -18,6 +18,7 @@ class T:
     tool_timeouts: int = 0
     prompt_len: int = 2
     token_ids: list[int] = field(default_factory=lambda: [0, 0, 1, 1])
+    loss_mask: list[int] = field(default_factory=lambda: [0, 0, 1, 0])
     gen_s: float = 1.0
     tool_s: float = 0.0
     reward_s: float = 0.0
@@ -37,6 +38,7 @@ def test_rollout_metrics_exact() -> None:
     # correct trajectories only: (1 + 1) failed of (4 + 2 + 2) calls
     assert m["tool_error_ratio_correct"] == pytest.approx(2 / 8)
     assert m["mixed_group_fraction"] == 0.5
+    assert m["gen_tokens"] == 4.0
     assert accuracy(trajs) == 0.75
 
 

@@ -13,6 +13,7 @@ import argparse
 import importlib
 import importlib.util
 import logging
+import os
 import sys
 from types import ModuleType
 
@@ -83,6 +84,9 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help()
         return 0
     setup_logging(args.verbose, args.quiet)
+    # weight-loading progress bars of transformers/huggingface_hub would interleave with our
+    # one-line-per-step progress output (children inherit the setting)
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
     try:
         return int(_load(args.command).run(args) or 0)
     except ConfigError as e:

@@ -289,10 +289,13 @@ class Executor:
         """Stop admitting, end the zygote (which kills its children), fail what is left."""
         self._closed = True
         proc = self._proc
-        if proc is not None and proc.stdin is not None:
-            with anyio.CancelScope(shield=True):
+        with anyio.CancelScope(shield=True):
+            if proc is not None and proc.stdin is not None:
                 async with self._write_lock:
                     await proc.stdin.aclose()
+            if proc is not None:
+                await _stop(proc)  # also when the caller was cancelled: no zygote outlives us
+                await proc.aclose()
         self._fail_all("executor is shut down")
 
 

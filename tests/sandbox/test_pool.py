@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import signal
+import socket
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -10,8 +11,12 @@ from pathlib import Path
 
 import anyio
 import pytest
+import zmq
 
+from rstar2.actors.sockets import CurveKeys
+from rstar2.sandbox.config import SandboxConfig
 from rstar2.sandbox.pool import Dispatcher, open_pool
+from rstar2.sandbox.service import serve_sandbox
 from rstar2.wire import ExecRequest, ExecResult
 
 
@@ -108,3 +113,31 @@ def test_no_service_answers_fail_with_a_status(tmp_path: Path) -> None:
 
     result = anyio.run(main)
     assert result.id == "lost" and result.status == "killed"
+
+
+@pytest.mark.timeout(60)
+def test_service_over_tcp_with_curve() -> None:
+    server_public, server_secret = zmq.curve_keypair()
+    client_public, client_secret = zmq.curve_keypair()
+    keys = CurveKeys(
+        *(k.decode() for k in (server_public, server_secret, client_public, client_secret))
+    )
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        endpoint = f"tcp://127.0.0.1:{s.getsockname()[1]}"
+    cfg = SandboxConfig(concurrency=1, preload=[], warmup=False)
+
+    async def main() -> ExecResult:
+        async with anyio.create_task_group() as tg:
+            await tg.start(
+                lambda task_status: serve_sandbox(
+                    cfg, endpoint, curve=keys, task_status=task_status
+                )
+            )
+            async with open_pool([endpoint], curve=keys) as pool:
+                result = await pool.run(ExecRequest(id="c", code="print('over curve')"))
+            tg.cancel_scope.cancel()
+        return result
+
+    result = anyio.run(main)
+    assert (result.status, result.stdout) == ("ok", "over curve\n")

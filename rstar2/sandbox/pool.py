@@ -116,6 +116,7 @@ class ExecutorPool:
         self.dispatcher = dispatcher
         self.heartbeat_s, self.dead_after_s = heartbeat_s, dead_after_s
         self.last_seen = [time.monotonic()] * len(sockets)
+        self.heard = [False] * len(sockets)
         self._keys = itertools.count(1)
         self._waiters: dict[str, anyio.Event] = {}
         self._results: dict[str, ExecResult] = {}
@@ -140,6 +141,10 @@ class ExecutorPool:
         result = self._results.pop(key)
         return msgspec.structs.replace(result, id=request.id)
 
+    def ready_services(self) -> list[int]:
+        """Services that have answered at least once and are not thought dead."""
+        return [i for i, ok in enumerate(self.dispatcher.alive) if ok and self.heard[i]]
+
     async def _send(self, service: int, msg: wire.Message) -> None:
         # A dead peer's queue can fill up; giving up here is safe: the flight stays assigned
         # to that service, which the monitor declares dead, re-sending or failing it.
@@ -163,6 +168,7 @@ class ExecutorPool:
                     log.warning("sandbox pool: undecodable reply skipped: %s", e)
                     continue
                 self.last_seen[service] = time.monotonic()
+                self.heard[service] = True
                 if not self.dispatcher.alive[service]:
                     log.warning("sandbox service %d is back", service)
                     self.dispatcher.service_alive(service)

@@ -81,8 +81,8 @@ def test_killing_one_of_two_services_loses_no_request(two_services) -> None:  # 
 
     async def main() -> list[ExecResult]:
         results: list[ExecResult] = []
-        async with open_pool(endpoints, heartbeat_s=0.2, dead_after_s=1.5) as pool:
-            while (await pool.run(ExecRequest(id="up", code="1"))).status != "ok":
+        async with open_pool(endpoints, heartbeat_s=0.2, dead_after_s=2.0) as pool:
+            while pool.ready_services() != [0, 1]:
                 await anyio.sleep(0.2)  # the services are still starting
 
             async def one(i: int) -> None:

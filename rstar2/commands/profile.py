@@ -1,12 +1,16 @@
 """`rstar2 profile`: run a short workload with tracing on, write trace.json and the report.
 
-Workloads (one of):
+Workloads (one of; the trainer's graph when none is named):
+- `--config FILE`, or nothing: a short `rstar2 train` run on the real actor graph (the file's
+  train config, or the embedded default one), `--steps N` RL steps of its first stage, no
+  held-out evaluation, from the untrained initial policy unless `--sft` (SFT as `rstar2 train`
+  does it first; slow on a CPU), `--set KEY=VALUE` overrides as in `rstar2 train`, and
+  `--rollout-only` to skip the policy update and weight push. The run directory (metrics,
+  checkpoint) goes to `<out>/run-<time>` (see `rstar2.profile.trainer`);
 - `--graph FILE`: any actor graph config (a `[graph]` table), run until it stops (or until
   `--timeout`);
 - `--synthetic NAME`: the built-in sleep-based train-shaped graph (`rstar2.profile.synthetic`)
-  with NAME (sandbox, reward, engine, learner) made slow, or "balanced";
-- `--config FILE` (with `--steps N`, `--rollout-only`): the trainer's graph, once the trainer
-  exists in this checkout (until then the command says so).
+  with NAME (sandbox, reward, engine, learner) made slow, or "balanced".
 Writes `<out>/trace.json` (Chrome trace event JSON: open it in https://ui.perfetto.dev),
 `<out>/report.txt` and `<out>/report.json`, and prints the report (`--json`: the JSON).
 
@@ -22,15 +26,18 @@ import argparse
 import json
 import logging
 import sys
+import time
 from pathlib import Path
 
 from rstar2.actors.backend import BACKENDS
-from rstar2.actors.graph_config import GraphConfig, load_graph_config
+from rstar2.actors.graph import GraphResult
+from rstar2.actors.graph_config import load_graph_config
 from rstar2.profile.chrome_trace import write_chrome_trace
 from rstar2.profile.overhead import TARGET, demo_pipeline, measure_overhead_blocking
 from rstar2.profile.recording import Recording
 from rstar2.profile.report import build_report, format_report, report_json
 from rstar2.profile.synthetic import SLOW_CHOICES, synthetic_graph
+from rstar2.profile.trainer import profile_config, profile_training
 from rstar2.profile.workload import record_graph_blocking
 
 HELP = "trace a short run and name the bottleneck actor"
@@ -45,33 +52,51 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         choices=(*SLOW_CHOICES, "balanced"),
         help="the built-in train-shaped demo graph, with this actor made slow",
     )
-    what.add_argument("--config", help="train config file (profiles the trainer's graph)")
+    what.add_argument(
+        "--config", help="train config file (default workload: the embedded train config)"
+    )
     parser.add_argument("--steps", type=int, default=3, help="training steps to run")
     parser.add_argument("--rollout-only", action="store_true", help="rollout without updates")
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override one train config key, as in rstar2 train (repeatable)",
+    )
+    parser.add_argument("--sft", action="store_true", help="run SFT first, as rstar2 train does")
     parser.add_argument("--out", default="profile-out", help="folder for trace.json and report")
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
     parser.add_argument("--timeout", type=float, default=600.0, help="stop the run after this")
-    parser.add_argument("--backend", choices=BACKENDS, default="asyncio", help="event loop")
+    parser.add_argument(
+        "--backend", choices=BACKENDS, help="event loop (default: asyncio, or the train config's)"
+    )
     parser.add_argument(
         "--overhead", action="store_true", help="measure tracing overhead instead (on vs off)"
     )
     parser.add_argument("--repeats", type=int, default=5, help="runs per side for --overhead")
 
 
-def _workload(args: argparse.Namespace) -> GraphConfig:
+def _record(args: argparse.Namespace) -> tuple[GraphResult, Recording]:
+    """Run the chosen workload with tracing on."""
     if args.steps < 1:
         raise SystemExit(f"rstar2 profile: --steps must be >= 1, got {args.steps}")
-    if args.graph:
-        return load_graph_config(args.graph)
-    if args.synthetic:
-        slow = None if args.synthetic == "balanced" else args.synthetic
-        return synthetic_graph(slow, steps=args.steps)
-    if args.config:
-        raise SystemExit(
-            "rstar2 profile: the trainer is not in this checkout yet; profile a graph with "
-            "--graph FILE or the built-in demo with --synthetic NAME"
-        )
-    raise SystemExit("rstar2 profile: say what to run: --config, --graph or --synthetic")
+    if args.graph or args.synthetic:
+        if args.set or args.sft or args.rollout_only:
+            raise SystemExit("rstar2 profile: --set, --sft and --rollout-only are for the trainer")
+        if args.graph:
+            cfg = load_graph_config(args.graph)
+        else:
+            slow = None if args.synthetic == "balanced" else args.synthetic
+            cfg = synthetic_graph(slow, steps=args.steps)
+        return record_graph_blocking(cfg, timeout_s=args.timeout, backend=args.backend or "asyncio")
+    sets = [*args.set, *([f"graph.backend={args.backend}"] if args.backend else [])]
+    train_cfg = profile_config(args.config, args.steps, sets)
+    run_dir = Path(args.out) / time.strftime("run-%Y%m%d-%H%M%S")
+    log.info("profiling %d RL step(s) of the trainer in %s", args.steps, run_dir)
+    return profile_training(
+        train_cfg, run_dir, sft=args.sft, rollout_only=args.rollout_only, timeout_s=args.timeout
+    )
 
 
 def _write(rec: Recording, out: Path, as_json: bool) -> int:
@@ -90,7 +115,7 @@ def _write(rec: Recording, out: Path, as_json: bool) -> int:
 def run(args: argparse.Namespace) -> int:
     if args.overhead:
         cfg = load_graph_config(args.graph) if args.graph else demo_pipeline()
-        result = measure_overhead_blocking(cfg, args.repeats, args.backend)
+        result = measure_overhead_blocking(cfg, args.repeats, args.backend or "asyncio")
         if args.json:
             print(
                 json.dumps(
@@ -105,8 +130,7 @@ def run(args: argparse.Namespace) -> int:
         else:
             print(result.summary())
         return 0
-    cfg = _workload(args)
-    result, rec = record_graph_blocking(cfg, timeout_s=args.timeout, backend=args.backend)
+    result, rec = _record(args)
     if not result.ok:
         for f in result.failures:
             print(f"FAILED {f.actor}:\n{f.traceback}", file=sys.stderr)

@@ -19,6 +19,14 @@ the current policy solves `filter_samples` times out of `filter_samples`) and re
 optimizer. When all stages are done the actor evaluates once more, checkpoints, and stops the
 graph with a summary.
 
+For `rstar2 profile`: the update and the weight push are recorded as handle spans (ports
+"update" and "weights", the flattening; the workers record their own loading);
+`rollout_only=True` skips both (the policy stays as it is); `profile=True` adds
+`result["profile"]["counters"]` to the stop result: each trajectory's engine KV use when it
+finished (track "rollout.<engine>/engine", counters "kv_used" as a fraction of the capacity
+and "waiting" requests), stamped when the learner received it, and "window": the wall-clock
+start and end of the RL steps.
+
 What it does not do: generate, execute or score (other actors), or the RL math (rstar2.rl,
 policy_update.py).
 """
@@ -38,6 +46,7 @@ from rstar2.config import from_dict
 from rstar2.learner.policy_update import flatten_weights
 from rstar2.learner.run_state import RunState, group_results
 from rstar2.metrics import MetricsLog
+from rstar2.profile.handling import handling
 from rstar2.train.config import TrainConfig
 from rstar2.train.step_metrics import accuracy, rollout_metrics, stage_split
 from rstar2.wire import RolloutBatch, RolloutTask, TrajectoryResult, WeightAck, WeightUpdate
@@ -68,12 +77,22 @@ class LearnerActor(Actor):
     }
 
     def __init__(
-        self, config: dict[str, Any], run_dir: str, model_dir: str, resume: bool = False
+        self,
+        config: dict[str, Any],
+        run_dir: str,
+        model_dir: str,
+        resume: bool = False,
+        rollout_only: bool = False,
+        profile: bool = False,
     ) -> None:
         self.cfg = from_dict(TrainConfig, config)
         self.run_dir = Path(run_dir)
         self.model_dir = Path(model_dir)
         self.resume = resume
+        self.rollout_only = rollout_only
+        self.profile = profile
+        self.kv_samples: list[list[Any]] = []
+        """[track, name, time, value] rows for the profiler (kept only when `profile`)."""
 
     async def serve(self, ctx: ActorContext) -> None:
         if self.cfg.graph.learner_threads > 0:
@@ -89,15 +108,19 @@ class LearnerActor(Actor):
                 state.progress.sft_accuracy = state.progress.last_accuracy = acc
                 metrics.write({"step": 0, "stage": "sft", "heldout_accuracy": acc})
                 log.info("held-out accuracy after SFT: %.3f", acc)
+            rl_start = time.time()
             while state.progress.step < self.cfg.total_steps:
                 row = await self._rl_step(ctx, state)
                 metrics.write(row)
                 log.info(progress_line(row, self.cfg.total_steps))
                 if row["step"] % self.cfg.checkpoint_every == 0:
                     await anyio.to_thread.run_sync(state.save)
+            rl_window = [rl_start, time.time()]
             summary = await self._finish(ctx, state, metrics)
         finally:
             metrics.close()
+        if self.profile:
+            summary["profile"] = {"counters": self.kv_samples, "window": rl_window}
         ctx.stop_graph("done", summary)
 
     async def _rl_step(self, ctx: ActorContext, state: RunState) -> dict[str, Any]:
@@ -120,13 +143,7 @@ class LearnerActor(Actor):
         )
         results = await self._roll_out(ctx, tasks, step)
         rollout_s = time.perf_counter() - start
-        t0 = time.perf_counter()
-        update = await anyio.to_thread.run_sync(state.train_on, results, step)
-        learner_s = time.perf_counter() - t0
-        state.progress.step = step
-        t0 = time.perf_counter()
-        await self._push_weights(ctx, state)
-        sync_s = time.perf_counter() - t0
+        update, learner_s, sync_s = await self._update(ctx, state, results, step)
         row: dict[str, Any] = {"step": step, "stage": stage.name}
         row.update(rollout_metrics(results))
         row.update(update)
@@ -138,6 +155,22 @@ class LearnerActor(Actor):
             row.update(heldout_accuracy=acc, time_eval_s=eval_s)
         row["step_s"] = time.perf_counter() - start
         return row
+
+    async def _update(
+        self, ctx: ActorContext, state: RunState, results: list[TrajectoryResult], step: int
+    ) -> tuple[dict[str, float], float, float]:
+        """Update the policy on the step's results and push it: (metrics, learner_s, sync_s)."""
+        if self.rollout_only:
+            state.progress.step = step
+            return {}, 0.0, 0.0
+        t0 = time.perf_counter()
+        with handling(ctx, "update"):
+            update = await anyio.to_thread.run_sync(state.train_on, results, step)
+        learner_s = time.perf_counter() - t0
+        state.progress.step = step
+        t0 = time.perf_counter()
+        await self._push_weights(ctx, state)
+        return update, learner_s, time.perf_counter() - t0
 
     async def _start_stage(self, ctx: ActorContext, state: RunState, index: int) -> None:
         stage = self.cfg.stages[index]
@@ -204,10 +237,21 @@ class LearnerActor(Actor):
                 continue
             wanted.discard(msg.traj_id)
             results.append(msg)
+            if self.profile:
+                self._sample_kv(msg)
         return results
 
+    def _sample_kv(self, msg: TrajectoryResult) -> None:
+        if msg.engine < 0 or msg.kv_capacity_tokens <= 0:
+            return
+        track, t = f"rollout.{msg.engine}/engine", time.time()
+        used = 1.0 - msg.kv_free_tokens / msg.kv_capacity_tokens
+        self.kv_samples.append([track, "kv_used", t, used])
+        self.kv_samples.append([track, "waiting", t, float(msg.waiting)])
+
     async def _push_weights(self, ctx: ActorContext, state: RunState) -> None:
-        names, shapes, flat = await anyio.to_thread.run_sync(flatten_weights, state.model)
+        with handling(ctx, "weights"):
+            names, shapes, flat = await anyio.to_thread.run_sync(flatten_weights, state.model)
         update = WeightUpdate(
             version=state.progress.step, names=names, shapes=shapes, flat=flat.numpy()
         )

@@ -7,6 +7,9 @@ time it took. A truncated rollout (budget or turn limit) gets 0 without verifica
 the paper. Tool responses are cut out of the text before extraction, so a `\boxed{}` printed
 by the model's own code never counts as its answer.
 
+Each scoring is recorded for the profiler (`rstar2.profile.handling.BusyTrack`, port
+"trajectories"): the instance counts as busy while any trajectory is being scored.
+
 What it does not do: extract or verify itself (the pool does), or decide what to train on.
 """
 
@@ -21,6 +24,7 @@ import msgspec
 
 from rstar2.actors import Actor, ActorContext, Port, port
 from rstar2.config import from_dict
+from rstar2.profile.handling import BusyTrack
 from rstar2.reward.reward_config import RewardConfig
 from rstar2.reward.reward_pool import RewardPool, open_reward_pool
 from rstar2.rollout.trajectory import TRUNCATED_REASONS
@@ -42,19 +46,23 @@ class RewardActor(Actor):
         self.cfg = from_dict(RewardConfig, reward or {})
 
     async def serve(self, ctx: ActorContext) -> None:
+        busy = BusyTrack(ctx, "trajectories", slots=self.cfg.workers)
         async with open_reward_pool(self.cfg) as pool, anyio.create_task_group() as tg:
             while True:
                 incoming = await ctx.recv()
                 assert isinstance(incoming.msg, TrajectoryResult)
-                tg.start_soon(self._score, ctx, pool, incoming.msg)
+                tg.start_soon(self._score, ctx, pool, busy, incoming.msg)
 
-    async def _score(self, ctx: ActorContext, pool: RewardPool, traj: TrajectoryResult) -> None:
+    async def _score(
+        self, ctx: ActorContext, pool: RewardPool, busy: BusyTrack, traj: TrajectoryResult
+    ) -> None:
         start = time.perf_counter()
-        if traj.finish_reason in TRUNCATED_REASONS:
-            reward, status = 0.0, "truncated"
-        else:
-            result = await pool.score(model_text(traj.response_text), traj.answer)
-            reward, status = result.reward, result.status
+        with busy.unit():
+            if traj.finish_reason in TRUNCATED_REASONS:
+                reward, status = 0.0, "truncated"
+            else:
+                result = await pool.score(model_text(traj.response_text), traj.answer)
+                reward, status = result.reward, result.status
         scored = msgspec.structs.replace(
             traj, reward=reward, reward_status=status, reward_s=time.perf_counter() - start
         )

@@ -14,6 +14,10 @@ serves three request/reply ports:
 Tool calls leave through the ``tools`` client port to the sandbox service instances, each to
 the instance with the fewest of this worker's calls outstanding.
 
+For the profiler (`rstar2.profile.handling`), the instance counts as busy while its engine
+generates for any trajectory (port "generate", queue depth = the engine's waiting requests) or
+loads weights (port "weights"); time a trajectory spends waiting on a tool call is not busy.
+
 What it does not do: choose which engine serves a trajectory (the scheduler actor), or score
 (the reward actor).
 """
@@ -33,8 +37,10 @@ from rstar2.actors import Actor, ActorContext, Incoming, Port, port
 from rstar2.config import from_dict
 from rstar2.engine.async_engine import AsyncEngine, open_engine
 from rstar2.engine.config import EngineConfig
+from rstar2.engine.protocol import EngineStats, GenerationOutput, SamplingParams
 from rstar2.learner.policy_update import unflatten_weights
 from rstar2.model.loader import load_model
+from rstar2.profile.handling import BusyTrack, handling
 from rstar2.rollout.agent_loop import run_trajectory
 from rstar2.rollout.config import RolloutConfig
 from rstar2.rollout.token_codec import TokenCodec
@@ -92,6 +98,29 @@ class _TimedTools:
             return await self.inner.run(req)
         finally:
             self.seconds += time.perf_counter() - start
+
+
+class _TracedEngine:
+    """The engine as the agent loops see it, each generation recorded as busy time."""
+
+    def __init__(self, engine: AsyncEngine, busy: BusyTrack) -> None:
+        self.engine = engine
+        self.busy = busy
+
+    async def generate(
+        self, request_id: str, prompt_ids: list[int], params: SamplingParams
+    ) -> GenerationOutput:
+        with self.busy.unit():
+            return await self.engine.generate(request_id, prompt_ids, params)
+
+    async def abort(self, request_id: str) -> None:
+        await self.engine.abort(request_id)
+
+    async def update_weights(self, state_dict: dict[str, torch.Tensor]) -> None:
+        await self.engine.update_weights(state_dict)
+
+    def stats(self) -> EngineStats:
+        return self.engine.stats()
 
 
 def _failed(request_id: str, status: str, message: str) -> ExecResult:
@@ -181,19 +210,22 @@ class RolloutWorker(Actor):
         codec = TokenCodec(tokenizer)
         tools = GraphTools(ctx, timeout_s=self.rollout_cfg.tool_wait_s + 60.0)
         async with open_engine(model, self.engine_cfg) as engine, anyio.create_task_group() as tg:
+            busy = BusyTrack(ctx, "generate", waiting=lambda: engine.stats().waiting)
+            traced = _TracedEngine(engine, busy)
             while True:
                 incoming = await ctx.recv()
                 if incoming.port == "assign":
-                    tg.start_soon(self._rollout, ctx, engine, codec, tools, incoming)
+                    tg.start_soon(self._rollout, ctx, traced, codec, tools, incoming)
                 elif incoming.port == "weights":
-                    await self._load(ctx, engine, incoming)
+                    with handling(ctx, "weights"):
+                        await self._load(ctx, engine, incoming)
                 else:
                     await ctx.reply(incoming, engine_report(self.index, engine.stats()))
 
     async def _rollout(
         self,
         ctx: ActorContext,
-        engine: AsyncEngine,
+        engine: _TracedEngine,
         codec: TokenCodec,
         tools: GraphTools,
         incoming: Incoming,
@@ -212,7 +244,7 @@ class RolloutWorker(Actor):
             prompt_id=task.prompt_id,
             sample=task.sample,
             seed=task.seed,
-            context_limit=engine.core.max_model_len,
+            context_limit=engine.engine.core.max_model_len,
         )
         wall = time.perf_counter() - start
         result = to_result(

@@ -4,6 +4,9 @@ Each `ExecRequest` is run by the executor (`executor.py`: warm zygote, isolation
 bounded queue) in its own task, and answered the moment it finishes, so a slow call never holds
 back the others; a full queue answers `rejected` at once. Every request gets exactly one reply.
 
+Each run is recorded for the profiler (`rstar2.profile.handling.BusyTrack`, port "exec"): the
+instance counts as busy while any request is in the executor.
+
 What it does not do: spread work over several services (the caller picks a peer; see
 `rstar2.rollout.worker.GraphTools`).
 """
@@ -16,6 +19,7 @@ import anyio
 
 from rstar2.actors import Actor, ActorContext, Incoming, Port, port
 from rstar2.config import from_dict
+from rstar2.profile.handling import BusyTrack
 from rstar2.sandbox.config import SandboxConfig
 from rstar2.sandbox.executor import Executor, open_executor
 from rstar2.wire import ExecRequest, ExecResult
@@ -28,11 +32,16 @@ class SandboxActor(Actor):
         self.cfg = from_dict(SandboxConfig, sandbox or {})
 
     async def serve(self, ctx: ActorContext) -> None:
+        busy = BusyTrack(ctx, "exec", slots=self.cfg.concurrency)
         async with open_executor(self.cfg) as ex, anyio.create_task_group() as tg:
             while True:
                 incoming = await ctx.recv()
-                tg.start_soon(self._run, ctx, ex, incoming)
+                tg.start_soon(self._run, ctx, ex, busy, incoming)
 
-    async def _run(self, ctx: ActorContext, ex: Executor, incoming: Incoming) -> None:
+    async def _run(
+        self, ctx: ActorContext, ex: Executor, busy: BusyTrack, incoming: Incoming
+    ) -> None:
         assert isinstance(incoming.msg, ExecRequest)
-        await ctx.reply(incoming, await ex.run(incoming.msg))
+        with busy.unit():
+            result = await ex.run(incoming.msg)
+        await ctx.reply(incoming, result)

@@ -6,6 +6,9 @@ as a request on ``assign`` to the chosen worker (`peer=engine`). The reply is th
 trajectory: its stats refresh the policy's view, the policy releases it, it goes on to the
 reward actor on ``done``, and queued trajectories are admitted.
 
+Its own work (admitting a batch, releasing a finished trajectory) is recorded for the profiler
+as handle spans (`rstar2.profile.handling`, ports "tasks" and "assign").
+
 What it does not do: any routing decision itself (the policy, through `Dispatcher`).
 """
 
@@ -19,6 +22,7 @@ import anyio.abc
 
 from rstar2.actors import Actor, ActorContext, Port, port
 from rstar2.config import from_dict
+from rstar2.profile.handling import handling
 from rstar2.scheduler import SchedulerConfig, make_policy
 from rstar2.scheduler.dispatcher import Dispatcher
 from rstar2.wire import (
@@ -62,7 +66,9 @@ class SchedulerActor(Actor):
             while True:
                 incoming = await ctx.recv()
                 assert isinstance(incoming.msg, RolloutBatch)
-                for engine, task in dispatcher.submit(list(incoming.msg.tasks)):
+                with handling(ctx, "tasks"):
+                    admitted = dispatcher.submit(list(incoming.msg.tasks))
+                for engine, task in admitted:
                     tg.start_soon(self._run, ctx, tg, dispatcher, engine, task)
 
     async def _run(
@@ -75,6 +81,8 @@ class SchedulerActor(Actor):
     ) -> None:
         result = await ctx.request("assign", task, peer=engine, timeout=self.rollout_timeout_s)
         assert isinstance(result, TrajectoryResult)
-        for next_engine, next_task in dispatcher.finish(result):
+        with handling(ctx, "assign"):
+            admitted = dispatcher.finish(result)
+        for next_engine, next_task in admitted:
             tg.start_soon(self._run, ctx, tg, dispatcher, next_engine, next_task)
         await ctx.send("done", result)

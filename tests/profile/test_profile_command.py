@@ -62,9 +62,15 @@ def test_profile_runs_a_graph_file(tmp_path: Path, capsys: pytest.CaptureFixture
     assert (tmp_path / "out" / "trace.json").is_file()
 
 
-def test_profile_without_a_workload_says_what_to_pass() -> None:
-    with pytest.raises(SystemExit, match="--graph"):
-        main(["profile"])
+@pytest.mark.parametrize("extra", [["--set", "seed=1"], ["--sft"], ["--rollout-only"]])
+def test_trainer_options_are_refused_for_other_workloads(extra: list[str]) -> None:
+    with pytest.raises(SystemExit, match="for the trainer"):
+        main(["profile", "--synthetic", "reward", *extra])
+
+
+def test_zero_steps_are_refused() -> None:
+    with pytest.raises(SystemExit, match="--steps must be >= 1"):
+        main(["profile", "--steps", "0"])
 
 
 def test_overhead_reports_both_sides(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:

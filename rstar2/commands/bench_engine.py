@@ -24,7 +24,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--requests", type=int, default=256, help="number of requests")
     parser.add_argument("--max-tokens", type=int, default=512, help="cap on output lengths")
     parser.add_argument(
-        "--batch-sizes", default="16,32,64,128,256", help="HF generate batch sizes to sweep"
+        "--batch-sizes", default="4,8,16,32,64,128,256", help="HF generate batch sizes to sweep"
     )
     parser.add_argument("--kv-budget", type=int, default=65536, help="engine KV tokens")
     parser.add_argument("--threads", type=int, default=0, help="torch threads (0: default)")

@@ -44,6 +44,27 @@ class _Waiter:
 
 
 @dataclass
+class _Add:
+    request_id: str
+    prompt_ids: list[int]
+    params: SamplingParams
+
+
+@dataclass
+class _Abort:
+    request_id: str
+
+
+@dataclass
+class _Weights:
+    state_dict: dict[str, torch.Tensor]
+    waiter: _Waiter
+
+
+_Op = _Add | _Abort | _Weights
+
+
+@dataclass
 class _StepResult:
     outputs: list[GenerationOutput] = field(default_factory=list)
     errors: dict[str, BaseException] = field(default_factory=dict)
@@ -54,7 +75,7 @@ class AsyncEngine:
     def __init__(self, core: EngineCore) -> None:
         self.core = core
         self._lock = threading.Lock()
-        self._inbox: list[tuple[str, object, object]] = []
+        self._inbox: list[_Op] = []
         self._waiters: dict[str, _Waiter] = {}
         self._wakeup: anyio.Event | None = None  # created by `serve`, inside the event loop
         self._running = False
@@ -69,13 +90,13 @@ class AsyncEngine:
             raise ValueError(f"request id {request_id!r} is already in the engine")
         waiter = _Waiter()
         self._waiters[request_id] = waiter
-        self._post("add", request_id, (list(prompt_ids), params))
+        self._post(_Add(request_id, list(prompt_ids), params))
         try:
             await waiter.done.wait()
         finally:
             if not waiter.done.is_set():  # cancelled by the caller: free the engine's work
                 self._waiters.pop(request_id, None)
-                self._post("abort", request_id, None)
+                self._post(_Abort(request_id))
         if waiter.error is not None:
             raise waiter.error
         assert waiter.output is not None
@@ -83,13 +104,13 @@ class AsyncEngine:
 
     async def abort(self, request_id: str) -> None:
         if request_id in self._waiters:
-            self._post("abort", request_id, None)
+            self._post(_Abort(request_id))
 
     async def update_weights(self, state_dict: dict[str, torch.Tensor]) -> None:
         if not self._running:
             raise EngineClosedError("the engine loop is not running (use open_engine)")
         waiter = _Waiter()
-        self._post("weights", state_dict, waiter)
+        self._post(_Weights(state_dict, waiter))
         await waiter.done.wait()
         if waiter.error is not None:
             raise waiter.error
@@ -113,9 +134,9 @@ class AsyncEngine:
             self._running = False
             self._fail_all(EngineClosedError("the engine loop stopped"))
 
-    def _post(self, kind: str, a: object, b: object) -> None:
+    def _post(self, op: _Op) -> None:
         with self._lock:
-            self._inbox.append((kind, a, b))
+            self._inbox.append(op)
         if self._wakeup is not None:
             self._wakeup.set()
 
@@ -124,24 +145,22 @@ class AsyncEngine:
         with self._lock:
             inbox, self._inbox = self._inbox, []
         result = _StepResult()
-        for kind, a, b in inbox:
-            if kind == "add":
-                prompt, params = b  # type: ignore[misc]
+        for op in inbox:
+            if isinstance(op, _Add):
                 try:
-                    self.core.add_request(a, prompt, params)  # type: ignore[arg-type]
+                    self.core.add_request(op.request_id, op.prompt_ids, op.params)
                 except (TypeError, ValueError) as e:
-                    result.errors[a] = e  # type: ignore[index]
-            elif kind == "abort":
-                out = self.core.abort(a)  # type: ignore[arg-type]
+                    result.errors[op.request_id] = e
+            elif isinstance(op, _Abort):
+                out = self.core.abort(op.request_id)
                 if out is not None:
                     result.outputs.append(out)
             else:
-                waiter: _Waiter = b  # type: ignore[assignment]
                 try:
-                    self.core.load_state_dict(a)  # type: ignore[arg-type]
+                    self.core.load_state_dict(op.state_dict)
                 except (TypeError, ValueError) as e:
-                    waiter.error = e
-                result.weights_done.append(waiter)
+                    op.waiter.error = e
+                result.weights_done.append(op.waiter)
         if self.core.has_unfinished():
             result.outputs.extend(self.core.step())
         return result
@@ -164,9 +183,9 @@ class AsyncEngine:
         waiters = list(self._waiters.values())
         self._waiters.clear()
         with self._lock:
-            pending = [b for kind, _, b in self._inbox if kind == "weights"]
+            waiters += [op.waiter for op in self._inbox if isinstance(op, _Weights)]
             self._inbox.clear()
-        for waiter in waiters + pending:  # type: ignore[operator]
+        for waiter in waiters:
             waiter.error = error
             waiter.done.set()
 

@@ -1,0 +1,30 @@
+"""`rstar2 bench engine` end to end on a very small workload (smoke test of the real command)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from rstar2.cli import main
+from rstar2.engine.benchmark import make_workload
+
+
+def test_bench_engine_json_reports_both_sides(capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["bench", "engine", "--requests", "6", "--max-tokens", "8", "--batch-sizes", "2,6"]
+    assert main([*argv, "--json"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert result["engine_tok_s"] > 0 and result["hf_generate_tok_s"] > 0
+    assert result["ratio"] == pytest.approx(
+        result["engine_tok_s"] / result["hf_generate_tok_s"], rel=0.01
+    )
+    assert [r["batch_size"] for r in result["hf_sweep"]] == [2, 6]
+    assert result["output_tokens"] == sum(make_workload(6, 1024, 8).output_lengths)
+
+
+def test_workload_lengths_are_heavy_tailed_and_capped() -> None:
+    work = make_workload(256, 1024, 512)
+    lengths = sorted(work.output_lengths)
+    assert lengths[0] >= 4 and lengths[-1] <= 512
+    assert lengths[-1] > 4 * lengths[128]  # the longest is far above the median
+    assert all(16 <= len(p) <= 64 for p in work.prompts)

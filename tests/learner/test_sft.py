@@ -118,7 +118,7 @@ def test_on_step_is_called_after_every_step(tok, examples) -> None:
     assert seen == [1, 2, 3]
 
 
-@pytest.mark.parametrize(("key", "value"), [("steps", 0), ("lr", 0.0), ("betas", (0.9, 1.0))])
+@pytest.mark.parametrize(("key", "value"), [("steps", -1), ("lr", 0.0), ("betas", (0.9, 1.0))])
 def test_config_validation(key: str, value: object) -> None:
     with pytest.raises(ConfigError, match=key):
         SFTConfig(**{key: value}).validate()  # type: ignore[arg-type]

@@ -3,7 +3,14 @@
 from __future__ import annotations
 
 import torch
-from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
+from transformers import (
+    LlamaConfig,
+    LlamaForCausalLM,
+    Qwen2Config,
+    Qwen2ForCausalLM,
+    Qwen3Config,
+    Qwen3ForCausalLM,
+)
 
 VOCAB = 256
 
@@ -47,3 +54,21 @@ def random_prompts(n: int, seed: int = 0, low: int = 2, high: int = 24) -> list[
     g = torch.Generator().manual_seed(seed)
     lengths = torch.randint(low, high, (n,), generator=g).tolist()
     return [torch.randint(0, VOCAB, (length,), generator=g).tolist() for length in lengths]
+
+
+def tiny_qwen3(seed: int = 0) -> Qwen3ForCausalLM:
+    """A tiny Qwen3 (per-head q/k RMSNorm, explicit head_dim) in float64."""
+    torch.manual_seed(seed)
+    cfg = Qwen3Config(
+        vocab_size=VOCAB,
+        hidden_size=64,
+        intermediate_size=96,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=24,
+        max_position_embeddings=512,
+        tie_word_embeddings=True,
+        initializer_range=0.2,
+    )
+    return Qwen3ForCausalLM(cfg).to(torch.float64).eval()

@@ -9,7 +9,7 @@ from transformers import Qwen2ForCausalLM
 from rstar2.engine.config import EngineConfig
 from rstar2.engine.core import EngineCore
 from rstar2.engine.protocol import GenerationOutput, SamplingParams
-from tests.engine.factories import VOCAB, random_prompts, tiny_llama, tiny_qwen2
+from tests.engine.factories import VOCAB, random_prompts, tiny_llama, tiny_qwen2, tiny_qwen3
 
 GREEDY = SamplingParams(max_tokens=12, temperature=0.0)
 
@@ -24,7 +24,9 @@ def alone(model: torch.nn.Module, prompt: list[int], params: SamplingParams) -> 
     return EngineCore(model, EngineConfig(kv_budget_tokens=1024)).generate([prompt], params)[0]
 
 
-@pytest.mark.parametrize("factory", [tiny_qwen2, tiny_llama], ids=["qwen2", "llama"])
+@pytest.mark.parametrize(
+    "factory", [tiny_qwen2, tiny_llama, tiny_qwen3], ids=["qwen2", "llama", "qwen3"]
+)
 def test_greedy_matches_hf_generate(factory) -> None:
     model = factory()
     prompts = random_prompts(3, seed=1)

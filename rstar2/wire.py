@@ -131,12 +131,21 @@ _frame_decoder: msgspec.msgpack.Decoder | None = None
 
 
 def _reset_frame_decoder() -> None:
-    global _frame_decoder
+    global _frame_decoder, _packed_decoder
     _frame_decoder = None
+    _packed_decoder = None
+
+
+def _union() -> Any:
+    return Union[tuple(_REGISTRY.values())]  # noqa: UP007 - runtime union of classes
 
 
 def to_frames(msg: Message) -> list[Buffer]:
     """Encode `msg` as [msgpack body, array frame, ...] (arrays are not copied)."""
+    try:  # most messages hold no arrays: skip the hook's per-thread frame list
+        return [_encoder.encode(msg)]
+    except TypeError:
+        pass
     _frames.out = []
     try:
         body = _frame_encoder.encode(msg)
@@ -146,7 +155,10 @@ def to_frames(msg: Message) -> list[Buffer]:
 
 
 def frames_size(frames: Sequence[Buffer]) -> int:
-    return sum(len(memoryview(f)) for f in frames)
+    total = 0
+    for f in frames:
+        total += len(f) if isinstance(f, bytes) else memoryview(f).nbytes
+    return total
 
 
 def from_frames(frames: Sequence[Buffer], max_bytes: int | None = None) -> Message:
@@ -159,8 +171,7 @@ def from_frames(frames: Sequence[Buffer], max_bytes: int | None = None) -> Messa
         if size > max_bytes:
             raise MessageTooLarge(f"message of {size} bytes is over the limit of {max_bytes}")
     if _frame_decoder is None:
-        union: Any = Union[tuple(_REGISTRY.values())]  # noqa: UP007 - runtime union of classes
-        _frame_decoder = msgspec.msgpack.Decoder(union, ext_hook=_ext_hook, dec_hook=_dec_hook)
+        _frame_decoder = msgspec.msgpack.Decoder(_union(), ext_hook=_ext_hook, dec_hook=_dec_hook)
     _frames.inp = frames
     try:
         return _frame_decoder.decode(frames[0])
@@ -168,6 +179,79 @@ def from_frames(frames: Sequence[Buffer], max_bytes: int | None = None) -> Messa
         raise WireError(f"undecodable message: {e}") from None
     finally:
         _frames.inp = ()
+
+
+# --- packed frames: several small messages in one frame ------------------------------------
+#
+# On a stream edge to a single receiver the runtime packs the bodies of small, array-free
+# messages sent close together into one frame: PACK_MARK (0xC1, a byte msgpack never uses, so
+# no single body starts with it), a msgpack array header, then the bodies back to back. Minus
+# its mark the frame is a valid msgpack array of messages, decoded in one call.
+
+PACK_MARK = b"\xc1"
+_packed_decoder: msgspec.msgpack.Decoder | None = None
+_raw_list_decoder = msgspec.msgpack.Decoder(list[msgspec.Raw])
+
+
+def pack_bodies(bodies: Sequence[bytes]) -> bytes:
+    """One packed frame holding `bodies` (each a single-frame body made by `to_frames`)."""
+    n = len(bodies)
+    if n < 16:
+        head = bytes((0x90 | n,))
+    elif n < 1 << 16:
+        head = b"\xdc" + n.to_bytes(2, "big")
+    else:
+        head = b"\xdd" + n.to_bytes(4, "big")
+    return b"".join((PACK_MARK, head, *bodies))
+
+
+def packed_size(bodies_bytes: int, count: int) -> int:
+    """Size of the frame `pack_bodies` makes from `count` bodies of `bodies_bytes` in all."""
+    return bodies_bytes + (2 if count < 16 else 4 if count < 1 << 16 else 6)
+
+
+def is_packed(frames: Sequence[Buffer]) -> bool:
+    """Whether `frames` is one packed frame (else it is one message: body and array frames)."""
+    return len(frames) == 1 and frames[0][:1] == PACK_MARK
+
+
+def unpack_frame(
+    frame: Buffer, max_bytes: int | None = None
+) -> tuple[list[Message], list[WireError]]:
+    """The messages of a packed frame, and one error per body that does not decode.
+
+    The whole frame is one error when it is over `max_bytes` or is not an array at all.
+    """
+    global _packed_decoder
+    view = memoryview(frame)[1:]
+    if max_bytes is not None and len(view) + 1 > max_bytes:
+        size = len(view) + 1
+        return [], [
+            MessageTooLarge(f"packed frame of {size} bytes is over the limit of {max_bytes}")
+        ]
+    if _packed_decoder is None:
+        _packed_decoder = msgspec.msgpack.Decoder(
+            list[_union()], ext_hook=_ext_hook, dec_hook=_dec_hook
+        )
+    _frames.inp = ()  # a packed body cannot refer to array frames
+    try:
+        return _packed_decoder.decode(view), []
+    except (msgspec.DecodeError, msgspec.ValidationError, ValueError, TypeError):
+        pass  # one bad body: decode the rest one by one below
+    finally:
+        _frames.inp = ()
+    try:
+        raws = _raw_list_decoder.decode(view)
+    except (msgspec.DecodeError, msgspec.ValidationError) as e:
+        return [], [WireError(f"undecodable packed frame: {e}")]
+    messages: list[Message] = []
+    errors: list[WireError] = []
+    for raw in raws:
+        try:
+            messages.append(from_frames([raw]))
+        except WireError as e:
+            errors.append(e)
+    return messages, errors
 
 
 # --- runtime (tags 1-19) -------------------------------------------------------------------

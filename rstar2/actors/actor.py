@@ -24,6 +24,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
+import msgspec
+
 from rstar2.wire import Message
 
 if TYPE_CHECKING:
@@ -61,9 +63,12 @@ def port(msg: MessageTypes, reply: MessageTypes | None = None) -> Port:
     return Port(msg, reply)
 
 
-@dataclass(frozen=True)
-class Incoming:
-    """One received message; `reply_to` is the (client identity, request id) of a request."""
+class Incoming(msgspec.Struct, frozen=True):
+    """One received message; `reply_to` is the (client identity, request id) of a request.
+
+    A frozen struct rather than a dataclass: one is made per message, and this is 10x cheaper.
+    It never goes on the wire.
+    """
 
     port: str
     msg: Message

@@ -5,9 +5,13 @@ restarted actor keeps its queued messages) and it is used from the actor's task 
 reply-reader tasks it starts for request ports.
 
 Framing on the sockets (bodies and array frames come from `wire.to_frames`):
-- stream (PUSH -> PULL): [body, *arrays]
+- stream (PUSH -> PULL): [body, *arrays], or, on an edge to a single instance, one packed frame
+  holding the bodies of several small array-free messages sent in one step (see `outbox.py`:
+  the outputs of one drained input batch go out as one frame, decoded in one call);
 - request (DEALER -> ROUTER): [request id (8 bytes), body, *arrays]; the ROUTER prepends the
   client identity, and the reply goes back as [identity, request id, body, *arrays].
+
+Received frames are decoded when they are drained, so the buffer holds decoded messages.
 
 A message over `max_message_bytes` or one that does not decode is logged, counted
 (`malformed` / `oversized`) and skipped; the actor goes on. Sending an oversized message raises
@@ -29,16 +33,20 @@ import anyio.abc
 import zmq
 
 from rstar2.actors.actor import Actor, Incoming, Port, StopCallback
+from rstar2.actors.outbox import Offer, Outbox
 from rstar2.actors.sockets import AsyncSocket, Frames
 from rstar2.actors.trace import Tracer, now
 from rstar2.wire import (
     ActorFailed,
+    Buffer,
     Message,
     MessageTooLarge,
     WireError,
     frames_size,
     from_frames,
+    is_packed,
     to_frames,
+    unpack_frame,
 )
 
 log = logging.getLogger(__name__)
@@ -61,7 +69,9 @@ class ContextSockets:
     inputs: dict[str, AsyncSocket] = field(default_factory=dict)
     streams: dict[str, AsyncSocket] = field(default_factory=dict)
     requests: dict[str, list[AsyncSocket]] = field(default_factory=dict)
-    received: deque[tuple[str, Frames]] = field(default_factory=deque)
+    outboxes: dict[str, Outbox] = field(default_factory=dict)
+    """Stream ports to a single instance: bodies waiting to go out packed (survive a restart)."""
+    received: deque[Incoming] = field(default_factory=deque)
     """Messages drained from the input sockets and not handled yet (survives a restart)."""
 
 
@@ -95,83 +105,117 @@ class ActorContext:
         self._sockets = sockets
         self._stop = stop
         self._buffer = sockets.received
+        self._outboxes = sockets.outboxes
         self._input_order = list(sockets.inputs)
         self._pending: dict[int, _Pending] = {}
         self._request_ids = itertools.count(1)
         self._round_robin: dict[str, int] = {}
         self._readers: set[int] = set()
         self._task_group: anyio.abc.TaskGroup | None = None
+        self._flush_wanted: anyio.Event | None = None
+        self._flush_scheduled = False
         self._unyielded_sends = 0
 
     def attach(self, task_group: anyio.abc.TaskGroup | None) -> None:
-        """Give the context a task group for its reply readers (done by the supervisor)."""
+        """Give the context a task group for its reply readers and flusher (by the supervisor)."""
         self._task_group = task_group
         self._readers.clear()
+        self._flush_wanted = None
+        self._flush_scheduled = False
+        if task_group is not None and any(self._outboxes.values()):
+            self._schedule_flush()  # what a failed incarnation left in its outboxes
 
     # --- receiving -------------------------------------------------------------------------
 
     async def recv(self) -> Incoming:
         """The next well-formed message on any input port (waits; bad ones are skipped)."""
-        while True:
-            while self._buffer:
-                port, frames = self._buffer.popleft()
-                self.tracer.stats.queue_depth = len(self._buffer)
-                incoming = self._decode_input(port, frames)
-                if incoming is not None:
-                    return incoming
+        buffer = self._buffer
+        if not buffer:
             await self._fill()
+        incoming = buffer.popleft()
+        self.tracer.stats.queue_depth = len(buffer)
+        return incoming
 
-    def _decode_input(self, port: str, frames: Frames) -> Incoming | None:
-        self.tracer.stats.received += 1
+    def _decode_input(self, port: str, frames: Frames) -> None:
+        """Decode one received message (or packed frame) into the buffer; count bad ones."""
+        spec = self._ports_in[port]
         reply_to = None
-        if self._ports_in[port].is_request_reply:
+        if spec.is_request_reply:
             if len(frames) < 3:
-                self._count_bad("malformed", port, f"request with {len(frames)} frames")
-                return None
+                self.tracer.stats.received += 1
+                self._count_bad(WireError(f"request with {len(frames)} frames"), port)
+                return
             reply_to = (frames[0], frames[1])
             frames = frames[2:]
+        elif is_packed(frames):
+            messages, errors = unpack_frame(frames[0], self.max_message_bytes)
+            self.tracer.stats.received += len(messages) + len(errors)
+            for error in errors:
+                self._count_bad(error, port)
+            append, types = self._buffer.append, spec.msg
+            for msg in messages:
+                if isinstance(msg, types):
+                    append(Incoming(port, msg))
+                else:
+                    self._count_bad(WireError(f"unexpected {type(msg).__name__}"), port)
+            return
+        self.tracer.stats.received += 1
         try:
             msg = from_frames(frames, self.max_message_bytes)
-        except MessageTooLarge as e:
-            self._count_bad("oversized", port, str(e))
-            return None
         except WireError as e:
-            self._count_bad("malformed", port, str(e))
-            return None
-        if not self._ports_in[port].accepts(msg):
-            self._count_bad("malformed", port, f"unexpected {type(msg).__name__}")
-            return None
-        return Incoming(port, msg, reply_to)
+            self._count_bad(e, port)
+            return
+        self._accept(port, spec, msg, reply_to)
 
-    def _count_bad(self, what: str, port: str, detail: str) -> None:
+    def _accept(
+        self, port: str, spec: Port, msg: Message, reply_to: tuple[bytes, bytes] | None
+    ) -> None:
+        if spec.accepts(msg):
+            self._buffer.append(Incoming(port, msg, reply_to))
+        else:
+            self._count_bad(WireError(f"unexpected {type(msg).__name__}"), port)
+
+    def _count_bad(self, error: WireError, port: str) -> None:
         stats = self.tracer.stats
-        if what == "oversized":
+        if isinstance(error, MessageTooLarge):
+            what = "oversized"
             stats.oversized += 1
         else:
+            what = "malformed"
             stats.malformed += 1
-        log.warning("%s: dropped %s message on port %r: %s", self.name, what, port, detail)
+        log.warning("%s: dropped %s message on port %r: %s", self.name, what, port, error)
 
     async def _fill(self) -> None:
-        """Move at least one queued message into the buffer, waiting if none is queued."""
+        """Send what the last batch produced, then drain input, waiting if none is queued."""
         if not self._input_order:
             raise RuntimeError(f"actor {self.name} has no input ports to receive from")
+        await self.flush()
         if self._drain():
             return
-        start = now()
-        while not self._drain():
-            if len(self._input_order) == 1:
-                await self._sockets.inputs[self._input_order[0]].wait(zmq.POLLIN)
-            else:
-                await self._wait_any_input()
-        self.tracer.record("wait", start, now(), depth=len(self._buffer))
+        token = self.tracer.begin("wait")
+        try:
+            while not self._drain():
+                if len(self._input_order) == 1:
+                    await self._sockets.inputs[self._input_order[0]].wait(zmq.POLLIN)
+                else:
+                    await self._wait_any_input()
+        finally:
+            self.tracer.end(token, depth=len(self._buffer))
 
     def _drain(self) -> bool:
+        """Decode up to `batch` queued messages per port into the buffer, without waiting."""
         # Rotate the start port so that a busy port cannot starve the others.
         self._input_order.append(self._input_order.pop(0))
+        buffer = self._buffer
         for port in self._input_order:
-            for frames in self._sockets.inputs[port].recv_batch_nowait(self.batch):
-                self._buffer.append((port, frames))
-        return bool(self._buffer)
+            sock = self._sockets.inputs[port]
+            limit = len(buffer) + self.batch
+            while len(buffer) < limit:
+                frames = sock.recv_nowait()
+                if frames is None:
+                    break
+                self._decode_input(port, frames)
+        return bool(buffer)
 
     async def _wait_any_input(self) -> None:
         async def wait_one(sock: AsyncSocket, scope: anyio.CancelScope) -> None:
@@ -185,7 +229,7 @@ class ActorContext:
     # --- handling and sending --------------------------------------------------------------
 
     async def dispatch(self, actor: Actor, incoming: Incoming) -> None:
-        """Run `actor.handle` on one message and send what it returns (replies included)."""
+        """Run `actor.handle` on one message and send what it returns (replies too)."""
         start = now()
         try:
             outputs = actor.handle(incoming.port, incoming.msg)
@@ -206,16 +250,16 @@ class ActorContext:
             else:
                 await self.send(out_port, msg)
 
-    def _frames_for(self, port: str, msg: Message, spec: Port | None) -> list:
+    def _frames_for(self, port: str, msg: Message, spec: Port | None) -> list[Buffer]:
         if spec is None:
             raise ValueError(f"actor {self.name} has no output port {port!r}")
-        if not spec.accepts(msg):
+        if not isinstance(msg, spec.msg):
             raise TypeError(
                 f"{self.name}: port {port!r} takes {sorted(spec.type_names())}, "
                 f"got {type(msg).__name__}"
             )
         frames = to_frames(msg)
-        size = frames_size(frames)
+        size = len(frames[0]) if len(frames) == 1 else frames_size(frames)
         if size > self.max_message_bytes:
             raise MessageTooLarge(
                 f"{self.name}: {type(msg).__name__} of {size} bytes on port {port!r} is over "
@@ -224,26 +268,96 @@ class ActorContext:
         return frames
 
     async def send(self, port: str, msg: Message) -> None:
-        """Send on a stream output port; waits (and records a "blocked" span) when full."""
-        sock = self._sockets.streams.get(port)
-        if sock is None:
-            if port in self._sockets.requests:
-                raise ValueError(f"{self.name}: port {port!r} is request/reply: use request()")
-            raise ValueError(f"{self.name}: output port {port!r} is not connected")
-        frames = self._frames_for(port, msg, self._ports_out.get(port))
-        await self._send_frames(sock, frames, port)
+        """Send on a stream output port; waits (and records a "blocked" span) when full.
 
-    async def _send_frames(self, sock: AsyncSocket, frames: list, port: str) -> None:
+        On an edge to a single instance a small message may leave packed with others, at the
+        latest when this actor next waits for input or the event loop next turns.
+        """
+        outbox = self._outboxes.get(port)
+        if outbox is None:
+            sock = self._sockets.streams.get(port)
+            if sock is None:
+                if port in self._sockets.requests:
+                    raise ValueError(f"{self.name}: port {port!r} is request/reply: use request()")
+                raise ValueError(f"{self.name}: output port {port!r} is not connected")
+            frames = self._frames_for(port, msg, self._ports_out.get(port))
+            await self._send_frames(sock, frames, port)
+            return
+        frames = self._frames_for(port, msg, self._ports_out.get(port))
+        offer = outbox.offer(frames[0]) if len(frames) == 1 else Offer.ALONE
+        if offer is Offer.QUEUED and self._task_group is not None:
+            if not self._flush_scheduled:
+                self._schedule_flush()
+            return
+        await self._flush_outbox(port, outbox)  # FULL, or make room / keep the port's order
+        if offer is Offer.REFUSED:  # there is room now
+            if outbox.offer(frames[0]) is Offer.FULL or self._task_group is None:
+                await self._flush_outbox(port, outbox)
+            elif not self._flush_scheduled:
+                self._schedule_flush()
+        elif offer is Offer.ALONE:
+            await self._send_frames(outbox.sock, frames, port)
+
+    async def flush(self, *, trace: bool = True) -> None:
+        """Send what the outboxes hold now (the runtime does this; actors need not)."""
+        for port, outbox in self._outboxes.items():
+            if outbox.bodies:
+                await self._flush_outbox(port, outbox, trace=trace)
+
+    async def _flush_outbox(self, port: str, outbox: Outbox, *, trace: bool = True) -> None:
+        """Send the outbox as one frame; yields to other tasks once it is out."""
+        if not outbox.bodies:
+            return
+        if not outbox.lock.locked() and outbox.sock.send_nowait([outbox.frame()]):
+            self.tracer.stats.sent += outbox.clear()
+            await anyio.lowlevel.checkpoint()  # a producer that never blocks still lets others run
+            return
+        # Full downstream, or another task is sending this outbox's previous frame: wait in
+        # line (the lock keeps frames in order) and count it as blocked on output.
+        token = self.tracer.begin("blocked", port, len(self._buffer)) if trace else None
+        try:
+            async with outbox.lock:
+                while outbox.bodies:
+                    frame = outbox.frame()
+                    count = outbox.clear()
+                    await outbox.sock.send([frame])
+                    self.tracer.stats.sent += count
+        finally:
+            if token is not None:
+                self.tracer.end(token)
+
+    def _schedule_flush(self) -> None:
+        """Have the flusher task send the outboxes on the event loop's next turn."""
+        if self._task_group is None:
+            return
+        if self._flush_wanted is None:
+            self._flush_wanted = anyio.Event()
+            self._task_group.start_soon(self._serve_flushes)
+        self._flush_wanted.set()
+        self._flush_scheduled = True
+
+    async def _serve_flushes(self) -> None:
+        while True:
+            assert self._flush_wanted is not None
+            await self._flush_wanted.wait()
+            self._flush_wanted = anyio.Event()
+            self._flush_scheduled = False
+            # Not traced: the actor itself is not blocked while this task waits for room.
+            await self.flush(trace=False)
+
+    async def _send_frames(self, sock: AsyncSocket, frames: list[Buffer], port: str) -> None:
         if sock.send_nowait(frames):
             self._unyielded_sends += 1
-            if self._unyielded_sends >= _CHECKPOINT_EVERY:
+            if self._unyielded_sends >= _CHECKPOINT_EVERY:  # let other tasks run now and then
                 self._unyielded_sends = 0
                 await anyio.lowlevel.checkpoint()
         else:
-            start = now()
-            await sock.send(frames)
+            token = self.tracer.begin("blocked", port, len(self._buffer))
+            try:
+                await sock.send(frames)
+            finally:
+                self.tracer.end(token)
             self._unyielded_sends = 0
-            self.tracer.record("blocked", start, now(), port, len(self._buffer))
         self.tracer.stats.sent += 1
 
     async def reply(self, incoming: Incoming, msg: Message) -> None:
@@ -318,13 +432,12 @@ class ActorContext:
         while True:
             for frames in await sock.recv_batch(self.batch):
                 if len(frames) < 2:
-                    self._count_bad("malformed", sock.endpoint, "reply without request id")
+                    self._count_bad(WireError("reply without request id"), sock.endpoint)
                     continue
                 try:
                     msg = from_frames(frames[1:], self.max_message_bytes)
                 except WireError as e:
-                    kind = "oversized" if isinstance(e, MessageTooLarge) else "malformed"
-                    self._count_bad(kind, sock.endpoint, str(e))
+                    self._count_bad(e, sock.endpoint)
                     continue
                 pending = self._pending.get(int.from_bytes(frames[0], "little"))
                 if pending is None:

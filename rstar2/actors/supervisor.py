@@ -1,7 +1,9 @@
 """Runs the actor instances placed in one process: sockets, restarts, failure reports.
 
 `Supervisor.prepare()` creates every socket of the process's instances (binds before connects,
-so inproc peers in the same process find each other); `run()` starts each instance in its own
+so inproc peers in the same process find each other), and an `Outbox` for each stream port
+whose edge reaches a single instance (those edges carry packed frames, so their sockets count
+`frame_hwm` frames instead of `hwm` messages); `run()` starts each instance in its own
 task and returns when they have all finished (or is cancelled by the graph). An instance that
 raises is reported through `GraphEvents.failure` with its name and traceback; it is restarted
 (fresh object, same sockets, so queued messages survive) up to its `restarts` budget, after
@@ -23,6 +25,7 @@ import zmq
 
 from rstar2.actors.actor import Actor
 from rstar2.actors.context import ActorContext, ContextSockets
+from rstar2.actors.outbox import PACK_BYTES, Outbox, frame_hwm
 from rstar2.actors.plan import GraphPlan, InstancePlan, import_actor
 from rstar2.actors.sockets import SocketFactory
 from rstar2.actors.trace import Tracer
@@ -68,17 +71,30 @@ class Supervisor:
         for inst in self.instances:
             self._classes[inst.name] = import_actor(inst.cls, f"graph.actors.{inst.actor}.cls")
             self._sockets[inst.name] = ContextSockets()
+        packed_hwm = frame_hwm(self.plan.hwm, self.plan.batch)
         for inst in self.instances:
             cls = self._classes[inst.name]
             for port, endpoint in inst.binds.items():
-                kind = zmq.ROUTER if cls.inputs[port].is_request_reply else zmq.PULL
-                self._sockets[inst.name].inputs[port] = self.factory.bind(kind, endpoint)
+                if cls.inputs[port].is_request_reply:
+                    sock = self.factory.bind(zmq.ROUTER, endpoint)
+                else:  # every sender to a lone instance packs
+                    hwm = packed_hwm if inst.count == 1 else None
+                    sock = self.factory.bind(zmq.PULL, endpoint, hwm=hwm)
+                self._sockets[inst.name].inputs[port] = sock
         for inst in self.instances:
-            socks = self._sockets[inst.name]
-            for port, endpoints in inst.streams.items():
-                socks.streams[port] = self.factory.connect(zmq.PUSH, endpoints)
-            for port, endpoints in inst.requests.items():
-                socks.requests[port] = [self.factory.connect(zmq.DEALER, [e]) for e in endpoints]
+            self._connect(inst, self._sockets[inst.name], packed_hwm)
+
+    def _connect(self, inst: InstancePlan, socks: ContextSockets, packed_hwm: int) -> None:
+        pack_bytes = min(PACK_BYTES, self.plan.max_message_bytes)
+        for port, endpoints in inst.streams.items():
+            if len(endpoints) == 1:
+                sock = self.factory.connect(zmq.PUSH, endpoints, hwm=packed_hwm)
+                socks.outboxes[port] = Outbox(sock, self.plan.batch, pack_bytes)
+            else:  # fan-out: one message per frame, so PUSH spreads messages evenly
+                sock = self.factory.connect(zmq.PUSH, endpoints)
+            socks.streams[port] = sock
+        for port, endpoints in inst.requests.items():
+            socks.requests[port] = [self.factory.connect(zmq.DEALER, [e]) for e in endpoints]
 
     async def run(self) -> None:
         """Run every instance until all have finished (cancel to stop them)."""
@@ -138,6 +154,7 @@ class Supervisor:
             ctx.attach(tg)
             actor.setup()
             await actor.serve(ctx)
+            await ctx.flush()  # the last messages it sent may still sit in an outbox
             tg.cancel_scope.cancel()
 
     def stats(self) -> list[ActorStats]:

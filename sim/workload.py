@@ -130,6 +130,7 @@ SCENARIOS: dict[str, dict[str, object]] = {
     },
     "heavy-tail": {"sigma": 1.6, "mean_response_tokens": 3000.0, "tool_calls_mean": 3.0},
     "tool-heavy": {"tool_calls_mean": 12.0, "max_turns": 30, "tool_latency_mean_s": 1.0},
+    "kv-pressure": {"mean_response_tokens": 8000.0},
 }
 """Named workload presets (overrides of `WorkloadConfig`); 'paper' is the paper-scale step."""
 

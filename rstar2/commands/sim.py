@@ -3,12 +3,15 @@
     rstar2 sim --gpus 64 --gpu mi300x --model qwen3-14b --policy kv_aware [--json]
     rstar2 sim compare [same options] [--json] [--out-dir DIR]
     rstar2 sim calibrate --points FILE [--check FILE] [--json]
+    rstar2 sim calibrate --engine [--model-dir DIR] [--threads N] [--json]
 
 With no workload option the workload is the paper-scale step (512 prompts x 32 rollouts,
 lognormal lengths capped at 12K, ~5 tool calls). `--json` prints, per policy, exactly the keys
 policy, makespan_s, lower_bound_s, ratio_to_bound, preemptions, recomputed_tokens,
 idle_fraction, tokens_per_s, events, wall_s (a list for `compare`). A progress bar goes to
-stderr unless --quiet or --no-progress.
+stderr unless --quiet or --no-progress. `calibrate --engine` is the fidelity benchmark
+(`sim.fidelity`): fit the cost model to the embedded CPU engine's measured steps, then predict
+a different workload's makespan on that engine and report the error.
 """
 
 from __future__ import annotations
@@ -21,9 +24,12 @@ import time
 from dataclasses import replace
 
 from rstar2.config import to_dict
+from rstar2.engine.benchmark import tiny_random_model
+from rstar2.engine.core import load_causal_lm
 from rstar2.scheduler import POLICY_NAMES, SchedulerConfig
 from sim.config import SimConfig, build
 from sim.cost import GPUS, MODELS, fit, load_points
+from sim.fidelity import fidelity
 from sim.report import table, write_plots
 from sim.simulator import ProgressFn, SimResult
 from sim.workload import SCENARIOS, WorkloadConfig
@@ -65,6 +71,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
     parser.add_argument("--points", help="calibrate: measured steps (JSON or CSV)")
     parser.add_argument("--check", help="calibrate: other measured steps to predict")
+    parser.add_argument(
+        "--engine", action="store_true", help="calibrate: fidelity check on the embedded engine"
+    )
+    parser.add_argument(
+        "--model-dir", help="calibrate --engine: local HF model (default: tiny random Qwen2)"
+    )
+    parser.add_argument("--threads", type=int, default=1, help="calibrate --engine: torch threads")
 
 
 _WORKLOAD_FLAGS = {
@@ -157,8 +170,10 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _calibrate(args: argparse.Namespace) -> int:
+    if args.engine:
+        return _fidelity(args)
     if args.points is None:
-        print("rstar2 sim calibrate: error: --points FILE is required", file=sys.stderr)
+        print("rstar2 sim calibrate: error: --points FILE or --engine is required", file=sys.stderr)
         return 2
     points = load_points(args.points)
     cost = fit(points)
@@ -177,6 +192,27 @@ def _calibrate(args: argparse.Namespace) -> int:
             "mean_abs_step_error": round(sum(errors) / len(errors), 4),
             "total_time_error": round(abs(total_pred - total_meas) / total_meas, 4),
         }
+    print(
+        json.dumps(report, indent=2)
+        if args.json
+        else "\n".join(f"{k}: {v}" for k, v in report.items())
+    )
+    return 0
+
+
+def _fidelity(args: argparse.Namespace) -> int:
+    model = load_causal_lm(args.model_dir) if args.model_dir else tiny_random_model()
+    r = fidelity(model, threads=args.threads)
+    report = {
+        "fit": to_dict(r.cost),
+        "calibration_steps": len(r.calibration.steps),
+        "fit_step_error": round(r.fit_step_error, 4),
+        "check_measured_s": round(r.check.makespan_s, 3),
+        "check_predicted_s": round(r.predicted_makespan_s, 3),
+        "makespan_error": round(r.makespan_error, 4),
+        "check_preemptions": r.check.preemptions,
+        "predicted_preemptions": r.predicted_preemptions,
+    }
     print(
         json.dumps(report, indent=2)
         if args.json

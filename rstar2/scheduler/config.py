@@ -23,7 +23,7 @@ class SchedulerConfig:
     """kv_aware: reserve prompt + predicted response x predicted_scale per trajectory
     ('predicted', the default) or prompt + max response ('max': the literal rStar2 rule, which
     cannot preempt but leaves reserved KV idle)."""
-    predicted_scale: float = 0.7
+    predicted_scale: float = 0.5
     """kv_aware 'predicted': factor on the predicted response length. Below 1 over-commits on
     purpose: trajectories on one engine reach their full length at different times."""
     sticky_guard: bool = True

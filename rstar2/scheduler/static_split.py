@@ -16,6 +16,11 @@ from collections.abc import Sequence
 from rstar2.scheduler.policy import Policy, TurnRequest
 
 
+def contiguous_engine(index: int, count: int, num_engines: int) -> int:
+    """Engine of the `index`-th of `count` trajectories in a contiguous even split."""
+    return index * num_engines // count
+
+
 class StaticSplit(Policy):
     name = "static"
 
@@ -27,7 +32,7 @@ class StaticSplit(Policy):
     def prepare(self, batch: Sequence[TurnRequest]) -> None:
         n = len(batch)
         for i, req in enumerate(batch):
-            self._engine_of[req.traj_id] = i * self.num_engines // n
+            self._engine_of[req.traj_id] = contiguous_engine(i, n, self.num_engines)
 
     def assign(self, req: TurnRequest) -> int:
         engine = self._engine_of.get(req.traj_id)

@@ -97,11 +97,55 @@ def test_kv_aware_max_holds_until_a_reservation_is_released() -> None:
     p = KVAware(2, reservation="max")
     for e in (0, 1):
         p.on_stats(e, Stats(kv_capacity_tokens=1000))
-    assert [p.assign(req(t)) for t in "abcd"] == [0, 1, 0, 1]  # 2 x 500 per engine
+    # siblings of one prompt share an engine while it has room: 2 x 500 per engine
+    assert [p.assign(req(t)) for t in "abcd"] == [0, 0, 1, 1]
     assert p.assign(req("e")) is None
     assert p.assign(req("a", 1, 300)) == 0  # later turns always go home
     p.on_finish("b")
-    assert p.assign(req("e")) == 1
+    assert p.assign(req("e")) == 0
+
+
+def test_kv_aware_places_a_fitting_step_as_the_static_split() -> None:
+    kv, static = KVAware(2, reservation="predicted"), StaticSplit(2)
+    batch = [req(f"t{i}", prompt_id=f"p{i % 3}") for i in range(6)]
+    for p in (kv, static):
+        p.on_stats(0, Stats(kv_capacity_tokens=10_000, kv_free_tokens=10_000))
+        p.on_stats(1, Stats(kv_capacity_tokens=10_000, kv_free_tokens=10_000))
+        p.prepare(batch)
+    assert [kv.assign(r) for r in batch] == [static.assign(r) for r in batch] == [0, 0, 0, 1, 1, 1]
+
+
+def test_kv_aware_spills_a_planned_trajectory_where_there_is_room() -> None:
+    p = KVAware(2, reservation="max")
+    p.on_stats(0, Stats(kv_capacity_tokens=1000))
+    p.on_stats(1, Stats(kv_capacity_tokens=1500))
+    batch = [req(f"t{i}", prompt_id=f"p{i}") for i in range(4)]
+    p.prepare(batch)  # plan: t0, t1 -> 0; t2, t3 -> 1
+    assert [p.assign(r) for r in batch] == [0, 0, 1, 1]
+    p.prepare([req("u0", prompt_id="q"), req("u1", prompt_id="q")])  # plan: u0 -> 0
+    assert p.assign(req("u0", prompt_id="q")) == 1  # engine 0 is full, engine 1 has 500 left
+    assert p.assign(req("u1", prompt_id="q")) is None
+
+
+def test_kv_aware_moves_a_turn_off_a_saturated_engine() -> None:
+    p = KVAware(2, reservation="predicted", predicted_scale=1.0)
+    p.on_stats(0, Stats(kv_capacity_tokens=1000))
+    p.on_stats(1, Stats(kv_capacity_tokens=1000))
+    assert p.assign(TurnRequest("a", "p", 0, 100, 100, 500, 200)) == 0
+    p.on_stats(0, Stats(kv_capacity_tokens=1000, kv_free_tokens=100, waiting=3))
+    assert p.assign(TurnRequest("a", "p", 1, 150, 100, 500, 200)) == 1
+    assert p.reserved == [0, 200] and p.moved == 1
+    p.on_finish("a")
+    assert p.reserved == [0, 0]
+
+
+def test_kv_aware_max_never_moves_a_turn() -> None:
+    p = KVAware(2, reservation="max")
+    for e in (0, 1):
+        p.on_stats(e, Stats(kv_capacity_tokens=1000))
+    assert p.assign(req("a")) == 0
+    p.on_stats(0, Stats(kv_capacity_tokens=1000, kv_free_tokens=0, waiting=5))
+    assert p.assign(req("a", 1, 300)) == 0
 
 
 def test_kv_aware_holds_before_any_stats() -> None:

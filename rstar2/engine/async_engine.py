@@ -116,7 +116,11 @@ class AsyncEngine:
             raise waiter.error
 
     def stats(self) -> EngineStats:
-        return self.core.stats()
+        """The core's stats, with requests posted but not yet handed to it counted as waiting."""
+        stats = self.core.stats()
+        with self._lock:
+            stats.waiting += sum(isinstance(op, _Add) for op in self._inbox)
+        return stats
 
     async def serve(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         """Run the step loop until cancelled."""

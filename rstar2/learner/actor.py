@@ -22,10 +22,13 @@ graph with a summary.
 For `rstar2 profile`: the update and the weight push are recorded as handle spans (ports
 "update" and "weights", the flattening; the workers record their own loading);
 `rollout_only=True` skips both (the policy stays as it is); `profile=True` adds
-`result["profile"]["counters"]` to the stop result: each trajectory's engine KV use when it
-finished (track "rollout.<engine>/engine", counters "kv_used" as a fraction of the capacity
-and "waiting" requests), stamped when the learner received it, and "window": the wall-clock
-start and end of the RL steps.
+`result["profile"]["counters"]` to the stop result: per trajectory, its engine's KV use just
+before the trajectory released its blocks (track "rollout.<engine>/engine", counter "kv_used":
+the used fraction the engine reported after the release plus the trajectory's own blocks; the
+KV-aware scheduler holds back work that does not fit, so the engine's own waiting queue stays
+short), "kv_room": how many more sequences of its length still fitted beside it (below 1: the
+KV cache could not hold a second one), and the engine's "waiting" requests, stamped when the learner received it; and
+"window": the wall-clock start and end of the RL steps.
 
 What it does not do: generate, execute or score (other actors), or the RL math (rstar2.rl,
 policy_update.py).
@@ -245,8 +248,14 @@ class LearnerActor(Actor):
         if msg.engine < 0 or msg.kv_capacity_tokens <= 0:
             return
         track, t = f"rollout.{msg.engine}/engine", time.time()
-        used = 1.0 - msg.kv_free_tokens / msg.kv_capacity_tokens
+        block = self.cfg.engine.block_size
+        own = -(-len(msg.token_ids) // block) * block
+        used = min(
+            1.0, (msg.kv_capacity_tokens - msg.kv_free_tokens + own) / msg.kv_capacity_tokens
+        )
+        room = (msg.kv_free_tokens - own) / own if own else 0.0
         self.kv_samples.append([track, "kv_used", t, used])
+        self.kv_samples.append([track, "kv_room", t, max(0.0, room)])
         self.kv_samples.append([track, "waiting", t, float(msg.waiting)])
 
     async def _push_weights(self, ctx: ActorContext, state: RunState) -> None:

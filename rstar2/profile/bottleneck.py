@@ -26,7 +26,8 @@ The evidence lists what supports the choice (its busy share, its queue, upstream
 blocked on it or waiting on its replies, downstream actors idle for its output, the runner-up)
 so a reader can check it. The advice comes from the actor's role, recognised by name
 (sandbox, reward, engine/rollout, learner, scheduler), and from KV use for engines: a full KV
-cache asks for a bigger KV budget, otherwise for more engines.
+cache (use >= KV_FULL, or room for less than one more sequence) asks for a bigger KV budget,
+otherwise for more engines.
 
 What it does not do: measure anything (see `actor_load.py`) or know the trainer's config
 keys beyond naming them in the advice.
@@ -65,9 +66,11 @@ def find_bottleneck(
     loads: Mapping[str, ActorLoad],
     edges: Sequence[Edge] = (),
     kv_use: Mapping[str, float] | None = None,
+    kv_room: Mapping[str, float] | None = None,
 ) -> Bottleneck:
     """Apply the rule above. `edges` are the graph's connections; `kv_use` maps an actor to
-    its median KV use in [0, 1] where engines report it."""
+    its median KV use in [0, 1] where engines report it, `kv_room` to the median number of
+    further sequences its KV cache still had room for (below 1: it could not hold another)."""
     if not loads:
         raise ValueError("no actor loads to analyse (did the run record any stats?)")
     ranked = sorted(loads.values(), key=lambda a: a.busy, reverse=True)
@@ -90,6 +93,11 @@ def find_bottleneck(
     kv = (kv_use or {}).get(chosen.name)
     if kv is not None:
         evidence.append(f"its KV use is {kv:.0%} of capacity (median)")
+    room = (kv_room or {}).get(chosen.name)
+    if room is not None:
+        evidence.append(f"its KV cache had room for {room:.2g} more sequence(s) (median)")
+    if room is not None and room < 1:
+        kv = max(kv or 0.0, KV_FULL)
     return Bottleneck(chosen.name, evidence, advice_for(chosen, kv))
 
 

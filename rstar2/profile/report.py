@@ -6,7 +6,8 @@ step, plus details), and `format_report` the text a person reads.
 
 Conventions read from the recording (see `recording.py`):
 - counters named "kv_used" (a fraction of the KV capacity, 0..1) on a track "<instance>" or
-  "<instance>/engine" give that actor's KV use, used for the engine advice;
+  "<instance>/engine" give that actor's KV use, and "kv_room" (how many more sequences like
+  the one sampled still fitted) its KV room; both feed the engine advice;
 - the engine idle ratio is 1 - (time with a span on the track) / window, averaged over the
   engine tracks: extra tracks whose last part starts with "engine", and instances of an actor
   named "engine". Without any it is None ("not reported").
@@ -26,6 +27,7 @@ from rstar2.profile.recording import Recording, role_of, stage_times
 from rstar2.wire import Span
 
 KV_COUNTER = "kv_used"
+KV_ROOM_COUNTER = "kv_room"
 
 
 @dataclass(frozen=True)
@@ -43,13 +45,14 @@ class Report:
 def build_report(rec: Recording) -> Report:
     loads = actor_loads(rec)
     kv = kv_use(rec)
+    room = kv_use(rec, KV_ROOM_COUNTER)
     return Report(
         duration_s=rec.duration,
         actors=loads,
         stages=mean_stages(rec.steps),
         steps=len(rec.steps),
         engine_idle=engine_idle_ratio(rec),
-        bottleneck=find_bottleneck(loads, rec.edges, kv),
+        bottleneck=find_bottleneck(loads, rec.edges, kv, room),
         kv_use=kv,
     )
 
@@ -63,11 +66,11 @@ def mean_stages(steps: list[dict[str, Any]]) -> dict[str, float]:
     return {stage: sum(v) / len(v) for stage, v in sums.items()}
 
 
-def kv_use(rec: Recording) -> dict[str, float]:
-    """Actor -> median of its "kv_used" samples."""
+def kv_use(rec: Recording, counter: str = KV_COUNTER) -> dict[str, float]:
+    """Actor -> median of its `counter` samples ("kv_used" by default)."""
     samples: dict[str, list[float]] = defaultdict(list)
     for c in rec.counters:
-        if c.name == KV_COUNTER:
+        if c.name == counter:
             samples[role_of(c.track.split("/", 1)[0])].append(c.value)
     return {role: percentile(sorted(v), 0.5) for role, v in samples.items()}
 

@@ -86,3 +86,12 @@ def test_a_stream_producer_is_not_called_a_caller() -> None:
     b = find_bottleneck(loads, EDGES)
     assert b.actor == "reward"
     assert not any("caller" in e or "upstream" in e for e in b.evidence)
+
+
+def test_an_engine_without_room_for_another_sequence_asks_for_kv() -> None:
+    loads = {"engine": load("engine", busy=0.95), "learner": load("learner", busy=0.05)}
+    tight = find_bottleneck(loads, kv_use={"engine": 0.6}, kv_room={"engine": 0.4})
+    assert "bigger KV budget" in tight.advice
+    assert any("room for 0.4 more" in e for e in tight.evidence)
+    roomy = find_bottleneck(loads, kv_use={"engine": 0.6}, kv_room={"engine": 3.0})
+    assert "add engines" in roomy.advice

@@ -41,10 +41,12 @@ class Scenario:
 
 SCENARIOS = [
     # SGD, no clipping: the update is the gradient itself, so a mis-scaled reduction shows.
+    # One rollout per micro-batch: rank 1 gets 1 of the 3 rollouts of the second mini-batch
+    # against rank 0's 2, so it runs the all-masked filler micro-batch.
     Scenario(
         "sgd",
         "sgd",
-        LearnerConfig(lr=2.0, warmup_steps=0, grad_clip=1e6, micro_batch_size=2, mini_batches=2),
+        LearnerConfig(lr=2.0, warmup_steps=0, grad_clip=1e6, micro_batch_size=1, mini_batches=2),
     ),
     # The RL learner's optimizer with clipping and warm-up, one mini-batch of odd size.
     Scenario(

@@ -116,10 +116,11 @@ class Actor:
         raise NotImplementedError(f"{type(self).__name__} handles no messages (port {port!r})")
 
     async def serve(self, ctx: ActorContext) -> None:
-        """The actor's loop; returning means the actor is finished (the graph goes on)."""
-        while True:
-            incoming = await ctx.recv()
-            await ctx.dispatch(self, incoming)
+        """The actor's loop; returning means the actor is finished (the graph goes on).
+
+        By default: receive and hand each message to `handle` (`ctx.dispatch`), forever.
+        """
+        await ctx.serve_handle(self)
 
     def stop_graph(self, reason: str = "", result: Any = None) -> None:
         """Ask the whole graph to stop; `result` (msgpack-able) is handed to the launcher."""

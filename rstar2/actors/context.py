@@ -32,8 +32,8 @@ import anyio
 import anyio.abc
 import zmq
 
-from rstar2.actors.actor import Actor, Incoming, Port, StopCallback
-from rstar2.actors.outbox import Offer, Outbox
+from rstar2.actors.actor import Actor, Incoming, Outputs, Port, StopCallback
+from rstar2.actors.outbox import ALONE, FULL, QUEUED, REFUSED, Outbox
 from rstar2.actors.sockets import AsyncSocket, Frames
 from rstar2.actors.trace import Tracer, now
 from rstar2.wire import (
@@ -228,19 +228,43 @@ class ActorContext:
 
     # --- handling and sending --------------------------------------------------------------
 
+    async def serve_handle(self, actor: Actor) -> None:
+        """The default `Actor.serve`: receive and dispatch to `actor.handle`, forever.
+
+        The same as `dispatch(await recv())` in a loop, with one await per message less, and
+        none at all for a message whose `handle` sends nothing.
+        """
+        buffer = self._buffer
+        stats = self.tracer.stats
+        while True:
+            if not buffer:
+                await self._fill()
+            incoming = buffer.popleft()
+            stats.queue_depth = len(buffer)
+            outputs = self._handle(actor, incoming)
+            if outputs:
+                await self._send_outputs(incoming, outputs)
+
     async def dispatch(self, actor: Actor, incoming: Incoming) -> None:
         """Run `actor.handle` on one message and send what it returns (replies too)."""
+        outputs = self._handle(actor, incoming)
+        if outputs:
+            await self._send_outputs(incoming, outputs)
+
+    def _handle(self, actor: Actor, incoming: Incoming) -> Outputs:
         start = now()
         try:
             outputs = actor.handle(incoming.port, incoming.msg)
         except BaseException:
             if incoming.reply_to is not None:
-                await self._reply_failure(incoming)
+                self._reply_failure(incoming)
             raise
-        self.tracer.record("handle", start, now(), incoming.port, len(self._buffer))
-        self.tracer.stats.handled += 1
+        self.tracer.handled(start, now(), incoming.port, len(self._buffer))
         if not isinstance(outputs, list):
             raise TypeError(f"{self.name}.handle must return a list, got {type(outputs).__name__}")
+        return outputs
+
+    async def _send_outputs(self, incoming: Incoming, outputs: Outputs) -> None:
         for item in outputs:
             if not (isinstance(item, tuple) and len(item) == 2):
                 raise TypeError(f"{self.name}.handle returned {item!r}, not (port, message)")
@@ -259,7 +283,7 @@ class ActorContext:
                 f"got {type(msg).__name__}"
             )
         frames = to_frames(msg)
-        size = len(frames[0]) if len(frames) == 1 else frames_size(frames)
+        size = frames_size(frames)
         if size > self.max_message_bytes:
             raise MessageTooLarge(
                 f"{self.name}: {type(msg).__name__} of {size} bytes on port {port!r} is over "
@@ -284,18 +308,18 @@ class ActorContext:
             await self._send_frames(sock, frames, port)
             return
         frames = self._frames_for(port, msg, self._ports_out.get(port))
-        offer = outbox.offer(frames[0]) if len(frames) == 1 else Offer.ALONE
-        if offer is Offer.QUEUED and self._task_group is not None:
+        offer = outbox.offer(frames[0]) if len(frames) == 1 else ALONE
+        if offer is QUEUED and self._task_group is not None:
             if not self._flush_scheduled:
                 self._schedule_flush()
             return
         await self._flush_outbox(port, outbox)  # FULL, or make room / keep the port's order
-        if offer is Offer.REFUSED:  # there is room now
-            if outbox.offer(frames[0]) is Offer.FULL or self._task_group is None:
+        if offer is REFUSED:  # there is room now
+            if outbox.offer(frames[0]) is FULL or self._task_group is None:
                 await self._flush_outbox(port, outbox)
             elif not self._flush_scheduled:
                 self._schedule_flush()
-        elif offer is Offer.ALONE:
+        elif offer is ALONE:
             await self._send_frames(outbox.sock, frames, port)
 
     async def flush(self, *, trace: bool = True) -> None:
@@ -375,7 +399,7 @@ class ActorContext:
         except zmq.ZMQError as e:  # EHOSTUNREACH: the client went away; nobody to tell
             log.info("%s: reply on %r not delivered: %s", self.name, incoming.port, e)
 
-    async def _reply_failure(self, incoming: Incoming) -> None:
+    def _reply_failure(self, incoming: Incoming) -> None:
         failure = ActorFailed(actor=self.name, traceback=traceback.format_exc())
         assert incoming.reply_to is not None
         identity, request_id = incoming.reply_to

@@ -1,6 +1,7 @@
 """Small actors for the docs, the tests and `rstar2 bench bus` (all on `wire.Item`).
 
-- `Source`: sends `n` Items (payload of `size` bytes) on "out", then finishes;
+- `Source`: sends `n` Items (payload of `size` bytes; `stamp`: `sent_at` = send time) on
+  "out", then finishes;
 - `Square`: "in" -> "out", value squared (a pure `handle`);
 - `Sink`: counts Items on "in"; after `n` it stops the graph with {"count", "sum"};
 - `Echo`: a request/reply service on "req": replies with the same Item;
@@ -8,7 +9,8 @@
 - `Flaky`: like Square, but raises on every Item with seq >= `fail_at` (only before its first
   restart when `once`), to exercise failure reports and restarts;
 - `SlowSink`: like Sink but sleeps `delay_s` per message (a slow consumer);
-- `RateSink`: times `n` Items from the first to the last (for the bus benchmark).
+- `RateSink`: times `n` stamped Items from the first one's send to the last one's receipt
+  (for the bus benchmark).
 
 What it does not do: anything useful beyond demonstrating and measuring the runtime.
 """
@@ -28,15 +30,17 @@ from rstar2.wire import Item, Message
 class Source(Actor):
     outputs: ClassVar[dict[str, Port]] = {"out": port(Item)}
 
-    def __init__(self, n: int = 100, size: int = 0) -> None:
+    def __init__(self, n: int = 100, size: int = 0, stamp: bool = False) -> None:
         if n < 0 or size < 0:
             raise ValueError(f"n and size must be >= 0, got n={n}, size={size}")
         self.n = n
         self.payload = b"x" * size
+        self.stamp = stamp
 
     async def serve(self, ctx: ActorContext) -> None:
         for seq in range(self.n):
-            await ctx.send("out", Item(seq, seq, self.payload))
+            sent_at = time.time() if self.stamp else 0.0
+            await ctx.send("out", Item(seq, seq, self.payload, sent_at))
 
 
 class Square(Actor):
@@ -115,7 +119,8 @@ class SlowSink(Sink):
 
 
 class RateSink(Actor):
-    """Counts `n` Items and stops the graph with the time from the first to the last."""
+    """Counts `n` Items and stops the graph with the time from the first one's `sent_at` (the
+    sender's wall clock, so a `Source` with `stamp=True`) to the receipt of the last."""
 
     inputs: ClassVar[dict[str, Port]] = {"in": port(Item)}
 
@@ -124,14 +129,14 @@ class RateSink(Actor):
             raise ValueError(f"RateSink needs n >= 2 to time anything, got {n}")
         self.n = n
         self.seen = 0
-        self.first = 0.0
+        self.first_sent_at = 0.0
 
     def handle(self, port: str, msg: Message) -> Outputs:
+        assert isinstance(msg, Item)
         self.seen += 1
         if self.seen == 1:
-            self.first = time.perf_counter()
+            self.first_sent_at = msg.sent_at
         elif self.seen == self.n:
-            self.stop_graph(
-                "done", {"count": self.n, "elapsed_s": time.perf_counter() - self.first}
-            )
+            elapsed = time.time() - self.first_sent_at
+            self.stop_graph("done", {"count": self.n, "elapsed_s": elapsed})
         return []

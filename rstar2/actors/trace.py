@@ -24,6 +24,7 @@ from __future__ import annotations
 import itertools
 import time
 from collections import deque
+from collections.abc import Callable
 
 from rstar2.wire import ActorStats, Span
 
@@ -31,13 +32,24 @@ SpanKind = str  # "wait" | "handle" | "blocked"
 _KINDS = ("wait", "handle", "blocked")
 _OpenSpan = tuple[str, float, str, int]  # kind, start, port, queue depth
 
+now = time.time
+"""The clock spans use (wall time, so spans of several processes line up); an alias rather
+than a wrapper because the runtime reads it twice per message."""
+
 
 class Tracer:
     """Counters, recent spans and the spans still open of one actor instance."""
 
     def __init__(
-        self, actor: str, process: str, capacity: int = 4096, enabled: bool = True
+        self,
+        actor: str,
+        process: str,
+        capacity: int = 4096,
+        enabled: bool = True,
+        clock: Callable[[], float] = now,
     ) -> None:
+        """`clock` times the open spans (`begin`/`end`, and what `snapshot` adds): tests pass
+        a fake one."""
         if capacity < 1:
             raise ValueError(f"trace capacity must be >= 1, got {capacity}")
         self.actor = actor
@@ -46,6 +58,7 @@ class Tracer:
         self._ring: deque[tuple[str, float, float, str, int]] = deque(maxlen=capacity)
         self._open: dict[int, _OpenSpan] = {}
         self._tokens = itertools.count()
+        self._clock = clock
         self.stats = ActorStats(actor=actor, process=process)
 
     def record(
@@ -64,24 +77,33 @@ class Tracer:
         if self.enabled:
             self._ring.append((kind, start, end, port, depth))
 
+    def handled(self, start: float, end: float, port: str, depth: int) -> None:
+        """One message handled from `start` to `end`: `record("handle", ...)` and `handled`
+        + 1 in one call (the runtime makes it once per message)."""
+        stats = self.stats
+        stats.busy_s += end - start
+        stats.handled += 1
+        if self.enabled:
+            self._ring.append(("handle", start, end, port, depth))
+
     def begin(self, kind: SpanKind, port: str = "", depth: int = 0) -> int:
         """Open a span that starts now; returns the token that `end()` closes it with."""
         if kind not in _KINDS:
             raise ValueError(f"unknown span kind {kind!r}")
         token = next(self._tokens)
-        self._open[token] = (kind, now(), port, depth)
+        self._open[token] = (kind, self._clock(), port, depth)
         return token
 
     def end(self, token: int, depth: int | None = None) -> None:
         """Close an open span now (`depth` replaces the queue depth given to `begin`)."""
         kind, start, port, begun_depth = self._open.pop(token)
-        self.record(kind, start, now(), port, begun_depth if depth is None else depth)
+        self.record(kind, start, self._clock(), port, begun_depth if depth is None else depth)
 
     def spans(self) -> list[Span]:
         """The buffered spans, oldest first, then the open ones as if they ended now (a copy)."""
         spans = [Span(self.actor, k, s, e, p, d) for (k, s, e, p, d) in self._ring]
         if self.enabled and self._open:
-            t = now()
+            t = self._clock()
             spans += [Span(self.actor, k, s, t, p, d) for (k, s, p, d) in self._open.values()]
         return spans
 
@@ -90,7 +112,7 @@ class Tracer:
         s = self.stats
         elapsed = dict.fromkeys(_KINDS, 0.0)
         if self._open:
-            t = now()
+            t = self._clock()
             for kind, start, _, _ in self._open.values():
                 elapsed[kind] += t - start
         return ActorStats(
@@ -108,8 +130,3 @@ class Tracer:
             queue_depth=s.queue_depth,
             alive=s.alive,
         )
-
-
-now = time.time
-"""The clock spans use (wall time, so spans of several processes line up); an alias rather
-than a wrapper because the runtime reads it twice per message."""

@@ -1,13 +1,19 @@
 """`rstar2 bench bus [--json]`: actor bus throughput and round trips vs bare pyzmq + msgpack.
 
 For each transport (inproc, ipc, tcp on loopback) and 1 KB messages (`wire.Item`):
-- one-way throughput, msgs/s, timed at the receiver from the first to the last message:
-  runtime = a `Source` actor -> `RateSink` actor graph; raw = a PUSH loop -> PULL loop with
-  msgspec msgpack, nothing else;
+- one-way throughput, msgs/s: `n` messages over the time from the first one's send (its
+  `sent_at` stamp, the sender's `time.time()`) to the last one's receipt, the same clock and
+  the same formula on both sides. Runtime = a `Source` actor (one `ctx.send` per message) ->
+  `RateSink` actor graph; raw = one PUSH socket sending one encoded Item per `send()` call ->
+  one PULL socket decoding each, with msgspec msgpack and nothing else. Both encode, send,
+  receive and decode every message; the runtime may pack messages into frames (that is its
+  batching), raw does not;
 - round trip p50/p99: runtime = `Pinger` -> `Echo` over request/reply ports; raw = a blocking
   DEALER -> ROUTER echo.
 inproc pairs run in one process (raw: a sender thread); ipc and tcp put the sender (or the
 echo service) in a spawned process. The runtime side runs on asyncio (+uvloop) by default.
+Each throughput figure is the median of `--repeats` runs, runtime and raw alternating so that
+load from other jobs hits both alike; the JSON also gives each side's min and max.
 
 What it does not do: tune anything, or assert on the figures (they are printed).
 """
@@ -42,6 +48,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--json", action="store_true", help="print one JSON list, one object per transport"
     )
     parser.add_argument("--messages", type=int, default=20000, help="messages per throughput run")
+    parser.add_argument("--repeats", type=int, default=3, help="throughput runs per side (median)")
     parser.add_argument("--round-trips", type=int, default=1000, help="round trips per latency run")
     parser.add_argument("--size", type=int, default=1024, help="payload bytes per message")
     parser.add_argument("--backend", choices=BACKENDS, default="asyncio")
@@ -77,7 +84,11 @@ def runtime_throughput(transport: str, n: int, size: int, backend: str) -> float
     cfg = _graph(
         transport,
         [
-            {"name": "source", "cls": f"{_DEMO}:Source", "params": {"n": n, "size": size}},
+            {
+                "name": "source",
+                "cls": f"{_DEMO}:Source",
+                "params": {"n": n, "size": size, "stamp": True},
+            },
             {"name": "sink", "cls": f"{_DEMO}:RateSink", "params": {"n": n}},
         ],
         "source.out -> sink.in",
@@ -85,7 +96,7 @@ def runtime_throughput(transport: str, n: int, size: int, backend: str) -> float
     result = run_graph_blocking(cfg, backend=backend, handle_signals=False)
     if result.reason != "stopped":
         raise RuntimeError(f"bench graph {transport} ended with {result.reason}: {result.failures}")
-    return (n - 1) / result.result["elapsed_s"]
+    return n / result.result["elapsed_s"]
 
 
 def runtime_rtts(transport: str, n: int, size: int, backend: str) -> list[float]:
@@ -121,7 +132,7 @@ def _raw_send(endpoint: str, n: int, size: int, context: zmq.Context | None = No
     enc = msgspec.msgpack.Encoder()
     payload = b"x" * size
     for seq in range(n):
-        sock.send(enc.encode(Item(seq, seq, payload)))
+        sock.send(enc.encode(Item(seq, seq, payload, time.time())))
     sock.close(linger=-1)  # deliver everything before the process exits
     if context is None:
         ctx.term()
@@ -158,15 +169,14 @@ def raw_throughput(transport: str, n: int, size: int, tmp: str) -> float:
     sock.bind(endpoint)
     peer = _start_peer(transport, _raw_send, (endpoint, n, size), ctx)
     dec = msgspec.msgpack.Decoder(Item)
-    dec.decode(sock.recv())
-    start = time.perf_counter()
+    first_sent_at = dec.decode(sock.recv()).sent_at
     for _ in range(n - 1):
         dec.decode(sock.recv())
-    elapsed = time.perf_counter() - start
+    elapsed = time.time() - first_sent_at
     peer.join()
     sock.close(linger=0)
     ctx.term()
-    return (n - 1) / elapsed
+    return n / elapsed
 
 
 def raw_rtts(transport: str, n: int, size: int, tmp: str) -> list[float]:
@@ -201,8 +211,11 @@ def percentile(values: list[float], q: float) -> float:
 
 
 def measure(transport: str, args: argparse.Namespace, tmp: str) -> dict[str, Any]:
-    runtime = runtime_throughput(transport, args.messages, args.size, args.backend)
-    raw = raw_throughput(transport, args.messages, args.size, tmp)
+    runtimes, raws = [], []
+    for _ in range(args.repeats):
+        runtimes.append(runtime_throughput(transport, args.messages, args.size, args.backend))
+        raws.append(raw_throughput(transport, args.messages, args.size, tmp))
+    runtime, raw = statistics.median(runtimes), statistics.median(raws)
     rtts = runtime_rtts(transport, args.round_trips, args.size, args.backend)
     raw_rt = raw_rtts(transport, args.round_trips, args.size, tmp)
     return {
@@ -210,6 +223,8 @@ def measure(transport: str, args: argparse.Namespace, tmp: str) -> dict[str, Any
         "runtime_msgs_per_s": round(runtime),
         "raw_msgs_per_s": round(raw),
         "ratio": round(runtime / raw, 3),
+        "runtime_range": [round(min(runtimes)), round(max(runtimes))],
+        "raw_range": [round(min(raws)), round(max(raws))],
         "rtt_p50_ms": round(percentile(rtts, 0.5) * 1e3, 3),
         "rtt_p99_ms": round(percentile(rtts, 0.99) * 1e3, 3),
         "raw_rtt_p50_ms": round(percentile(raw_rt, 0.5) * 1e3, 3),
@@ -221,9 +236,9 @@ def measure(transport: str, args: argparse.Namespace, tmp: str) -> dict[str, Any
 def run(args: argparse.Namespace) -> int:
     transports = [t.strip() for t in args.transports.split(",") if t.strip()]
     bad = [t for t in transports if t not in TRANSPORTS]
-    if bad or args.messages < 2 or args.round_trips < 1 or args.size < 0:
+    if bad or args.messages < 2 or args.round_trips < 1 or args.size < 0 or args.repeats < 1:
         raise SystemExit(
-            f"bench bus: bad arguments (transports {bad}, messages, round trips, size)"
+            f"bench bus: bad arguments (transports {bad}, messages, round trips, size, repeats)"
         )
     rows = []
     with tempfile.TemporaryDirectory(prefix="rstar2-bench-") as tmp:
@@ -233,14 +248,18 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps(rows))
         return 0
     print(
-        f"{args.size}-byte messages, {args.messages} one way, {args.round_trips} round trips, runtime on {args.backend}"
+        f"{args.size}-byte messages, {args.messages} one way (median of {args.repeats}), "
+        f"{args.round_trips} round trips, runtime on {args.backend}"
     )
+    head = ("transport", "runtime/s", "raw/s", "ratio", "rtt p50", "rtt p99", "raw p50", "raw p99")
     print(
-        f"{'transport':<9} {'runtime/s':>10} {'raw/s':>10} {'ratio':>6} {'rtt p50':>9} {'rtt p99':>9} {'raw p50':>9} {'raw p99':>9}"
+        "{:<9} {:>10} {:>10} {:>6} {:>9} {:>9} {:>9} {:>9}  runtime range, raw range".format(*head)
     )
     for r in rows:
+        rtts = [r[k] for k in ("rtt_p50_ms", "rtt_p99_ms", "raw_rtt_p50_ms", "raw_rtt_p99_ms")]
         print(
-            f"{r['transport']:<9} {r['runtime_msgs_per_s']:>10} {r['raw_msgs_per_s']:>10} {r['ratio']:>6.2f} "
-            f"{r['rtt_p50_ms']:>7.3f}ms {r['rtt_p99_ms']:>7.3f}ms {r['raw_rtt_p50_ms']:>7.3f}ms {r['raw_rtt_p99_ms']:>7.3f}ms"
+            f"{r['transport']:<9} {r['runtime_msgs_per_s']:>10} {r['raw_msgs_per_s']:>10} "
+            f"{r['ratio']:>6.2f} " + " ".join(f"{v:>7.3f}ms" for v in rtts) + "  "
+            f"{r['runtime_range'][0]}-{r['runtime_range'][1]}, {r['raw_range'][0]}-{r['raw_range'][1]}"
         )
     return 0

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
+import anyio
+
+from rstar2.actors import Actor, ActorContext, Port, port
 from rstar2.actors.graph_config import GraphConfig, graph_config
+from rstar2.wire import Item
 
 DEMO = "rstar2.actors.demo"
 
@@ -27,3 +31,18 @@ def pipeline(n: int = 200, process: str = "main", **graph: Any) -> GraphConfig:
 
 def expected_sum(n: int) -> int:
     return sum(i * i for i in range(n))
+
+
+class SendThenIdle(Actor):
+    """Sends `n` Items on "out", then sleeps forever without receiving (so only the flusher
+    can send what is left in its outbox)."""
+
+    outputs: ClassVar[dict[str, Port]] = {"out": port(Item)}
+
+    def __init__(self, n: int = 1) -> None:
+        self.n = n
+
+    async def serve(self, ctx: ActorContext) -> None:
+        for seq in range(self.n):
+            await ctx.send("out", Item(seq, seq))
+        await anyio.sleep_forever()

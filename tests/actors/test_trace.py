@@ -1,0 +1,72 @@
+"""Tracer: spans still open count in snapshots, once, and an idle actor reads as waiting."""
+
+from __future__ import annotations
+
+import anyio
+import pytest
+from actor_graphs import DEMO
+
+from rstar2.actors import graph_config, open_graph
+from rstar2.actors.trace import Tracer
+
+
+class FakeClock:
+    def __init__(self, t: float = 100.0) -> None:
+        self.t = t
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def test_open_wait_counts_up_to_now_and_once_when_closed() -> None:
+    clock = FakeClock()
+    tracer = Tracer("sink.0", "main", clock=clock)
+    token = tracer.begin("wait")
+    clock.t = 103.0
+    assert tracer.snapshot().wait_s == 3.0
+    assert tracer.stats.wait_s == 0.0  # the counter itself only moves when the span ends
+    [span] = tracer.spans()
+    assert (span.kind, span.start, span.end) == ("wait", 100.0, 103.0)
+    clock.t = 104.0
+    tracer.end(token, depth=5)
+    assert tracer.snapshot().wait_s == tracer.stats.wait_s == 4.0
+    [span] = tracer.spans()
+    assert (span.start, span.end, span.queue_depth) == (100.0, 104.0, 5)
+
+
+def test_open_spans_of_each_kind_go_to_their_own_counter() -> None:
+    clock = FakeClock()
+    tracer = Tracer("a.0", "main", clock=clock)
+    tracer.begin("blocked", "out")
+    tracer.begin("handle", "in")
+    clock.t = 102.0
+    snap = tracer.snapshot()
+    assert (snap.blocked_s, snap.busy_s, snap.wait_s) == (2.0, 2.0, 0.0)
+    assert sorted(s.kind for s in tracer.spans()) == ["blocked", "handle"]
+
+
+def test_open_spans_are_not_listed_when_tracing_is_off() -> None:
+    clock = FakeClock()
+    tracer = Tracer("a.0", "main", enabled=False, clock=clock)
+    tracer.begin("wait")
+    clock.t = 101.0
+    assert tracer.spans() == [] and tracer.snapshot().wait_s == 1.0
+
+
+def test_unknown_span_kind_is_refused() -> None:
+    with pytest.raises(ValueError, match="unknown span kind"):
+        Tracer("a.0", "main").begin("sleep")
+
+
+@pytest.mark.anyio
+async def test_an_actor_waiting_for_input_reads_as_waiting_before_any_message() -> None:
+    cfg = graph_config(
+        {"name": "test-idle", "actors": [{"name": "sink", "cls": f"{DEMO}:Sink", "params": {}}]}
+    )
+    async with open_graph(cfg) as graph:
+        await anyio.sleep(0.05)
+        [reply] = await graph.collect(spans=True)
+        graph.stop()
+    [stats] = reply.actors
+    assert stats.handled == 0 and stats.wait_s > 0
+    assert [s.kind for s in reply.spans] == ["wait"]

@@ -308,14 +308,16 @@ class ActorContext:
             await self._send_frames(sock, frames, port)
             return
         frames = self._frames_for(port, msg, self._ports_out.get(port))
-        offer = outbox.offer(frames[0]) if len(frames) == 1 else ALONE
+        body = frames[0]
+        offer = outbox.offer(body) if len(frames) == 1 and isinstance(body, bytes) else ALONE
         if offer is QUEUED and self._task_group is not None:
             if not self._flush_scheduled:
                 self._schedule_flush()
             return
         await self._flush_outbox(port, outbox)  # FULL, or make room / keep the port's order
         if offer is REFUSED:  # there is room now
-            if outbox.offer(frames[0]) is FULL or self._task_group is None:
+            assert isinstance(body, bytes)
+            if outbox.offer(body) is FULL or self._task_group is None:
                 await self._flush_outbox(port, outbox)
             elif not self._flush_scheduled:
                 self._schedule_flush()

@@ -95,7 +95,7 @@ def find_bottleneck(
         evidence.append(f"its KV use is {kv:.0%} of capacity (median)")
     room = (kv_room or {}).get(chosen.name)
     if room is not None:
-        evidence.append(f"its KV cache had room for {room:.1f} more sequence(s) (median)")
+        evidence.append(f"its KV cache had room for {room:.2g} more sequence(s) (median)")
     if room is not None and room < 1:
         kv = max(kv or 0.0, KV_FULL)
     return Bottleneck(chosen.name, evidence, advice_for(chosen, kv))

@@ -10,7 +10,9 @@
 A trajectory is routed once, at its first turn: all its later turns run on the same engine
 inside the rollout worker's agent loop (prefix cache). The queue is strictly FIFO: it stops at
 the first trajectory the policy holds back (no overtaking), as the policy interface requires.
-For the KV-aware policy's "predicted" reservation it passes the running mean of finished
+A trajectory the policy holds while some engine has nothing in flight goes to that engine, so a
+reservation bigger than a whole KV pool cannot deadlock the step. For the KV-aware policy's
+"predicted" reservation it passes the running mean of finished
 trajectories' lengths (prompt + response) as the prediction, capped at the maximum.
 
 What it does not do: send anything (the actor does), or decide where a trajectory goes (the
@@ -85,11 +87,27 @@ class Dispatcher:
             task = self.queue[0]
             engine = self.policy.assign(self._request(task))
             if engine is None:
+                engine = self._idle_engine()
+            if engine is None:
                 break
             self.queue.popleft()
             self.in_flight[task.traj_id] = engine
             started.append((engine, task))
         return started
+
+    def _idle_engine(self) -> int | None:
+        """An engine with no trajectory in flight, for a task the policy holds back.
+
+        A reservation larger than an engine's whole KV pool would otherwise wait forever; an
+        idle engine takes it anyway (the engine truncates it at its context limit). This only
+        fires when some engine is completely idle, so it never overrides a busy engine's KV
+        budget.
+        """
+        busy = set(self.in_flight.values())
+        for engine in range(self.policy.num_engines):
+            if engine not in busy:
+                return engine
+        return None
 
     def _request(self, task: RolloutTask) -> TurnRequest:
         budget = task.max_response_tokens or self.max_response_tokens

@@ -77,6 +77,10 @@ def setup_logging(verbose: int, quiet: bool) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
+    # weight-loading progress bars of transformers/huggingface_hub would interleave with our
+    # one-line-per-step progress output; set before any command module imports transformers
+    # (spawned children inherit it)
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
     selected = next((a for a in argv if not a.startswith("-")), None)
     parser = build_parser(selected if selected in _available() else None)
     args = parser.parse_args(argv)
@@ -84,9 +88,6 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help()
         return 0
     setup_logging(args.verbose, args.quiet)
-    # weight-loading progress bars of transformers/huggingface_hub would interleave with our
-    # one-line-per-step progress output (children inherit the setting)
-    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
     try:
         return int(_load(args.command).run(args) or 0)
     except ConfigError as e:

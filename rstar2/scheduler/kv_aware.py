@@ -19,20 +19,31 @@ Placement. A new trajectory tries, in order, and takes the first engine that can
 2. the engine that took its last sibling (same prompt id), for the same prefix-cache reason;
 3. the engine with the most unreserved capacity (ties: lowest id), which balances by free KV.
 
-If none can, the request is held (``None``) and the caller asks again after a finish. Every
-later turn goes to the trajectory's engine (prefix cache; tool calls are dispatched
-asynchronously by the caller, the reservation stays while the tool runs).
+If none can, the request is held (``None``) and the caller asks again after a finish. A later
+turn goes to the trajectory's engine (prefix cache; tool calls are dispatched asynchronously
+by the caller, the reservation stays while the tool runs), except with 'predicted' when that
+engine is
+
+- saturated (`is_saturated`: its free KV does not cover the turn's context for it and for
+  every request already waiting there), or
+- overloaded: ``used_e > 2 * min_f used_f + capacity_e / 10``, with ``used = capacity - free``
+  from the last reports (KV in use tracks the step cost ``c * context`` that dominates decode),
+
+and another engine can take its reservation: the turn then moves to the engine with the most
+unreserved capacity and the trajectory sticks there. It pays one re-prefill of its context on
+the new engine; in exchange a heavy-tailed step rebalances at turn grain (as the SGLang
+router's imbalance fall-back does) and a saturated engine cannot be locked into thrash.
 
 Why this order. When the whole step's reservations fit, rule 1 places every trajectory where
 the static split would and starts all of them at once: with lengths unknown, an even split
-that starts everything is the best a policy can do (holding a trajectory back only delays it,
-and one that turns out long then finishes late), so kv_aware then equals the static split
-exactly, by construction. When they do not fit (long responses: the regime rStar2 built this
+that starts everything is the best start a policy can make (holding a trajectory back only
+delays it, and one that turns out long then finishes late), so kv_aware starts exactly as the
+static split does and differs only by the turn moves above. When they do not fit (long responses: the regime rStar2 built this
 for), rules 2-3 fill every engine up to its KV and hand each freed reservation to the next
 queued trajectory, where the static split would over-admit and preempt.
 
-Guarantees. With 'max' the worst-case lengths on an engine sum to at most its KV, so it never
-runs out of blocks and never preempts, and stickiness cannot thrash. The price is that KV
+Guarantees. With 'max' nothing ever moves: the worst-case lengths on an engine sum to at most
+its KV, so it never runs out of blocks and never preempts, and stickiness cannot thrash. The price is that KV
 reserved for lengths never reached stays idle (a 12K budget and a 4K mean idle two thirds).
 'predicted' over-commits on purpose (lengths vary, so their sum concentrates near the mean);
 the live check and a raise of a trajectory's reservation when it outgrows it at a turn
@@ -144,6 +155,7 @@ class KVAware(Policy):
         return best
 
     def _overloaded(self, engine: int) -> bool:
+        """KV in use on `engine` exceeds twice the least-used engine's plus a tenth of its KV."""
         used = [0 if st is None else st.kv_capacity_tokens - st.kv_free_tokens for st in self.stats]
         return used[engine] > 2 * min(used) + self.capacity[engine] // 10
 

@@ -36,11 +36,11 @@ Example = tuple[list[int], list[int]]
 class SFTConfig:
     """Stage-0 SFT settings (defaults: the embedded default's budget on 2 CPU cores)."""
 
-    steps: int = 600
+    steps: int = 800
     """Optimizer steps."""
     batch_size: int = 16
     """Traces per step."""
-    lr: float = 3e-3
+    lr: float = 5e-3
     """Peak learning rate (after warm-up)."""
     min_lr_ratio: float = 0.1
     """Cosine decay ends at lr * min_lr_ratio."""

@@ -8,7 +8,7 @@ from rstar2.model.chat_format import (
     tool_response_ids,
 )
 from rstar2.model.chat_template import CHAT_TEMPLATE, DEFAULT_SYSTEM_PROMPT
-from rstar2.model.loader import load_model
+from rstar2.model.loader import load_model, load_tokenizer
 from rstar2.model.tiny import TinyModelConfig, build_model, init_model, tokenizer_corpus
 from rstar2.model.tokenizer import SPECIAL_TOKENS, SpecialTokens, special_token_ids, train_tokenizer
 
@@ -24,6 +24,7 @@ __all__ = [
     "encode_conversation",
     "init_model",
     "load_model",
+    "load_tokenizer",
     "render_prompt",
     "special_token_ids",
     "tokenizer_corpus",

@@ -4,11 +4,18 @@
 `local_files_only=True`, so it never reaches a model hub; a missing directory or file is a clear
 error. The model comes back in eval mode with the requested dtype.
 
+A tokenizer saved as a plain fast tokenizer (`tokenizer_class` "TokenizersBackend" or
+"PreTrainedTokenizerFast", as the embedded one is) is loaded as exactly that. `AutoTokenizer`
+would instead pick the model type's class (`Qwen2Tokenizer` for a `qwen2` config), which in
+transformers 5 rebuilds its own pre-tokenizer around the saved vocabulary and so tokenizes
+numbers differently from training. Other checkpoints (Qwen3, ...) go through `AutoTokenizer`.
+
 What it does not do: create models (see `rstar2.model.tiny`) or move them to a device.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 from pathlib import Path
 
@@ -23,6 +30,21 @@ from transformers import (
 log = logging.getLogger(__name__)
 
 
+_PLAIN_FAST = ("TokenizersBackend", "PreTrainedTokenizerFast")
+
+
+def load_tokenizer(path: str | Path) -> PreTrainedTokenizerFast:
+    """The tokenizer saved in local directory `path`, with its saved pipeline kept intact."""
+    path = Path(path)
+    config_file = path / "tokenizer_config.json"
+    declared = None
+    if config_file.is_file():
+        declared = json.loads(config_file.read_text()).get("tokenizer_class")
+    if declared in _PLAIN_FAST:
+        return PreTrainedTokenizerFast.from_pretrained(path, local_files_only=True)
+    return AutoTokenizer.from_pretrained(path, local_files_only=True)
+
+
 def load_model(
     path: str | Path, dtype: torch.dtype = torch.float32
 ) -> tuple[PreTrainedModel, PreTrainedTokenizerFast]:
@@ -34,7 +56,7 @@ def load_model(
         raise FileNotFoundError(f"model directory {path} does not exist")
     if not (path / "config.json").is_file():
         raise FileNotFoundError(f"{path} has no config.json: not a Hugging Face model directory")
-    tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
+    tokenizer = load_tokenizer(path)
     if not getattr(tokenizer, "is_fast", False):
         raise TypeError(f"{path}: expected a fast tokenizer, got {type(tokenizer).__name__}")
     model = AutoModelForCausalLM.from_pretrained(path, local_files_only=True, dtype=dtype)

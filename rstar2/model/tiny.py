@@ -1,4 +1,4 @@
-"""The embedded default model: a few-million-parameter Qwen2 built locally by `init_model`.
+"""The embedded default model: a ~1M-parameter Qwen2 built locally by `init_model`.
 
 `init_model(path, cfg)` trains the embedded tokenizer on text the project generates (the
 arithmetic task's problems and SFT traces rendered with the chat template, the tool schema,
@@ -31,17 +31,19 @@ log = logging.getLogger(__name__)
 class TinyModelConfig:
     """Size and seed of the embedded default model and its tokenizer."""
 
-    vocab_size: int = 1024
+    vocab_size: int = 2048
     """Target BPE vocabulary size (the trainer may stop earlier on a small corpus)."""
-    hidden_size: int = 192
+    digit_group: int = 3
+    """Numbers are cut into tokens of at most this many digits (1 = one digit per token)."""
+    hidden_size: int = 128
     """Width of the residual stream."""
-    num_layers: int = 6
+    num_layers: int = 4
     """Number of transformer blocks."""
-    num_heads: int = 6
+    num_heads: int = 4
     """Attention query heads (hidden_size must be divisible by it)."""
     num_kv_heads: int = 2
     """Key/value heads (grouped-query attention; must divide num_heads)."""
-    intermediate_size: int = 512
+    intermediate_size: int = 384
     """Width of the SwiGLU MLP."""
     max_position_embeddings: int = 1024
     """Longest sequence (prompt + all turns) the model accepts."""
@@ -49,11 +51,12 @@ class TinyModelConfig:
     """RoPE base frequency."""
     seed: int = 0
     """Seed of the tokenizer corpus and the weight initialisation."""
-    corpus_problems: int = 3000
+    corpus_problems: int = 6000
     """Number of generated task problems whose traces train the tokenizer."""
 
     def validate(self) -> None:
         require(self.vocab_size >= 300, "vocab_size", self.vocab_size, "an integer >= 300")
+        require(1 <= self.digit_group <= 9, "digit_group", self.digit_group, "an integer in 1..9")
         require(self.hidden_size >= 8, "hidden_size", self.hidden_size, "an integer >= 8")
         require(self.num_layers >= 1, "num_layers", self.num_layers, "a positive integer")
         require(
@@ -143,7 +146,7 @@ def init_model(path: str | Path, cfg: TinyModelConfig | None = None) -> Path:
     cfg.validate()
     path = Path(path)
     path.mkdir(parents=True, exist_ok=True)
-    tokenizer = train_tokenizer(tokenizer_corpus(cfg), cfg.vocab_size)
+    tokenizer = train_tokenizer(tokenizer_corpus(cfg), cfg.vocab_size, cfg.digit_group)
     model = build_model(cfg, tokenizer)
     tokenizer.save_pretrained(path)
     model.save_pretrained(path)

@@ -1,10 +1,10 @@
 """The embedded tokenizer: a byte-level BPE trained locally, plus the special-token lookup.
 
-`train_tokenizer(corpus, vocab_size)` trains a byte-level BPE with the `tokenizers` library on
-text the project generates, with Qwen2's pre-tokenizer. Digits are split one per token before BPE (so numbers copy digit by
-digit), and every special token of docs/format.md is a single added token. The result is a
-Hugging Face `PreTrainedTokenizerFast` carrying the chat template, so `apply_chat_template`
-works and `save_pretrained` writes a directory any HF loader reads.
+`train_tokenizer(corpus, vocab_size, digit_group)` trains a byte-level BPE with the `tokenizers`
+library on text the project generates, with Qwen2's pre-tokenizer except that numbers are cut
+into chunks of at most `digit_group` digits; every special token of docs/format.md is a single
+added token. The result is a Hugging Face `PreTrainedTokenizerFast` carrying the chat template,
+so `apply_chat_template` works and `save_pretrained` writes a directory any HF loader reads.
 
 `special_token_ids(tokenizer)` looks the special tokens up in ANY tokenizer (the embedded one or
 a Qwen3 checkpoint's) and fails with a clear error when one is missing or not a single token.
@@ -32,15 +32,24 @@ from transformers import PreTrainedTokenizerBase, PreTrainedTokenizerFast
 
 from rstar2.model.chat_template import CHAT_TEMPLATE
 
-# The Qwen2 pre-tokenizer split: `\p{N}` isolates every digit, so numbers are one token per
-# digit. Using Qwen2's exact pipeline (NFC + this split + byte level) matters beyond taste:
-# transformers 5 loads a `qwen2` model directory's tokenizer as `Qwen2Tokenizer`, which
-# rebuilds this pipeline around the saved vocabulary, so any other pipeline would be silently
-# replaced at load time and tokenize differently from training.
-PRETOKENIZE_REGEX = (
-    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*"
-    r"|\s*[\r\n]+|\s+(?!\S)|\s+"
+# Qwen2's pre-tokenizer split with `\p{N}` widened to `\p{N}{1,G}`: numbers are cut into
+# chunks of at most G digits (G = 1: one digit per token, as Qwen2; G = 3, as Llama 3/GPT-4).
+# Why G = 3 for the embedded default: with one digit per token a tiny model copies numbers
+# (problem -> code, tool output -> answer) only after a long plateau, because every digit recurs
+# and the copy needs a multi-token match; with 3-digit chunks the copy is a one-token lookup
+# and SFT learns it in a few hundred steps (see README "Model and task").
+_PRETOKENIZE = (
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,DIGITS}"
+    r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
 )
+
+
+def pretokenize_regex(digit_group: int) -> str:
+    """The pre-tokenizer pattern that cuts numbers into chunks of at most `digit_group` digits."""
+    if not 1 <= digit_group <= 9:
+        raise ValueError(f"digit_group must be in 1..9, got {digit_group}")
+    return _PRETOKENIZE.replace("DIGITS", str(digit_group))
+
 
 EOS = "<|endoftext|>"
 SPECIAL_TOKENS: tuple[str, ...] = (
@@ -119,12 +128,14 @@ def special_token_ids(tokenizer: PreTrainedTokenizerBase) -> SpecialTokens:
     return SpecialTokens(**ids)
 
 
-def _backend(vocab_size: int, corpus: Iterable[str]) -> Tokenizer:
+def _backend(vocab_size: int, corpus: Iterable[str], digit_group: int) -> Tokenizer:
     tok = Tokenizer(models.BPE(unk_token=None, fuse_unk=False, byte_fallback=False))
     tok.normalizer = normalizers.NFC()
     tok.pre_tokenizer = pre_tokenizers.Sequence(
         [
-            pre_tokenizers.Split(Regex(PRETOKENIZE_REGEX), behavior="isolated", invert=False),
+            pre_tokenizers.Split(
+                Regex(pretokenize_regex(digit_group)), behavior="isolated", invert=False
+            ),
             pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
         ]
     )
@@ -140,11 +151,13 @@ def _backend(vocab_size: int, corpus: Iterable[str]) -> Tokenizer:
     return tok
 
 
-def train_tokenizer(corpus: Iterable[str], vocab_size: int = 1024) -> PreTrainedTokenizerFast:
+def train_tokenizer(
+    corpus: Iterable[str], vocab_size: int = 2048, digit_group: int = 3
+) -> PreTrainedTokenizerFast:
     """Train the embedded byte-level BPE on `corpus` and wrap it with the chat template."""
     if vocab_size < 256 + len(SPECIAL_TOKENS):
         raise ValueError(f"vocab_size must be at least {256 + len(SPECIAL_TOKENS)}: {vocab_size}")
-    backend = _backend(vocab_size, corpus)
+    backend = _backend(vocab_size, corpus, digit_group)
     tokenizer = PreTrainedTokenizerFast(
         tokenizer_object=backend,
         eos_token=EOS,

@@ -3,15 +3,21 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from transformers import AutoTokenizer
 
-from rstar2.model import SPECIAL_TOKENS, load_model, special_token_ids
+from rstar2.model import (
+    SPECIAL_TOKENS,
+    load_model,
+    load_tokenizer,
+    special_token_ids,
+    tokenizer_corpus,
+    train_tokenizer,
+)
 from rstar2.tasks import TOOL_SCHEMA
 
 
 @pytest.fixture(scope="module")
 def tok(tiny_dir: Path):
-    return AutoTokenizer.from_pretrained(tiny_dir, local_files_only=True)
+    return load_tokenizer(tiny_dir)
 
 
 @pytest.mark.parametrize("text", SPECIAL_TOKENS)
@@ -27,9 +33,21 @@ def test_special_tokens_survive_inside_text(tok) -> None:
     assert special.tool_call in ids and special.tool_call_end in ids
 
 
-def test_digits_are_split_one_per_token(tok) -> None:
+def test_numbers_are_cut_into_three_digit_chunks(tok) -> None:
     pieces = [tok.decode([i]) for i in tok.encode("x = 9081726354", add_special_tokens=False)]
-    assert pieces[-10:] == list("9081726354")
+    digits = [p for p in pieces if p.strip().isdigit()]
+    assert "".join(digits) == "9081726354"
+    assert all(len(p) <= 3 for p in digits)
+    # a chunk never spans the digit-group boundary: 908|172|635|4
+    assert len(digits) >= 4
+
+
+def test_digit_group_one_splits_every_digit() -> None:
+    one = train_tokenizer(["12 345 6789 " * 50, "Tool call success"], 300, digit_group=1)
+    pieces = [one.decode([i]) for i in one.encode("n=9081", add_special_tokens=False)]
+    assert pieces[-4:] == list("9081")
+    with pytest.raises(ValueError, match="digit_group"):
+        train_tokenizer(["x"], 300, digit_group=0)
 
 
 def test_decode_inverts_encode(tok) -> None:
@@ -88,9 +106,11 @@ def test_template_renders_hf_tool_calls_and_merges_tool_turns(tok) -> None:
     )
 
 
-def test_load_model_tokenizer_matches_saved_pipeline(tiny_dir: Path, tok) -> None:
+def test_load_model_keeps_the_trained_pipeline(tiny_dir: Path, small_cfg) -> None:
+    # AutoTokenizer would swap in Qwen2Tokenizer's own pre-tokenizer (one digit per token).
     _, loaded = load_model(tiny_dir)
+    trained = train_tokenizer(tokenizer_corpus(small_cfg), small_cfg.vocab_size)
     text = "Compute 4821 * 37 + 905. It's <tool_call>\n done"
-    assert loaded.encode(text, add_special_tokens=False) == tok.encode(
+    assert loaded.encode(text, add_special_tokens=False) == trained.encode(
         text, add_special_tokens=False
     )

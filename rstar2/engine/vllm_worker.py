@@ -26,10 +26,16 @@ class WeightFileLoader:
     """Methods vLLM adds to its worker class; `self` is the worker."""
 
     def load_weights_from_file(self, path: str) -> int:
-        """Load every tensor of the safetensors file at `path` (HF names); returns the count."""
-        model = self.get_model()  # type: ignore[attr-defined]  # provided by vLLM's worker
-        device = next(model.parameters()).device
-        weights = load_file(path, device=str(device))
-        model.load_weights(weights=weights.items())
-        log.info("loaded %d tensors from %s", len(weights), path)
+        """Load every tensor of the safetensors file at `path` (HF names); returns the count.
+
+        Goes through vLLM's in-place reload (`Worker.reload_weights`), which undoes and redoes
+        the kernel-format processing some backends apply after loading (the CPU backend repacks
+        linear weights, leaving the original parameters empty); `model.load_weights` alone
+        would fail there.
+        """
+        weights = load_file(path, device="cpu")
+        self.reload_weights(  # type: ignore[attr-defined]  # provided by vLLM's worker
+            weights_iterator=iter(weights.items()), is_checkpoint_format=True
+        )
+        log.info("reloaded %d tensors from %s", len(weights), path)
         return len(weights)

@@ -283,12 +283,13 @@ class ActorContext:
                 f"got {type(msg).__name__}"
             )
         frames = to_frames(msg)
-        size = frames_size(frames)
-        if size > self.max_message_bytes:
-            raise MessageTooLarge(
-                f"{self.name}: {type(msg).__name__} of {size} bytes on port {port!r} is over "
-                f"the limit of {self.max_message_bytes}"
-            )
+        if len(frames) > 1 or len(frames[0]) > self.max_message_bytes:
+            size = frames_size(frames)
+            if size > self.max_message_bytes:
+                raise MessageTooLarge(
+                    f"{self.name}: {type(msg).__name__} of {size} bytes on port {port!r} is "
+                    f"over the limit of {self.max_message_bytes}"
+                )
         return frames
 
     async def send(self, port: str, msg: Message) -> None:

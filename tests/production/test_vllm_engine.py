@@ -19,6 +19,7 @@ for _var in ("VLLM_CACHE_ROOT", "TORCHINDUCTOR_CACHE_DIR"):
 import anyio  # noqa: E402
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
+from transformers import AutoConfig  # noqa: E402
 
 from rstar2.engine.protocol import Engine, SamplingParams  # noqa: E402
 from rstar2.engine.vllm_backend import VLLMConfig, open_vllm_engine  # noqa: E402
@@ -67,14 +68,17 @@ def greedy(max_tokens: int, stop: tuple[int, ...] = ()) -> SamplingParams:
     return SamplingParams(max_tokens=max_tokens, temperature=0.0, stop_token_ids=stop)
 
 
-async def test_engine_protocol_and_kv_capacity_from_vllm(engine) -> None:
+async def test_engine_protocol_and_kv_capacity_from_vllm(engine, model_dir) -> None:
     assert isinstance(engine, Engine)
     stats = engine.stats()
-    # 2 (K,V) x 6 layers x 2 KV heads x 32 dims x 4 bytes = 3,072 bytes per token; whole blocks.
-    assert stats.kv_capacity_tokens == (KV_BYTES // 3072) // 32 * 32
-    assert engine.max_model_len == 1024
+    c = AutoConfig.from_pretrained(model_dir)
+    head_dim = c.hidden_size // c.num_attention_heads
+    per_token = 2 * c.num_hidden_layers * c.num_key_value_heads * head_dim * 4  # K and V, fp32
+    assert stats.kv_capacity_tokens == (KV_BYTES // per_token) // 32 * 32  # whole blocks
+    assert stats.kv_free_tokens == stats.kv_capacity_tokens and stats.running == 0
+    assert engine.max_model_len == c.max_position_embeddings
     with pytest.raises(ValueError, match="max_model_len"):
-        await engine.generate("too-long", [5] * 1000, greedy(100))
+        await engine.generate("too-long", [5] * engine.max_model_len, greedy(1))
 
 
 async def test_greedy_tokens_and_logprobs_match_transformers(engine, model_dir) -> None:
@@ -137,8 +141,8 @@ async def test_scheduler_reads_vllm_kv_stats(engine) -> None:
     held = make_policy(SchedulerConfig(policy="kv_aware", reservation="max"), 1)
     held.on_stats(0, engine.stats())
     assert held.capacity == [cap]
-    placed = [held.assign(_turn(f"t{i}", max_total=1000)) for i in range(3)]
-    assert placed == [0, 0, None]  # two max-length trajectories fit in ~2.7K tokens, not three
+    placed = [held.assign(_turn(f"t{i}", max_total=cap // 2)) for i in range(3)]
+    assert placed == [0, 0, None]  # two trajectories of half the KV pool fit, not three
 
     async def busy(i: int) -> None:
         await engine.generate(f"busy{i}", list(range(3, 300)), greedy(600))
@@ -149,7 +153,7 @@ async def test_scheduler_reads_vllm_kv_stats(engine) -> None:
         await _wait_for(lambda: engine.stats().kv_free_tokens < cap // 2)
         live = engine.stats()
         assert live.running + live.waiting == 6 and live.running >= 1
-        assert is_saturated(live, 2000)
+        assert is_saturated(live, cap // 2)
         policy = make_policy(SchedulerConfig(policy="kv_aware"), 1)
         policy.on_stats(0, live)
         assert policy.stats[0] is live

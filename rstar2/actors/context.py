@@ -1,8 +1,8 @@
 """The actor's view of the runtime: receive, send, request, reply, trace.
 
 One `ActorContext` per running actor instance. It owns no sockets (the supervisor does, so a
-restarted actor keeps its queued messages) and it is used from the actor's task only, plus the
-reply-reader tasks it starts for request ports.
+restarted actor keeps its queued messages) and it is used from the actor's tasks, plus the
+reply-reader tasks it starts for request ports and one flusher task for its outboxes.
 
 Framing on the sockets (bodies and array frames come from `wire.to_frames`):
 - stream (PUSH -> PULL): [body, *arrays], or, on an edge to a single instance, one packed frame

@@ -59,7 +59,7 @@ class SFTConfig:
     mistake_fraction: float = 0.15
     """Share of SFT traces whose first tool call fails and is then fixed."""
     train_problems: int = 4000
-    """Number of training problems turned into traces."""
+    """Traces are built from the first this many problems of the task's train split."""
 
     def validate(self) -> None:
         require(self.steps >= 0, "steps", self.steps, "an integer >= 0 (0 skips SFT)")

@@ -1,11 +1,12 @@
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import pytest
 import torch
 
-from rstar2.config import ConfigError
+from rstar2.config import ConfigError, from_dict, load_file
 from rstar2.learner.sft import (
     SFTConfig,
     collate,
@@ -97,6 +98,7 @@ def _run(tok, examples, steps: int, seed: int = 0) -> tuple[torch.nn.Module, lis
     return model, result.losses
 
 
+@pytest.mark.slow
 def test_training_lowers_the_loss(tok, examples) -> None:
     _, losses = _run(tok, examples, steps=30)
     assert sum(losses[-5:]) / 5 < 0.6 * sum(losses[:5]) / 5
@@ -127,3 +129,10 @@ def test_config_validation(key: str, value: object) -> None:
 def test_train_rejects_empty_data(tok) -> None:
     with pytest.raises(ValueError):
         train_sft(build_model(SMALL, tok), [], SFTConfig(steps=1), 0)
+
+
+def test_shipped_config_spells_out_the_defaults() -> None:
+    data = load_file(Path(__file__).parents[2] / "configs" / "tiny_default.toml")
+    assert from_dict(SFTConfig, data["sft"]) == SFTConfig()
+    assert from_dict(TinyModelConfig, data["model"]) == TinyModelConfig()
+    assert from_dict(TaskConfig, data["task"]) == TaskConfig()

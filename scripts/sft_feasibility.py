@@ -59,7 +59,11 @@ def run_tool(call_text: str) -> str:
     if proc.returncode == 0:
         return f"Tool call success\n{proc.stdout[:200]}"
     m = ERR.search(proc.stderr.strip())
-    err = f"{m.group(2)} at line {m.group(1)}: {m.group(3)}" if m else proc.stderr[-200:]
+    if m is None:
+        return f"Tool call failure\nerror\n{proc.stdout[:200]}{proc.stderr[-200:]}"
+    line = int(m.group(1))
+    src = code.splitlines()[line - 1].strip() if 0 < line <= len(code.splitlines()) else ""
+    err = f"{m.group(2)} at line {line}: {m.group(3)}\n    {src}\n"
     return f"Tool call failure\nerror\n{proc.stdout[:200]}{err}"
 
 

@@ -8,8 +8,8 @@ first makes a typo (a misspelt `print` -> NameError, or a missing parenthesis ->
 reads the `Tool call failure` response, and fixes the call.
 
 Tool outputs are computed with plain Python from our own expressions, never by running code:
-the texts mirror what the sandbox + tool formatter produce for the embedded default (no
-execution-time line). No system message is included; the chat template supplies the default.
+the texts mirror what the sandbox (`rstar2.sandbox.runner.format_error`) + the rollout's tool
+formatter produce for the embedded default (no execution-time line). No system message is included; the chat template supplies the default.
 
 What it does not do: tokenization and loss masks (see `rstar2.model.chat_format`).
 """
@@ -60,9 +60,10 @@ def tool_success_text(stdout: str) -> str:
     return f"Tool call success\n{stdout}"
 
 
-def tool_error_text(error_type: str, line: int, message: str) -> str:
-    """Tool response text of a run that raised: `<Type> at line N: message`."""
-    return f"Tool call failure\nerror\n{error_type} at line {line}: {message}"
+def tool_error_text(error_type: str, line: int, message: str, source_line: str) -> str:
+    """Tool response text of a run that raised, as the sandbox reports it on stderr:
+    `<Type> at line N: message` and the offending line, indented by four spaces."""
+    return f"Tool call failure\nerror\n{error_type} at line {line}: {message}\n    {source_line}\n"
 
 
 def answer_text(answer: str) -> str:
@@ -72,9 +73,11 @@ def answer_text(answer: str) -> str:
 def _mistake_call(expression: str, mistake: Mistake) -> tuple[str, str]:
     """A faulty first call and the error text the sandbox returns for it."""
     if mistake == "name":
-        return f"prnt({expression})", tool_error_text("NameError", 1, "name 'prnt' is not defined")
+        code = f"prnt({expression})"
+        return code, tool_error_text("NameError", 1, "name 'prnt' is not defined", code)
     if mistake == "syntax":
-        return f"print({expression}", tool_error_text("SyntaxError", 1, "'(' was never closed")
+        code = f"print({expression}"
+        return code, tool_error_text("SyntaxError", 1, "'(' was never closed", code)
     raise ValueError(f"unknown mistake kind {mistake!r}")
 
 

@@ -44,9 +44,9 @@ def test_plain_trace_layout() -> None:
 def test_mistake_trace_fails_then_fixes(mistake: str, error: str) -> None:
     trace = build_trace(PROBLEM, random.Random(0), mistake)  # type: ignore[arg-type]
     assert [m["role"] for m in trace] == ["user"] + ["assistant", "tool"] * 2 + ["assistant"]
-    assert trace[2]["content"] == f"Tool call failure\nerror\n{error}"
-    # the faulty code really fails that way in Python
     bad = _call(trace[1])["arguments"]["code"]
+    assert trace[2]["content"] == f"Tool call failure\nerror\n{error}\n    {bad}\n"
+    # the faulty code really fails that way in Python
     with pytest.raises(NameError if mistake == "name" else SyntaxError):
         exec(compile(bad, "<code>", "exec"), {})
     assert _call(trace[3])["arguments"]["code"] == f"print({PROBLEM.expression})"

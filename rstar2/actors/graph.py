@@ -13,10 +13,14 @@ SIGINT / SIGTERM. Then children get `Shutdown`, `shutdown_timeout_s` to exit, SI
 SIGKILL; sockets close with linger 0 and the temp dir (ipc socket files) is removed. In-flight
 messages are dropped (abort, not drain): actors that must flush do so before `stop_graph()`.
 
+One node of a multi-host graph: `open_graph(cfg, host=H)` runs only the instances placed on
+host H (`GraphPlan.on_host`) and joins the other nodes over the control link of `nodes.py`:
+actors start once every node is up, events go to node 0, and node 0 stops every node.
+
 A stats ROUTER at `<ipc dir>/stats.sock` answers `StatsRequest` with one `StatsReply` per
 process; `stats_endpoints()` lists running graphs for `rstar2 top`.
 
-What it does not do: start processes on other hosts (run `rstar2 launch --host` there).
+What it does not do: start processes on other hosts (run `rstar2 launch --node-rank K` there).
 """
 
 from __future__ import annotations
@@ -42,6 +46,7 @@ import zmq
 from rstar2.actors.backend import backend_options
 from rstar2.actors.child import child_main
 from rstar2.actors.graph_config import MAIN_PROCESS, GraphConfig
+from rstar2.actors.nodes import NodeLink, NodeLinkError, node_role
 from rstar2.actors.plan import GraphPlan, build_plan
 from rstar2.actors.sockets import AsyncSocket, SocketFactory
 from rstar2.actors.supervisor import GraphEvents, Supervisor
@@ -89,11 +94,26 @@ class GraphResult:
 
 
 class RunningGraph:
-    """Handle on a running graph (from `open_graph`)."""
+    """Handle on a running graph (from `open_graph`): all of it, or one node's share."""
 
-    def __init__(self, cfg: GraphConfig, plan: GraphPlan, factory: SocketFactory) -> None:
+    def __init__(
+        self,
+        cfg: GraphConfig,
+        plan: GraphPlan,
+        factory: SocketFactory,
+        *,
+        total_instances: int | None = None,
+        link: NodeLink | None = None,
+    ) -> None:
         self.cfg = cfg
         self.plan = plan
+        self.total_instances = len(plan.instances) if total_instances is None else total_instances
+        """Instances of the whole graph: it has finished when that many have (on node 0)."""
+        self.link = link
+        """The control link to the other nodes (None: a graph run by one command)."""
+        self.member = link is not None and not link.role.coordinator
+        """One node of several, but not node 0: node 0 decides for the graph."""
+        self._stopped_by_link = False
         self.procs: dict[str, multiprocessing.process.BaseProcess] = {}
         self.control: AsyncSocket | None = None
         self.result = GraphResult(reason="")
@@ -108,16 +128,54 @@ class RunningGraph:
 
     def _on_failure(self, failure: ActorFailed) -> None:
         self.result.failures.append(failure)
+        self._forward(failure)
         if not failure.restarting:
             self.stop("failed", failure.actor)
 
     def _on_stop(self, msg: StopGraph) -> None:
+        self._forward(msg)
         self.stop("stopped", msg.actor, msg.result)
 
     def _on_finished(self, name: str) -> None:
+        if self._forward(ActorFinished(name)):
+            return  # node 0 counts the whole graph
         self._finished.add(name)
-        if len(self._finished) == len(self.plan.instances):
+        if len(self._finished) == self.total_instances:
             self.stop("finished")
+
+    def _forward(self, msg: Message) -> bool:
+        """On a member node, send a graph event to node 0; True when it was sent there."""
+        if self.member and self.link is not None:
+            self.link.send(msg)
+        return self.member
+
+    def _on_node_message(self, node: str, msg: Message) -> None:
+        """A message from another node: events of its actors (at node 0) or Shutdown."""
+        if isinstance(msg, Shutdown):
+            self._stopped_by_link = self._stopped_by_link or not self.stopping
+            self.stop(msg.reason or "stopped", f"node:{node}")
+        elif not self.member and isinstance(msg, ActorFailed | StopGraph | ActorFinished):
+            self._on_control(node, msg)
+        else:
+            log.warning("unexpected message from node %s: %r", node, msg)
+
+    def _on_link_lost(self, text: str) -> None:
+        if self.stopping:
+            return  # nodes close their links as they stop
+        log.error("%s", text)
+        self._stopped_by_link = True
+        self.result.failures.append(ActorFailed("node", text))
+        self.stop("failed", "node")
+
+    def notify_nodes(self) -> None:
+        """When stopping: node 0 tells every member; a member that stopped on its own tells
+        node 0 (its forwarded events already did, unless it was a signal or a failed start)."""
+        if self.link is None:
+            return
+        if not self.member:
+            self.link.broadcast(Shutdown(self.result.reason))
+        elif not self._stopped_by_link:
+            self.link.send(Shutdown(self.result.reason))
 
     def stop(self, reason: str = "stop()", by: str = "", result: Any = None) -> None:
         """Ask the graph to stop (idempotent; the first reason wins)."""
@@ -214,7 +272,7 @@ def _spawn(graph: RunningGraph, control_ep: str, backend: str) -> None:
 
 
 async def _handshake(graph: RunningGraph, timeout_s: float) -> None:
-    """Wait for every child's Hello (failing fast if one dies), then send Ready to all."""
+    """Wait for every child's Hello (failing fast if one dies); `_release` sends Ready."""
     assert graph.control is not None
     waiting = set(graph.procs)
     with anyio.move_on_after(timeout_s):
@@ -237,8 +295,6 @@ async def _handshake(graph: RunningGraph, timeout_s: float) -> None:
             f"no HELLO from process(es) {sorted(waiting)} within {timeout_s} s "
             "(graph.handshake_timeout_s)"
         )
-    for name in graph.procs:
-        _send(graph.control, name, Ready(name))
 
 
 async def _serve_control(graph: RunningGraph) -> None:
@@ -276,7 +332,7 @@ async def _serve_stats(graph: RunningGraph, sock: AsyncSocket) -> None:
 
 
 async def _start_children(graph: RunningGraph, tg: anyio.abc.TaskGroup, ipc_dir: str) -> None:
-    """Spawn the child processes (if any), handshake, and start serving their control socket."""
+    """Spawn the child processes (if any), wait for their Hello, serve their control socket."""
     processes = graph.plan.processes()
     if len(processes) == (1 if MAIN_PROCESS in processes else 0):
         return
@@ -286,6 +342,25 @@ async def _start_children(graph: RunningGraph, tg: anyio.abc.TaskGroup, ipc_dir:
     await _handshake(graph, graph.cfg.handshake_timeout_s)
     tg.start_soon(_serve_control, graph)
     tg.start_soon(_monitor_children, graph)
+
+
+async def _start(graph: RunningGraph, tg: anyio.abc.TaskGroup, ipc_dir: str) -> None:
+    """Local processes up, then (one node of several) every node up, then Ready to children:
+    no actor starts anywhere before every process of the graph is wired."""
+    await _start_children(graph, tg, ipc_dir)
+    link = graph.link
+    if link is not None and not graph.stopping:
+        hello = Hello(link.role.host, [i.name for i in graph.plan.instances])
+        try:
+            await link.join(
+                hello, graph.cfg.handshake_timeout_s, graph._on_node_message, lambda: graph.stopping
+            )
+        except NodeLinkError as e:
+            raise GraphStartError(str(e)) from e
+        tg.start_soon(link.serve, graph._on_node_message, graph._on_link_lost)
+    if graph.control is not None and not graph.stopping:
+        for name in graph.procs:
+            _send(graph.control, name, Ready(name))
 
 
 async def _watch_signals(
@@ -328,18 +403,32 @@ def _reap(graph: RunningGraph, ipc_dir: str) -> None:
     shutil.rmtree(ipc_dir, ignore_errors=True)
 
 
+def _new_graph(
+    cfg: GraphConfig, ipc_dir: str, factory: SocketFactory, host: str | None
+) -> RunningGraph:
+    """The whole graph, or with `host` that node's share and its link to the other nodes."""
+    plan = build_plan(cfg, ipc_dir)
+    if host is None:
+        return RunningGraph(cfg, plan, factory)
+    role = node_role(cfg, host)
+    link = NodeLink(role, factory) if role is not None else None
+    return RunningGraph(
+        cfg, plan.on_host(host), factory, total_instances=len(plan.instances), link=link
+    )
+
+
 @asynccontextmanager
 async def open_graph(
-    cfg: GraphConfig, *, handle_signals: bool = False
+    cfg: GraphConfig, *, handle_signals: bool = False, host: str | None = None
 ) -> AsyncIterator[RunningGraph]:
-    """Start the graph; on exit stop it and clean up (see the module docstring)."""
+    """Start the graph (with `host`, only that node's share); on exit stop it and clean up
+    (see the module docstring)."""
     ipc_dir = tempfile.mkdtemp(prefix=f"{TMP_PREFIX}{cfg.name}-")
     context = zmq.Context()
     factory = SocketFactory(context, hwm=cfg.hwm, curve=cfg.curve.keys())
     graph: RunningGraph | None = None
     try:
-        plan = build_plan(cfg, ipc_dir)
-        graph = RunningGraph(cfg, plan, factory)
+        graph = _new_graph(cfg, ipc_dir, factory, host)
         graph.supervisor.prepare()
         stats_sock = factory.bind(zmq.ROUTER, f"ipc://{ipc_dir}/stats.sock")
         start_error: GraphStartError | None = None
@@ -347,9 +436,10 @@ async def open_graph(
             if handle_signals:  # first, so that a signal during the handshake stops cleanly
                 await tg.start(_watch_signals, graph)
             try:
-                await _start_children(graph, tg, ipc_dir)
+                await _start(graph, tg, ipc_dir)
             except GraphStartError as e:
                 start_error = e
+                graph.stop("failed", "start")
             if start_error is None:
                 if not graph.stopping:
                     tg.start_soon(graph.supervisor.run)
@@ -362,10 +452,13 @@ async def open_graph(
                         graph.result.stats = [s for r in await graph.collect() for s in r.actors]
             tg.cancel_scope.cancel()
         with anyio.CancelScope(shield=True):
+            graph.notify_nodes()
             await _shutdown_children(graph, cfg.shutdown_timeout_s)
         if start_error is not None:
             raise start_error
     finally:
+        if graph is not None and graph.link is not None:
+            graph.link.close(cfg.shutdown_timeout_s)
         factory.close()
         context.term()
         if graph is not None:
@@ -375,10 +468,11 @@ async def open_graph(
 
 
 async def run_graph(
-    cfg: GraphConfig, *, handle_signals: bool = False, spans: bool = False
+    cfg: GraphConfig, *, handle_signals: bool = False, spans: bool = False, host: str | None = None
 ) -> GraphResult:
-    """Run the graph until it stops; the result carries final stats (and spans if asked)."""
-    async with open_graph(cfg, handle_signals=handle_signals) as graph:
+    """Run the graph (with `host`, one node's share) until it stops; the result carries final
+    stats (and spans if asked) of this node's processes."""
+    async with open_graph(cfg, handle_signals=handle_signals, host=host) as graph:
         await graph.wait()
         if spans:
             graph.result.spans = [s for r in await graph.collect(spans=True) for s in r.spans]
@@ -386,13 +480,18 @@ async def run_graph(
 
 
 def run_graph_blocking(
-    cfg: GraphConfig, *, backend: str = "asyncio", handle_signals: bool = True, spans: bool = False
+    cfg: GraphConfig,
+    *,
+    backend: str = "asyncio",
+    handle_signals: bool = True,
+    spans: bool = False,
+    host: str | None = None,
 ) -> GraphResult:
     """`run_graph` from synchronous code: asyncio (with uvloop when installed) or trio."""
     if backend not in ("asyncio", "trio"):
         raise ValueError(f"backend must be 'asyncio' or 'trio', got {backend!r}")
     return anyio.run(
-        lambda: run_graph(cfg, handle_signals=handle_signals, spans=spans),
+        lambda: run_graph(cfg, handle_signals=handle_signals, spans=spans, host=host),
         backend=backend,
         backend_options=backend_options(backend),
     )

@@ -136,6 +136,11 @@ class GraphConfig:
     def used_hosts(self) -> set[str]:
         return {a.host for a in self.actors}
 
+    def nodes(self) -> list[str]:
+        """Hosts that place at least one actor, in `hosts` order: `--node-rank K` is the K-th."""
+        used = self.used_hosts()
+        return [h for h in self.hosts if h in used]
+
 
 def _validate_actors(cfg: GraphConfig) -> None:
     require(bool(cfg.actors), "graph.actors", cfg.actors, "at least one actor")

@@ -11,11 +11,14 @@ Pure and deterministic (every host computes the same plan from the same config):
 Classes are imported here, so bad import paths, unknown ports and mismatched message types
 raise `ConfigError` naming the key before anything starts.
 
+`GraphPlan.on_host(host)` keeps one node's instances (for `rstar2 launch --node-rank K`).
+
 What it does not do: create sockets or processes.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import uuid
 from dataclasses import dataclass, field
@@ -68,6 +71,15 @@ class GraphPlan:
 
     def in_process(self, process: str) -> list[InstancePlan]:
         return [i for i in self.instances if i.process == process]
+
+    def on_host(self, host: str) -> GraphPlan:
+        """The plan of one node: only the instances placed on `host`. Their endpoints are the
+        whole graph's (every node computes the same ones), so nodes launched separately meet."""
+        instances = [i for i in self.instances if i.host == host]
+        if not instances:
+            hosts = sorted({i.host for i in self.instances})
+            raise ValueError(f"no actor is placed on host {host!r}; hosts with actors: {hosts}")
+        return dataclasses.replace(self, instances=instances)
 
 
 def import_actor(path: str, key: str) -> type[Actor]:

@@ -1,11 +1,16 @@
 """`rstar2 launch GRAPH.toml`: build an actor graph from its config and run it until it stops.
 
 Placement comes from the config (`process` / `host` of each actor); `--one-process` overrides
-it and runs every actor in this process over inproc://. Ctrl-C / SIGTERM stop the graph
-cleanly. Exit code 0 when the graph stopped or finished, 1 when it failed, 2 for config errors.
+it and runs every actor in this process over inproc://. Without `--node-rank` every process
+starts on this machine, whatever its host. With `--node-rank K` only node K's actors start
+(node K: the K-th host of `graph.hosts` that places actors); run the same config with each rank
+on its machine, and the nodes join over node 0's control socket (`rstar2.actors.nodes`): a
+failure anywhere, or Ctrl-C / SIGTERM on node 0, stops every node.
 
-What it does not do (yet): start the processes placed on other hosts; run the same config
-on each host for that once multi-host launch lands.
+Exit code 0 when the graph stopped or finished, 1 when it failed (or did not start, e.g. a
+node missed the handshake), 2 for config errors.
+
+What it does not do: start the commands on the other machines (use your cluster's launcher).
 """
 
 from __future__ import annotations
@@ -17,11 +22,12 @@ import logging
 import sys
 
 from rstar2.actors.backend import BACKENDS
-from rstar2.actors.graph import run_graph_blocking
+from rstar2.actors.graph import GraphStartError, run_graph_blocking
 from rstar2.actors.graph_config import MAIN_PROCESS, GraphConfig, load_graph_config
+from rstar2.actors.nodes import node_host
 from rstar2.config import to_dict
 
-HELP = "start this node's share of a multi-host graph"
+HELP = "run an actor graph (with --node-rank, this node's share of a multi-host graph)"
 log = logging.getLogger(__name__)
 
 
@@ -30,6 +36,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--backend", choices=BACKENDS, default="asyncio", help="event loop")
     parser.add_argument(
         "--one-process", action="store_true", help="run every actor in this process (inproc)"
+    )
+    parser.add_argument(
+        "--node-rank",
+        type=int,
+        default=None,
+        metavar="K",
+        help="start only node K's actors (K-th host of graph.hosts placing actors; 0 coordinates)",
     )
     parser.add_argument("--json", action="store_true", help="print the result as one JSON object")
 
@@ -44,8 +57,17 @@ def run(args: argparse.Namespace) -> int:
     cfg = load_graph_config(args.config)
     if args.one_process:
         cfg = one_process(cfg)
+    host = None if args.node_rank is None else node_host(cfg, args.node_rank)
     log.info("graph config: %s", json.dumps(to_dict(cfg), default=str))
-    result = run_graph_blocking(cfg, backend=args.backend, handle_signals=True)
+    if host is not None:
+        log.info("node %d of %s: host %s", args.node_rank, cfg.nodes(), host)
+    try:
+        result = run_graph_blocking(cfg, backend=args.backend, handle_signals=True, host=host)
+    except GraphStartError as e:
+        log.error("graph %s did not start: %s", cfg.name, e)
+        if args.json:
+            print(json.dumps({"reason": "start failed", "error": str(e)}))
+        return 1
     summary = {
         "reason": result.reason,
         "stopped_by": result.stopped_by,
@@ -59,7 +81,10 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(summary, default=str))
     else:
-        print(f"graph {cfg.name}: {result.reason} {result.stopped_by} result={result.result!r}")
+        where = "" if host is None else f" (node {args.node_rank}: {host})"
+        print(
+            f"graph {cfg.name}{where}: {result.reason} {result.stopped_by} result={result.result!r}"
+        )
         for s in summary["actors"]:
             print(f"  {s['actor']:<24} received {s['received']:>8}  sent {s['sent']:>8}")
         for f in result.failures:

@@ -1,7 +1,11 @@
 """The rollout worker actor: one inference engine and the agent loops that run on it.
 
-Each instance owns an embedded engine (`rstar2.engine`) loaded from a model directory and
-serves three request/reply ports:
+Each instance owns one inference engine for a model directory: the embedded engine
+(`rstar2.engine`, the default) or, with `engine_backend="vllm"`, a vLLM engine
+(`rstar2.engine.vllm_backend`, imported only then: vLLM is an optional install) sized like the
+embedded one (`vllm_fields`: same context length, batch and block size, a KV pool of
+`kv_budget_tokens`) unless the `vllm` options say otherwise. It serves three request/reply
+ports:
 
 - ``assign`` (`RolloutTask` -> `TrajectoryResult`): roll out one trajectory with
   `run_trajectory`; many run at once as separate tasks over the one engine (continuous
@@ -25,8 +29,12 @@ What it does not do: choose which engine serves a trajectory (the scheduler acto
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
 import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
 from typing import Any, ClassVar
 
 import anyio
@@ -35,11 +43,11 @@ import torch
 
 from rstar2.actors import Actor, ActorContext, Incoming, Port, port
 from rstar2.config import from_dict
-from rstar2.engine.async_engine import AsyncEngine, open_engine
+from rstar2.engine.async_engine import open_engine
 from rstar2.engine.config import EngineConfig
-from rstar2.engine.protocol import EngineStats, GenerationOutput, SamplingParams
+from rstar2.engine.protocol import Engine, EngineStats, GenerationOutput, SamplingParams
 from rstar2.learner.policy_update import unflatten_weights
-from rstar2.model.loader import load_model
+from rstar2.model.loader import load_model, load_tokenizer
 from rstar2.profile.handling import BusyTrack, handling
 from rstar2.rollout.agent_loop import run_trajectory
 from rstar2.rollout.config import RolloutConfig
@@ -103,9 +111,10 @@ class _TimedTools:
 class _TracedEngine:
     """The engine as the agent loops see it, each generation recorded as busy time."""
 
-    def __init__(self, engine: AsyncEngine, busy: BusyTrack) -> None:
+    def __init__(self, engine: Engine, busy: BusyTrack, max_model_len: int) -> None:
         self.engine = engine
         self.busy = busy
+        self.max_model_len = max_model_len
 
     async def generate(
         self, request_id: str, prompt_ids: list[int], params: SamplingParams
@@ -121,6 +130,43 @@ class _TracedEngine:
 
     def stats(self) -> EngineStats:
         return self.engine.stats()
+
+
+ENGINE_BACKENDS = ("embedded", "vllm")
+_DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2}
+
+
+def kv_bytes_per_token(model_config: dict[str, Any], dtype: str) -> int:
+    """K and V of one token over all layers, from a HF `config.json` (dtype "auto": its own)."""
+    if dtype == "auto":
+        dtype = str(model_config.get("torch_dtype") or model_config.get("dtype") or "float32")
+    if dtype not in _DTYPE_BYTES:
+        raise ValueError(f"dtype must be one of {sorted(_DTYPE_BYTES)} or 'auto', got {dtype!r}")
+    heads = model_config["num_attention_heads"]
+    head_dim = model_config.get("head_dim") or model_config["hidden_size"] // heads
+    kv_heads = model_config.get("num_key_value_heads") or heads
+    return 2 * model_config["num_hidden_layers"] * kv_heads * head_dim * _DTYPE_BYTES[dtype]
+
+
+def vllm_fields(
+    model_dir: str, engine: EngineConfig, model_config: dict[str, Any], options: dict[str, Any]
+) -> dict[str, Any]:
+    """`VLLMConfig` fields of a worker's vLLM engine: the embedded engine's limits (context
+    length, batch, block size, a KV pool of `kv_budget_tokens` in float32 unless `options` name
+    a dtype), then `options` on top (e.g. `kv_cache_memory_bytes = 0` to size the pool by
+    `gpu_memory_utilization` instead)."""
+    dtype = str(options.get("dtype", "float32"))
+    fields: dict[str, Any] = {
+        "model": model_dir,
+        "dtype": dtype,
+        "max_model_len": engine.max_model_len,
+        "max_num_seqs": engine.max_num_seqs,
+        "block_size": engine.block_size,
+        "kv_cache_memory_bytes": engine.num_blocks
+        * engine.block_size
+        * kv_bytes_per_token(model_config, dtype),
+    }
+    return {**fields, **options}
 
 
 def _failed(request_id: str, status: str, message: str) -> ExecResult:
@@ -197,21 +243,55 @@ class RolloutWorker(Actor):
         engine: dict[str, Any] | None = None,
         rollout: dict[str, Any] | None = None,
         threads: int = 0,
+        engine_backend: str = "embedded",
+        vllm: dict[str, Any] | None = None,
     ) -> None:
+        if engine_backend not in ENGINE_BACKENDS:
+            raise ValueError(
+                f"engine_backend must be one of {ENGINE_BACKENDS}, got {engine_backend!r}"
+            )
         self.model_dir = model_dir
         self.engine_cfg = from_dict(EngineConfig, engine or {})
         self.rollout_cfg = from_dict(RolloutConfig, rollout or {})
         self.threads = threads
+        self.engine_backend = engine_backend
+        self.vllm_options = dict(vllm or {})
+
+    @asynccontextmanager
+    async def _open_engine(self) -> AsyncIterator[tuple[Engine, TokenCodec, int]]:
+        """The configured backend's engine, the token codec and the engine's context limit."""
+        if self.engine_backend == "embedded":
+            model, tokenizer = load_model(self.model_dir)
+            async with open_engine(model, self.engine_cfg) as embedded:
+                yield embedded, TokenCodec(tokenizer), embedded.core.max_model_len
+            return
+        # vLLM is optional (its own virtual environment): imported only when chosen.
+        from rstar2.engine.vllm_backend import VLLMConfig, open_vllm_engine
+
+        model_config = json.loads((Path(self.model_dir) / "config.json").read_text())
+        fields = vllm_fields(self.model_dir, self.engine_cfg, model_config, self.vllm_options)
+        codec = TokenCodec(load_tokenizer(self.model_dir))
+        async with open_vllm_engine(from_dict(VLLMConfig, fields, "vllm")) as engine:
+            yield engine, codec, engine.max_model_len
 
     async def serve(self, ctx: ActorContext) -> None:
         if self.threads > 0:
             torch.set_num_threads(self.threads)
-        model, tokenizer = load_model(self.model_dir)
-        codec = TokenCodec(tokenizer)
         tools = GraphTools(ctx, timeout_s=self.rollout_cfg.tool_wait_s + 60.0)
-        async with open_engine(model, self.engine_cfg) as engine, anyio.create_task_group() as tg:
+        async with self._open_engine() as (engine, codec, max_model_len):
+            await self._serve_engine(ctx, engine, codec, tools, max_model_len)
+
+    async def _serve_engine(
+        self,
+        ctx: ActorContext,
+        engine: Engine,
+        codec: TokenCodec,
+        tools: GraphTools,
+        max_model_len: int,
+    ) -> None:
+        async with anyio.create_task_group() as tg:
             busy = BusyTrack(ctx, "generate", waiting=lambda: engine.stats().waiting)
-            traced = _TracedEngine(engine, busy)
+            traced = _TracedEngine(engine, busy, max_model_len)
             while True:
                 incoming = await ctx.recv()
                 if incoming.port == "assign":
@@ -244,7 +324,7 @@ class RolloutWorker(Actor):
             prompt_id=task.prompt_id,
             sample=task.sample,
             seed=task.seed,
-            context_limit=engine.engine.core.max_model_len,
+            context_limit=engine.max_model_len,
         )
         wall = time.perf_counter() - start
         result = to_result(
@@ -260,7 +340,7 @@ class RolloutWorker(Actor):
             temperature=task.temperature,
         )
 
-    async def _load(self, ctx: ActorContext, engine: AsyncEngine, incoming: Incoming) -> None:
+    async def _load(self, ctx: ActorContext, engine: Engine, incoming: Incoming) -> None:
         msg = incoming.msg
         assert isinstance(msg, WeightUpdate)
         start = time.perf_counter()

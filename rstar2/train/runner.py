@@ -32,7 +32,7 @@ from rstar2.model.loader import load_model
 from rstar2.model.tiny import init_model
 from rstar2.tasks.arithmetic import generate_problems
 from rstar2.tasks.traces import build_traces
-from rstar2.train.config import TrainConfig, config_dict
+from rstar2.train.config import ClusterConfig, TrainConfig, config_dict
 
 log = logging.getLogger(__name__)
 
@@ -91,6 +91,20 @@ def prepare_policy(cfg: TrainConfig, run_dir: Path) -> Path:
     return sft_dir
 
 
+def vllm_options(cluster: ClusterConfig) -> dict[str, Any]:
+    """The deployment's settings of vLLM engines (`cluster.engine_backend = "vllm"`): on GPUs
+    the checkpoint's dtype, tensor parallel and a KV pool sized by memory share; on CPU
+    (`gpus = 0`) float32 in eager mode, sized like the embedded engine (`[engine]`)."""
+    if cluster.gpus == 0:
+        return {"dtype": "float32", "enforce_eager": True}
+    return {
+        "dtype": "auto",
+        "tensor_parallel_size": cluster.tp,
+        "gpu_memory_utilization": cluster.gpu_memory_utilization,
+        "kv_cache_memory_bytes": 0,
+    }
+
+
 def train_graph(cfg: TrainConfig, run_dir: Path, model_dir: Path, resume: bool) -> GraphConfig:
     """The RL actor graph of one run."""
     g = cfg.graph
@@ -126,6 +140,8 @@ def train_graph(cfg: TrainConfig, run_dir: Path, model_dir: Path, resume: bool) 
                 "engine": data["engine"],
                 "rollout": data["rollout"],
                 "threads": g.engine_threads,
+                "engine_backend": cfg.cluster.engine_backend,
+                "vllm": vllm_options(cfg.cluster),
             },
         },
         {

@@ -410,11 +410,9 @@ def _new_graph(
     plan = build_plan(cfg, ipc_dir)
     if host is None:
         return RunningGraph(cfg, plan, factory)
-    role = node_role(cfg, host)
-    link = NodeLink(role, factory) if role is not None else None
-    return RunningGraph(
-        cfg, plan.on_host(host), factory, total_instances=len(plan.instances), link=link
-    )
+    local, role = plan.on_host(host), node_role(cfg, host)
+    link = NodeLink(role, factory) if role is not None else None  # last: it opens sockets
+    return RunningGraph(cfg, local, factory, total_instances=len(plan.instances), link=link)
 
 
 @asynccontextmanager

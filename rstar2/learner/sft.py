@@ -36,7 +36,7 @@ Example = tuple[list[int], list[int]]
 class SFTConfig:
     """Stage-0 SFT settings (defaults: the embedded default's budget on 2 CPU cores)."""
 
-    steps: int = 800
+    steps: int = 1000
     """Optimizer steps."""
     batch_size: int = 16
     """Traces per step."""

@@ -57,6 +57,10 @@ preload = ["math"]
 [reward]
 workers = 1
 
+[graph]
+engine_threads = 1
+learner_threads = 1
+
 [[stages]]
 name = "rl1"
 steps = 3

@@ -152,6 +152,14 @@ class RunState:
                 )
         return tasks
 
+    def _seed(self, kind: str, step: int, prompt: int, sample: int) -> int:
+        """Training samples get fresh seeds every step; held-out evaluation reuses the same
+        seeds at every evaluation (common random numbers), so accuracy changes between
+        evaluations come from the policy, not from the sampling noise."""
+        if kind == "eval":
+            return derive_seed(self.cfg.seed, kind, prompt, sample)
+        return derive_seed(self.cfg.seed, kind, step, prompt, sample)
+
     def train_on(self, results: Sequence[TrajectoryResult], step: int) -> dict[str, float]:
         groups = group_results(results)
         rng = random.Random(derive_seed(self.cfg.seed, "roc", step))

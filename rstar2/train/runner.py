@@ -68,6 +68,8 @@ def prepare_policy(cfg: TrainConfig, run_dir: Path) -> Path:
     if cfg.sft.steps == 0:
         return base
     torch.manual_seed(cfg.seed)
+    if cfg.graph.learner_threads > 0:
+        torch.set_num_threads(cfg.graph.learner_threads)
     model, tokenizer = load_model(base)
     problems = generate_problems(cfg.task, "train")[: cfg.sft.train_problems]
     traces = build_traces(problems, seed=cfg.sft.seed, mistake_fraction=cfg.sft.mistake_fraction)

@@ -9,7 +9,9 @@ without sockets:
   derived from (run seed, kind, step, prompt, sample), so sampling never depends on timing;
 - `train_on(results)`: group by prompt, RoC/GRPO selection (its RNG seeded by (seed, step)),
   advantages, and the policy update;
-- `save()` / resume: model, optimizer, schedule, data cursor, stage progress, summary values.
+- `save()` / resume: model, optimizer, schedule, data cursor, RNG states, stage progress and
+  summary values. (Sampling and RoC use seeds derived from (seed, step, ...), so no global RNG
+  stream is consumed by RL; the RNG states are saved for anything that does.)
 
 What it does not do: talk to other actors (`actor.py`) or decide stage order (the actor
 follows `cfg.stages`).
@@ -29,7 +31,7 @@ import torch
 
 from rstar2.config import from_dict
 from rstar2.data import load_problems
-from rstar2.learner.checkpoint import load_latest, save_checkpoint
+from rstar2.learner.checkpoint import load_latest, rng_state, save_checkpoint, set_rng_state
 from rstar2.learner.policy_update import (
     make_lr_schedule,
     make_optimizer,
@@ -190,6 +192,7 @@ class RunState:
             "optimizer": self.optimizer.state_dict(),
             "schedule": self.schedule.state_dict(),
             "stream": self.stream.state(),
+            "rng": rng_state(),
             "stage": self.cfg.stages[self.stage_at(max(p.step, 1))].name,
             "progress": {
                 "step": p.step,
@@ -206,6 +209,7 @@ class RunState:
         self.optimizer.load_state_dict(state["optimizer"])
         self.schedule.load_state_dict(state["schedule"])
         self.stream.load_state(state["stream"])
+        set_rng_state(state["rng"])
         self.progress = from_dict(Progress, state["progress"])
 
 

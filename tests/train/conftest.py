@@ -63,7 +63,15 @@ learner_threads = 1
 
 [[stages]]
 name = "rl1"
-steps = 3
+steps = 2
+
+[[stages]]
+name = "rl3"
+steps = 1
+filter_solved = true
+filter_samples = 2
+filter_pool = 4
+reset_optimizer = true
 """
 
 

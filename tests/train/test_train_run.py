@@ -38,7 +38,12 @@ def test_train_writes_metrics_plot_and_checkpoints(tmp_path: Path, smoke_config:
     summary = json.loads(out.stdout.strip().splitlines()[-1])
     assert summary["steps"] == 3
     rows = read_metrics(run / "metrics.jsonl")
-    assert [r["step"] for r in rows if r["stage"] == "rl1"] == [1, 2, 3]
+    assert [r["step"] for r in rows if r["stage"] in ("rl1", "rl3")] == [1, 2, 3]
+    assert [r["stage"] for r in rows if r["step"] in (2, 3) and "reward_mean" in r] == [
+        "rl1",
+        "rl3",
+    ]
+    assert summary["extra"]["filter_rl3"]["probed"] == 4
     for key in ("reward_mean", "response_tokens_mean", "tool_error_ratio_correct", "clip_fraction"):
         assert key in rows[1]
     assert rows[0]["stage"] == "sft" and "heldout_accuracy" in rows[0]
@@ -79,3 +84,27 @@ def test_resume_after_sigkill_matches_uninterrupted(tmp_path: Path, smoke_config
     assert deterministic(read_metrics(run / "metrics.jsonl")) == deterministic(
         read_metrics(ref / "metrics.jsonl")
     )
+
+
+@pytest.mark.slow
+def test_train_over_two_processes(tmp_path: Path, smoke_config: Path) -> None:
+    run = tmp_path / "run"
+    out = subprocess.run(
+        train_cmd(
+            "--config",
+            str(smoke_config),
+            "--run-dir",
+            str(run),
+            "--processes",
+            "2",
+            "--set",
+            "sft.steps=0",
+            "--set",
+            'stages=[{"name": "rl1", "steps": 1}]',
+        ),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert [r["step"] for r in read_metrics(run / "metrics.jsonl") if "reward_mean" in r] == [1]

@@ -19,6 +19,7 @@ import statistics
 import tempfile
 from pathlib import Path
 
+from rstar2.config import require
 from rstar2.metrics import read_metrics
 from rstar2.train.config import load_train_config
 from rstar2.train.runner import run_training
@@ -34,8 +35,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    if args.steps < 2:
-        raise SystemExit("rstar2 bench train: --steps must be >= 2 (the first is warm-up)")
+    require(args.steps >= 2, "--steps", args.steps, "an integer >= 2 (the first step is warm-up)")
     with tempfile.TemporaryDirectory(prefix="rstar2-bench-train-") as tmp:
         sets = [
             "prompts_per_step=8",

@@ -39,7 +39,14 @@ from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
 from torch.distributed.tensor import DTensor
 
 from rstar2.config import require
-from rstar2.learner.policy_update import LearnerConfig, RolloutLike, pad_batch, token_logprobs
+from rstar2.learner.policy_update import (
+    LearnerConfig,
+    RolloutLike,
+    even_chunks,
+    optimizer_steps,
+    pad_batch,
+    token_logprobs,
+)
 from rstar2.rl import RLConfig, TrainingBatch, policy_loss
 
 log = logging.getLogger(__name__)
@@ -140,19 +147,6 @@ def rank_share(indices: Sequence[int], rank: int, world: int) -> list[int]:
     return list(indices[rank::world])
 
 
-def even_chunks(items: Sequence[int], parts: int) -> list[list[int]]:
-    """`items` in `parts` contiguous chunks whose sizes differ by at most one; empty chunks kept
-    (ranks need equal micro-batch counts). `parts` is clamped to at least 1."""
-    parts = max(1, parts)
-    size, extra = divmod(len(items), parts)
-    out, start = [], 0
-    for p in range(parts):
-        end = start + size + (1 if p < extra else 0)
-        out.append(list(items[start:end]))
-        start = end
-    return out
-
-
 def update_policy_sharded(
     model: nn.Module,
     optimizer: torch.optim.Optimizer,
@@ -167,26 +161,14 @@ def update_policy_sharded(
     rank, world = dist.get_rank(), dist.get_world_size()
     if world > 1 and not isinstance(model, FSDPModule):
         raise TypeError("with several ranks the model must be sharded first (shard_model)")
-    n = len(batch.rollouts)
-    if n == 0:
-        return {"loss": 0.0, "clip_fraction": 0.0, "approx_kl": 0.0, "grad_norm": 0.0}
-    model.train()
-    sums: dict[str, float] = {}
-    chunks = [c for c in even_chunks(list(range(n)), min(cfg.mini_batches, n)) if c]
-    for chunk in chunks:
-        step_metrics = _sharded_mini_batch(model, batch, chunk, cfg, rl, pad_id, rank, world)
-        grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
-        optimizer.step()
-        schedule.step()
-        optimizer.zero_grad(set_to_none=True)
-        if isinstance(grad_norm, DTensor):
-            grad_norm = grad_norm.full_tensor()
-        step_metrics["grad_norm"] = float(grad_norm)
-        for k, v in step_metrics.items():
-            sums[k] = sums.get(k, 0.0) + v
-    out = {k: v / len(chunks) for k, v in sums.items()}
-    out["lr"] = float(optimizer.param_groups[0]["lr"])
-    return out
+    return optimizer_steps(
+        model,
+        optimizer,
+        schedule,
+        len(batch.rollouts),
+        cfg,
+        lambda chunk: _sharded_mini_batch(model, batch, chunk, cfg, rl, pad_id, rank, world),
+    )
 
 
 def _sharded_mini_batch(

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -137,18 +137,40 @@ def update_policy(
     pad_id: int = 0,
 ) -> dict[str, float]:
     """Apply the step's policy update in place; returns averaged metrics."""
-    n = len(batch.rollouts)
+    return optimizer_steps(
+        model,
+        optimizer,
+        schedule,
+        len(batch.rollouts),
+        cfg,
+        lambda chunk: _mini_batch(model, batch, chunk, cfg, rl, pad_id),
+    )
+
+
+def optimizer_steps(
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    schedule: torch.optim.lr_scheduler.LRScheduler,
+    n: int,
+    cfg: LearnerConfig,
+    mini_batch: Callable[[list[int]], dict[str, float]],
+) -> dict[str, float]:
+    """One optimizer step per mini-batch of the `n` rollouts: `mini_batch(indices)` accumulates
+    the gradients and returns its metrics; then clip, step, schedule. Shared by the single-
+    process and the sharded (FSDP2) learner. Returns the metrics averaged over mini-batches."""
     if n == 0:
         return {"loss": 0.0, "clip_fraction": 0.0, "approx_kl": 0.0, "grad_norm": 0.0}
     model.train()
     sums: dict[str, float] = {}
-    chunks = _split(list(range(n)), min(cfg.mini_batches, n))
+    chunks = [c for c in even_chunks(list(range(n)), min(cfg.mini_batches, n)) if c]
     for chunk in chunks:
-        step_metrics = _mini_batch(model, batch, chunk, cfg, rl, pad_id)
+        step_metrics = mini_batch(chunk)
         grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
         optimizer.step()
         schedule.step()
         optimizer.zero_grad(set_to_none=True)
+        if hasattr(grad_norm, "full_tensor"):  # a DTensor under FSDP2
+            grad_norm = grad_norm.full_tensor()
         step_metrics["grad_norm"] = float(grad_norm)
         for k, v in step_metrics.items():
             sums[k] = sums.get(k, 0.0) + v
@@ -169,7 +191,8 @@ def _mini_batch(
     advantages = torch.tensor([batch.advantages[i] for i in chunk], dtype=torch.float32)
     num_tokens = float(sum(sum(r.loss_mask[1:]) for r in rollouts))
     weighted: dict[str, float] = {}
-    for micro in _split(list(range(len(chunk))), math.ceil(len(chunk) / cfg.micro_batch_size)):
+    micro_batches = math.ceil(len(chunk) / cfg.micro_batch_size)
+    for micro in [m for m in even_chunks(list(range(len(chunk))), micro_batches) if m]:
         ids, attn, mask, old = pad_batch([rollouts[i] for i in micro], pad_id)
         with _autocast(cfg.bf16):
             logp, entropy = token_logprobs(model, ids, attn)
@@ -192,14 +215,15 @@ def _mini_batch(
     return weighted
 
 
-def _split(items: list[int], parts: int) -> list[list[int]]:
-    """Split into `parts` contiguous chunks of near-equal size (none empty)."""
-    parts = max(1, min(parts, len(items)))
+def even_chunks(items: Sequence[int], parts: int) -> list[list[int]]:
+    """`items` in `parts` contiguous chunks whose sizes differ by at most one; empty chunks kept
+    (ranks need equal micro-batch counts). `parts` is clamped to at least 1."""
+    parts = max(1, parts)
     size, extra = divmod(len(items), parts)
     out, start = [], 0
     for p in range(parts):
         end = start + size + (1 if p < extra else 0)
-        out.append(items[start:end])
+        out.append(list(items[start:end]))
         start = end
     return out
 

@@ -10,7 +10,6 @@ What it does not do: run anything (see `runner.py`).
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import tomllib
 from dataclasses import dataclass, field
@@ -261,7 +260,3 @@ def load_train_config(
 
 def config_dict(cfg: TrainConfig) -> dict[str, Any]:
     return to_dict(cfg)
-
-
-def replace_stage(stage: StageConfig, **changes: Any) -> StageConfig:
-    return dataclasses.replace(stage, **changes)

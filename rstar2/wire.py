@@ -56,6 +56,11 @@ def encode(msg: Message) -> bytes:
     return _encoder.encode(msg)
 
 
+encode_body = _encoder.encode
+"""`encode` without the call around it, for the runtime's per-message path; raises TypeError
+for a message with array fields (those go through `to_frames`)."""
+
+
 def decode(data: bytes | memoryview) -> Message:
     """Decode one message; anything malformed or unknown raises WireError."""
     global _decoder

@@ -1,7 +1,7 @@
 """Small actors for the docs, the tests and `rstar2 bench bus` (all on `wire.Item`).
 
-- `Source`: sends `n` Items (payload of `size` bytes; `stamp`: `sent_at` = send time) on
-  "out", then finishes;
+- `Source`: sends `n` Items (payload of `size` bytes; `stamp`: `sent_at` = send time, and the
+  last Item's `value` = the CPU ns its loop spent) on "out", then finishes;
 - `Square`: "in" -> "out", value squared (a pure `handle`);
 - `Sink`: counts Items on "in"; after `n` it stops the graph with {"count", "sum"};
 - `Echo`: a request/reply service on "req": replies with the same Item;
@@ -9,8 +9,8 @@
 - `Flaky`: like Square, but raises on every Item with seq >= `fail_at` (only before its first
   restart when `once`), to exercise failure reports and restarts;
 - `SlowSink`: like Sink but sleeps `delay_s` per message (a slow consumer);
-- `RateSink`: times `n` stamped Items from the first one's send to the last one's receipt
-  (for the bus benchmark).
+- `RateSink`: times `n` stamped Items from the first one's send to the last one's receipt,
+  with the CPU time of both ends (for the bus benchmark).
 
 What it does not do: anything useful beyond demonstrating and measuring the runtime.
 """
@@ -38,9 +38,15 @@ class Source(Actor):
         self.stamp = stamp
 
     async def serve(self, ctx: ActorContext) -> None:
-        for seq in range(self.n):
+        cpu_start = time.thread_time_ns()
+        for seq in range(self.n - 1):
             sent_at = time.time() if self.stamp else 0.0
             await ctx.send("out", Item(seq, seq, self.payload, sent_at))
+        if self.n:  # stamped: the last Item's value is the CPU this loop spent, in ns
+            last = self.n - 1
+            sent_at = time.time() if self.stamp else 0.0
+            value = time.thread_time_ns() - cpu_start if self.stamp else last
+            await ctx.send("out", Item(last, value, self.payload, sent_at))
 
 
 class Square(Actor):
@@ -120,7 +126,9 @@ class SlowSink(Sink):
 
 class RateSink(Actor):
     """Counts `n` Items and stops the graph with the time from the first one's `sent_at` (the
-    sender's wall clock, so a `Source` with `stamp=True`) to the receipt of the last."""
+    sender's wall clock, so a `Source` with `stamp=True`) to the receipt of the last, and the
+    CPU time of both ends: this thread's from the first receipt to the last, and the sender's
+    (carried in the last stamped Item's `value`, in ns)."""
 
     inputs: ClassVar[dict[str, Port]] = {"in": port(Item)}
 
@@ -130,13 +138,21 @@ class RateSink(Actor):
         self.n = n
         self.seen = 0
         self.first_sent_at = 0.0
+        self.cpu_start = 0.0
 
     def handle(self, port: str, msg: Message) -> Outputs:
         assert isinstance(msg, Item)
         self.seen += 1
         if self.seen == 1:
             self.first_sent_at = msg.sent_at
+            self.cpu_start = time.thread_time()
         elif self.seen == self.n:
             elapsed = time.time() - self.first_sent_at
-            self.stop_graph("done", {"count": self.n, "elapsed_s": elapsed})
+            result = {
+                "count": self.n,
+                "elapsed_s": elapsed,
+                "recv_cpu_s": time.thread_time() - self.cpu_start,
+                "send_cpu_s": msg.value / 1e9,
+            }
+            self.stop_graph("done", result)
         return []

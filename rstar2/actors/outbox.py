@@ -61,6 +61,8 @@ class Outbox:
         self.max_bytes = max_bytes
         self.bodies: list[bytes] = []
         self.nbytes = 0
+        self.room = max_bytes - _PACK_OVERHEAD
+        """`nbytes` may grow to this (the frame's mark and array header take the rest)."""
         self.lock = anyio.Lock(fast_acquire=True)
         """Held while a frame of this outbox is being sent, so frames leave in order."""
 
@@ -74,8 +76,8 @@ class Outbox:
         it is too big to pack at all (send it by itself, after what is queued).
         """
         size = len(body)
-        if self.nbytes + size + _PACK_OVERHEAD > self.max_bytes:
-            if self.bodies and size + _PACK_OVERHEAD <= self.max_bytes:
+        if self.nbytes + size > self.room:
+            if self.bodies and size <= self.room:
                 return REFUSED
             return ALONE
         self.bodies.append(body)

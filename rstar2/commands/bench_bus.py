@@ -80,7 +80,23 @@ def _graph(transport: str, actors: list[dict[str, Any]], edge: str) -> GraphConf
     )
 
 
-def runtime_throughput(transport: str, n: int, size: int, backend: str) -> float:
+class Run(msgspec.Struct, frozen=True):
+    """One throughput run: messages per second, and CPU microseconds per message spent by the
+    sending and the receiving thread (encode, send, receive, decode and, for the runtime,
+    everything the actors' event loops do)."""
+
+    msgs_per_s: float
+    send_cpu_us: float
+    recv_cpu_us: float
+
+    @property
+    def cpu_us(self) -> float:
+        """Both ends' CPU per message (over inproc the runtime's two actors share one thread,
+        whose cost `runtime_throughput` splits evenly between the ends)."""
+        return self.send_cpu_us + self.recv_cpu_us
+
+
+def runtime_throughput(transport: str, n: int, size: int, backend: str) -> Run:
     cfg = _graph(
         transport,
         [
@@ -96,7 +112,11 @@ def runtime_throughput(transport: str, n: int, size: int, backend: str) -> float
     result = run_graph_blocking(cfg, backend=backend, handle_signals=False)
     if result.reason != "stopped":
         raise RuntimeError(f"bench graph {transport} ended with {result.reason}: {result.failures}")
-    return n / result.result["elapsed_s"]
+    r = result.result
+    send_us, recv_us = r["send_cpu_s"] * 1e6 / n, r["recv_cpu_s"] * 1e6 / n
+    if transport == "inproc":  # one thread runs both actors: each figure is the whole cost
+        send_us = recv_us = max(send_us, recv_us) / 2
+    return Run(n / r["elapsed_s"], send_us, recv_us)
 
 
 def runtime_rtts(transport: str, n: int, size: int, backend: str) -> list[float]:
@@ -131,8 +151,11 @@ def _raw_send(endpoint: str, n: int, size: int, context: zmq.Context | None = No
     sock.connect(endpoint)
     enc = msgspec.msgpack.Encoder()
     payload = b"x" * size
-    for seq in range(n):
+    cpu_start = time.thread_time_ns()
+    for seq in range(n - 1):
         sock.send(enc.encode(Item(seq, seq, payload, time.time())))
+    cpu = time.thread_time_ns() - cpu_start  # the last Item carries it, as `demo.Source` does
+    sock.send(enc.encode(Item(n - 1, cpu, payload, time.time())))
     sock.close(linger=-1)  # deliver everything before the process exits
     if context is None:
         ctx.term()
@@ -162,7 +185,7 @@ def _start_peer(transport: str, target: Any, args: tuple, ctx: zmq.Context) -> A
     return proc
 
 
-def raw_throughput(transport: str, n: int, size: int, tmp: str) -> float:
+def raw_throughput(transport: str, n: int, size: int, tmp: str) -> Run:
     ctx = zmq.Context()
     sock = ctx.socket(zmq.PULL)
     endpoint = _endpoint(transport, "stream", tmp)
@@ -170,13 +193,16 @@ def raw_throughput(transport: str, n: int, size: int, tmp: str) -> float:
     peer = _start_peer(transport, _raw_send, (endpoint, n, size), ctx)
     dec = msgspec.msgpack.Decoder(Item)
     first_sent_at = dec.decode(sock.recv()).sent_at
-    for _ in range(n - 1):
+    cpu_start = time.thread_time()
+    for _ in range(n - 2):
         dec.decode(sock.recv())
+    send_cpu_ns = dec.decode(sock.recv()).value
     elapsed = time.time() - first_sent_at
+    recv_cpu = time.thread_time() - cpu_start
     peer.join()
     sock.close(linger=0)
     ctx.term()
-    return n / elapsed
+    return Run(n / elapsed, send_cpu_ns / 1e3 / n, recv_cpu * 1e6 / n)
 
 
 def raw_rtts(transport: str, n: int, size: int, tmp: str) -> list[float]:
@@ -210,21 +236,45 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, max(0, round(q * len(ordered)) - 1))]
 
 
+def _median_run(runs: list[Run]) -> Run:
+    return Run(
+        statistics.median(r.msgs_per_s for r in runs),
+        statistics.median(r.send_cpu_us for r in runs),
+        statistics.median(r.recv_cpu_us for r in runs),
+    )
+
+
 def measure(transport: str, args: argparse.Namespace, tmp: str) -> dict[str, Any]:
-    runtimes, raws = [], []
+    runtimes: list[Run] = []
+    raws: list[Run] = []
     for _ in range(args.repeats):
         runtimes.append(runtime_throughput(transport, args.messages, args.size, args.backend))
         raws.append(raw_throughput(transport, args.messages, args.size, tmp))
-    runtime, raw = statistics.median(runtimes), statistics.median(raws)
+    runtime, raw = _median_run(runtimes), _median_run(raws)
     rtts = runtime_rtts(transport, args.round_trips, args.size, args.backend)
     raw_rt = raw_rtts(transport, args.round_trips, args.size, tmp)
     return {
         "transport": transport,
-        "runtime_msgs_per_s": round(runtime),
-        "raw_msgs_per_s": round(raw),
-        "ratio": round(runtime / raw, 3),
-        "runtime_range": [round(min(runtimes)), round(max(runtimes))],
-        "raw_range": [round(min(raws)), round(max(raws))],
+        "runtime_msgs_per_s": round(runtime.msgs_per_s),
+        "raw_msgs_per_s": round(raw.msgs_per_s),
+        "ratio": round(runtime.msgs_per_s / raw.msgs_per_s, 3),
+        "runtime_range": [
+            round(min(r.msgs_per_s for r in runtimes)),
+            round(max(r.msgs_per_s for r in runtimes)),
+        ],
+        "raw_range": [
+            round(min(r.msgs_per_s for r in raws)),
+            round(max(r.msgs_per_s for r in raws)),
+        ],
+        "runtime_cpu_us_per_msg": {
+            "send": round(runtime.send_cpu_us, 3),
+            "recv": round(runtime.recv_cpu_us, 3),
+        },
+        "raw_cpu_us_per_msg": {
+            "send": round(raw.send_cpu_us, 3),
+            "recv": round(raw.recv_cpu_us, 3),
+        },
+        "cpu_ratio": round(raw.cpu_us / runtime.cpu_us, 3),
         "rtt_p50_ms": round(percentile(rtts, 0.5) * 1e3, 3),
         "rtt_p99_ms": round(percentile(rtts, 0.99) * 1e3, 3),
         "raw_rtt_p50_ms": round(percentile(raw_rt, 0.5) * 1e3, 3),
@@ -251,15 +301,18 @@ def run(args: argparse.Namespace) -> int:
         f"{args.size}-byte messages, {args.messages} one way (median of {args.repeats}), "
         f"{args.round_trips} round trips, runtime on {args.backend}"
     )
-    head = ("transport", "runtime/s", "raw/s", "ratio", "rtt p50", "rtt p99", "raw p50", "raw p99")
-    print(
-        "{:<9} {:>10} {:>10} {:>6} {:>9} {:>9} {:>9} {:>9}  runtime range, raw range".format(*head)
-    )
+    head = ("transport", "runtime/s", "raw/s", "ratio", "cpu ratio", "rtt p50", "rtt p99")
+    print("{:<9} {:>10} {:>10} {:>6} {:>9} {:>9} {:>9}".format(*head) + "  raw p50, p99")
     for r in rows:
-        rtts = [r[k] for k in ("rtt_p50_ms", "rtt_p99_ms", "raw_rtt_p50_ms", "raw_rtt_p99_ms")]
+        rtts = [r[k] for k in ("rtt_p50_ms", "rtt_p99_ms")]
         print(
             f"{r['transport']:<9} {r['runtime_msgs_per_s']:>10} {r['raw_msgs_per_s']:>10} "
-            f"{r['ratio']:>6.2f} " + " ".join(f"{v:>7.3f}ms" for v in rtts) + "  "
-            f"{r['runtime_range'][0]}-{r['runtime_range'][1]}, {r['raw_range'][0]}-{r['raw_range'][1]}"
+            f"{r['ratio']:>6.2f} {r['cpu_ratio']:>9.2f} "
+            + " ".join(f"{v:>7.3f}ms" for v in rtts)
+            + f"  {r['raw_rtt_p50_ms']:.3f}ms, {r['raw_rtt_p99_ms']:.3f}ms"
         )
+    print(
+        "ratio: runtime / raw msgs/s (load from other jobs moves it); cpu ratio: raw / runtime "
+        "CPU per message, both ends (what the ratio becomes when the machine is CPU-bound)"
+    )
     return 0

@@ -18,6 +18,7 @@ from rstar2.actors.trace import Tracer
 from rstar2.wire import (
     Item,
     MessageTooLarge,
+    Shutdown,
     WeightUpdate,
     is_packed,
     pack_bodies,
@@ -178,3 +179,39 @@ async def test_an_actor_that_sends_then_idles_still_delivers() -> None:
         with anyio.fail_after(10):
             result = await graph.wait()
     assert result.result == {"count": 3, "sum": 3}
+
+
+async def test_the_packed_fast_path_still_refuses_wrong_types_and_oversized_messages(
+    packed_edge: tuple[ActorContext, AsyncSocket],
+) -> None:
+    ctx, pull = packed_edge
+    ctx.max_message_bytes = 2000
+    async with anyio.create_task_group() as tg:
+        ctx.attach(tg)
+        await ctx.send("out", Item(0, 0))
+        with pytest.raises(MessageTooLarge):
+            await ctx.send("out", Item(1, 1, b"x" * 3000))
+        with pytest.raises(TypeError, match="takes"):
+            await ctx.send("out", Shutdown())
+        await ctx.send("out", Item(2, 2))
+        await ctx.flush()
+        tg.cancel_scope.cancel()
+    [frame] = pull.recv_batch_nowait(10)
+    assert unpack_frame(frame[0]) == ([Item(0, 0), Item(2, 2)], [])
+    assert ctx.tracer.stats.sent == 2
+
+
+async def test_a_full_outbox_leaves_as_one_frame_and_the_next_starts_a_new_one(
+    packed_edge: tuple[ActorContext, AsyncSocket],
+) -> None:
+    ctx, pull = packed_edge  # the outbox holds 64 messages
+    async with anyio.create_task_group() as tg:
+        ctx.attach(tg)
+        for seq in range(70):
+            await ctx.send("out", Item(seq, seq))
+        await ctx.flush()
+        tg.cancel_scope.cancel()
+    frames = pull.recv_batch_nowait(10)
+    decoded = [unpack_frame(f[0])[0] for f in frames]
+    assert [len(d) for d in decoded] == [64, 6]
+    assert [m.seq for d in decoded for m in d] == list(range(70))

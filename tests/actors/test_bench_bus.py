@@ -1,0 +1,42 @@
+"""`rstar2 bench bus --json`: the documented keys, figures that agree with each other, and the
+sender's CPU time carried through the runtime (a `Source` -> `RateSink` graph) as through raw."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from rstar2.cli import main
+from rstar2.commands.bench_bus import Run, percentile
+
+KEYS = {"transport", "runtime_msgs_per_s", "raw_msgs_per_s", "ratio", "rtt_p50_ms", "rtt_p99_ms"}
+
+
+def test_bench_bus_json_on_two_transports(capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["-q", "bench", "bus", "--json", "--messages", "400", "--repeats", "1"]
+    assert main([*argv, "--round-trips", "20", "--transports", "inproc,ipc"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert [r["transport"] for r in rows] == ["inproc", "ipc"]
+    for r in rows:
+        assert KEYS <= set(r)
+        assert r["ratio"] == pytest.approx(r["runtime_msgs_per_s"] / r["raw_msgs_per_s"], abs=2e-3)
+        assert 0 < r["rtt_p50_ms"] <= r["rtt_p99_ms"]
+        for side in ("runtime_cpu_us_per_msg", "raw_cpu_us_per_msg"):
+            assert r[side]["send"] > 0 and r[side]["recv"] > 0, r
+        runtime = sum(r["runtime_cpu_us_per_msg"].values())
+        raw = sum(r["raw_cpu_us_per_msg"].values())
+        assert r["cpu_ratio"] == pytest.approx(raw / runtime, rel=0.01)
+
+
+def test_run_adds_both_ends_and_percentile_is_nearest_rank() -> None:
+    assert Run(1.0, 0.5, 0.25).cpu_us == 0.75
+    assert percentile([3.0, 1.0, 2.0, 4.0], 0.5) == 2.0
+    assert percentile([3.0, 1.0, 2.0, 4.0], 0.99) == 4.0
+    with pytest.raises(ValueError):
+        percentile([], 0.5)
+
+
+def test_bad_arguments_exit_with_a_message() -> None:
+    with pytest.raises(SystemExit, match="bad arguments"):
+        main(["-q", "bench", "bus", "--transports", "carrier-pigeon"])

@@ -411,7 +411,11 @@ def _new_graph(
     if host is None:
         return RunningGraph(cfg, plan, factory)
     local, role = plan.on_host(host), node_role(cfg, host)
-    link = NodeLink(role, factory) if role is not None else None  # last: it opens sockets
+    link = (  # last: it opens sockets
+        NodeLink(role, factory, cfg.node_heartbeat_s, cfg.node_timeout_s)
+        if role is not None
+        else None
+    )
     return RunningGraph(cfg, local, factory, total_instances=len(plan.instances), link=link)
 
 

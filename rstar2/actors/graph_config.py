@@ -103,6 +103,11 @@ class GraphConfig:
     """How long spawned processes get to say HELLO (they import torch: be generous)."""
     shutdown_timeout_s: float = 5.0
     """How long processes get to exit after Shutdown before they are killed."""
+    node_heartbeat_s: float = 1.0
+    """Multi-host graphs: interval of the ZeroMQ heartbeats on the control link between nodes."""
+    node_timeout_s: float = 10.0
+    """Multi-host graphs: a node silent this long (a host that vanished, a frozen launcher) is
+    lost, and the graph stops as failed."""
     trace: bool = True
     """Record spans into each actor's ring buffer."""
     trace_capacity: int = 4096
@@ -128,6 +133,15 @@ class GraphConfig:
         )
         require(
             self.shutdown_timeout_s > 0, "graph.shutdown_timeout_s", self.shutdown_timeout_s, "> 0"
+        )
+        require(
+            self.node_heartbeat_s >= 0.01, "graph.node_heartbeat_s", self.node_heartbeat_s, ">= 0.01"
+        )
+        require(
+            self.node_timeout_s > self.node_heartbeat_s,
+            "graph.node_timeout_s",
+            self.node_timeout_s,
+            f"> graph.node_heartbeat_s ({self.node_heartbeat_s})",
         )
         for i, edge in enumerate(self.edges):
             parse_edge(edge, f"graph.edges[{i}]")

@@ -15,11 +15,15 @@ from the same file, so their tcp endpoints agree; this link ties their lifetimes
   decides exactly as for local actors ("finished" counts the whole graph's instances);
 - stop: node 0 sends `Shutdown(reason)` to every member; a member that stops on its own (a
   signal, its start failing) sends `Shutdown(reason)` up, and node 0 stops the rest. A control
-  connection that drops while the graph runs (a launcher died) stops the graph as failed.
+  connection that drops while the graph runs (a launcher died) stops the graph as failed;
+- liveness: both ends of the link send ZeroMQ (ZMTP) heartbeats every `graph.node_heartbeat_s`
+  and close a connection whose peer has been silent for `graph.node_timeout_s` (a host that
+  vanished without closing its TCP connections, a frozen launcher), which is then a dropped
+  connection as above. The heartbeats run in ZeroMQ's I/O thread: a busy actor does not
+  delay them.
 
-What it does not do: start processes on other machines (run the command on each node), notice
-a host that vanishes without closing its TCP connections (there is no heartbeat), or gather
-stats across nodes (`graph.collect()` covers this node's processes).
+What it does not do: start processes on other machines (run the command on each node), or
+gather stats across nodes (`graph.collect()` covers this node's processes).
 """
 
 from __future__ import annotations
@@ -95,15 +99,38 @@ def node_role(cfg: GraphConfig, host: str) -> NodeRole | None:
     return NodeRole(host, nodes, f"tcp://{cfg.hosts[nodes[0]]}:{cfg.base_port - 1}")
 
 
+def heartbeat_options(interval_s: float, timeout_s: float) -> dict[int, int]:
+    """ZeroMQ socket options for ZMTP heartbeats: ping every `interval_s`, drop the connection
+    after `timeout_s` without traffic from the peer (ask the peer to do the same: TTL)."""
+    if not 0 < interval_s < timeout_s:
+        raise ValueError(f"need 0 < interval < timeout, got {interval_s}, {timeout_s}")
+    ivl, timeout = max(1, round(interval_s * 1000)), round(timeout_s * 1000)
+    # ZMTP carries the TTL in deciseconds; below 100 ms it would round to "no TTL"
+    return {
+        zmq.HEARTBEAT_IVL: ivl,
+        zmq.HEARTBEAT_TIMEOUT: timeout,
+        zmq.HEARTBEAT_TTL: max(100, timeout),
+    }
+
+
 class NodeLink:
     """This node's end of the control link (see the module docstring)."""
 
-    def __init__(self, role: NodeRole, factory: SocketFactory) -> None:
+    def __init__(
+        self,
+        role: NodeRole,
+        factory: SocketFactory,
+        heartbeat_s: float = 1.0,
+        timeout_s: float = 10.0,
+    ) -> None:
         self.role = role
+        options = heartbeat_options(heartbeat_s, timeout_s)
         if role.coordinator:
-            self.sock = factory.bind(zmq.ROUTER, role.endpoint)
+            self.sock = factory.bind(zmq.ROUTER, role.endpoint, options=options)
         else:
-            self.sock = factory.connect(zmq.DEALER, [role.endpoint], identity=role.host.encode())
+            self.sock = factory.connect(
+                zmq.DEALER, [role.endpoint], identity=role.host.encode(), options=options
+            )
         monitor = self.sock.sock.get_monitor_socket(zmq.EVENT_DISCONNECTED)
         self._monitor = AsyncSocket(monitor, f"monitor of {role.endpoint}")
         self.joined: list[str] = []

@@ -86,14 +86,25 @@ class SocketFactory:
         self._sockets.append(sock)
         return sock
 
-    def bind(self, kind: int, endpoint: str, *, hwm: int | None = None) -> AsyncSocket:
-        """A socket bound to `endpoint`; tcp on a non-loopback address requires CURVE."""
+    def bind(
+        self,
+        kind: int,
+        endpoint: str,
+        *,
+        hwm: int | None = None,
+        options: dict[int, int] | None = None,
+    ) -> AsyncSocket:
+        """A socket bound to `endpoint`; tcp on a non-loopback address requires CURVE.
+
+        `options`: extra integer socket options (e.g. heartbeats), set before the bind."""
         exposed = not is_local_endpoint(endpoint)
         if exposed and self.curve is None:
             raise ConfigError(
                 "graph.curve", None, f"CURVE keys to bind the non-loopback endpoint {endpoint}"
             )
         sock = self._make(kind, hwm)
+        for option, value in (options or {}).items():
+            sock.setsockopt(option, value)
         if self.curve is not None and endpoint.startswith("tcp://"):
             sock.curve_secretkey = self.curve.server_secret.encode()
             sock.curve_publickey = self.curve.server_public.encode()
@@ -108,9 +119,14 @@ class SocketFactory:
         *,
         hwm: int | None = None,
         identity: bytes | None = None,
+        options: dict[int, int] | None = None,
     ) -> AsyncSocket:
-        """A socket connected to every endpoint in `endpoints` (zmq load-balances PUSH/DEALER)."""
+        """A socket connected to every endpoint in `endpoints` (zmq load-balances PUSH/DEALER).
+
+        `options`: extra integer socket options (e.g. heartbeats), set before connecting."""
         sock = self._make(kind, hwm)
+        for option, value in (options or {}).items():
+            sock.setsockopt(option, value)
         if identity is not None:
             sock.setsockopt(zmq.IDENTITY, identity)
         if self.curve is not None and any(e.startswith("tcp://") for e in endpoints):

@@ -66,7 +66,13 @@ params = {{ n = {n} }}
 """
 
 
-def graph_toml(name: str, actors: str, base_port: int = 6000, timeout_s: float = 60.0) -> str:
+def graph_toml(
+    name: str,
+    actors: str,
+    base_port: int = 6000,
+    timeout_s: float = 60.0,
+    heartbeat: tuple[float, float] = (1.0, 10.0),
+) -> str:
     (sp, ss), (cp, cs) = zmq.curve_keypair(), zmq.curve_keypair()
     hosts = ", ".join(f"{k} = {toml_string(v)}" for k, v in HOSTS.items())
     return f"""
@@ -76,6 +82,8 @@ base_port = {base_port}
 hosts = {{ {hosts} }}
 edges = ["source.out -> square.in", "square.out -> sink.in"]
 handshake_timeout_s = {timeout_s}
+node_heartbeat_s = {heartbeat[0]}
+node_timeout_s = {heartbeat[1]}
 
 [graph.curve]
 server_public_key = {toml_string(sp.decode())}
@@ -318,6 +326,38 @@ def test_ctrl_c_on_node_0_stops_every_node(tmp_path: Path) -> None:
     }
     assert done[1][1]["stopped_by"] == "node:learner"
     assert nodes.wait_gone() == []
+
+
+@pytest.mark.slow
+def test_a_frozen_member_node_is_lost_by_heartbeat_and_every_node_stops(tmp_path: Path) -> None:
+    endless = pipeline(n=10**9, sink="SlowSink")
+    nodes = Nodes(tmp_path, endless, [0, 1, 2], heartbeat=(0.2, 2.0))
+    deadline = time.monotonic() + 120
+    while sink_received(nodes.name) == 0 and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert sink_received(nodes.name) > 0, "the graph never ran across its nodes"
+    frozen = nodes.procs[1]  # the squares' launcher: its TCP connections stay open, silent
+    os.kill(frozen.pid, signal.SIGSTOP)
+    start = time.monotonic()
+    try:
+        nodes.procs[0].wait(timeout=60)
+        noticed_s = time.monotonic() - start
+    finally:
+        os.kill(frozen.pid, signal.SIGCONT)
+    done = nodes.finish()
+    rc, summary, _ = done[0]
+    assert (rc, summary["reason"], summary["stopped_by"]) == (1, "failed", "node")
+    assert "control connection to a member node dropped" in summary["failures"][0]["traceback"]
+    assert noticed_s < 2.0 + 15.0, noticed_s  # the 2 s timeout plus stopping, on a busy machine
+    assert {k: rc for k, (rc, _, _) in done.items()} == {0: 1, 1: 1, 2: 1}
+    assert nodes.wait_gone() == []
+
+
+def test_heartbeat_settings_are_validated() -> None:
+    with pytest.raises(ConfigError, match="graph.node_timeout_s"):
+        config(pipeline(), heartbeat=(1.0, 0.5))
+    with pytest.raises(ConfigError, match="graph.node_heartbeat_s"):
+        config(pipeline(), heartbeat=(0.0, 5.0))
 
 
 @pytest.mark.slow

@@ -15,36 +15,39 @@
   (1 - `kv_cache_usage`) of the block pool; running / waiting are the scheduler's queues;
   preemptions and generated tokens are summed over iterations. vLLM does not report recomputed
   tokens, so `recomputed_tokens` stays 0. Figures are as of vLLM's last engine step.
-- `update_weights` (one host) writes the state dict to a safetensors file, has every vLLM
-  worker load it (`collective_rpc` into `rstar2.engine.vllm_worker.WeightFileLoader`) and resets
-  the prefix cache, whose K/V came from the old weights. Tensors given to `collective_rpc`
-  directly are not preserved by vLLM's serialisation, a path is.
+- `update_weights` loads new weights into every vLLM worker, then resets the prefix cache,
+  whose K/V came from the old weights. Two ways, by `weight_sync`:
+  "file" (the default, one host): write the state dict to a safetensors file in `weight_dir`
+  and have every worker load it (`collective_rpc` into
+  `rstar2.engine.vllm_worker.WeightFileLoader`); tensors given to `collective_rpc` directly are
+  not preserved by vLLM's serialisation, a path is.
+  "broadcast": this process and the engine's workers share one extra process group, opened
+  with the engine, and each update is broadcast from here (`rstar2.engine.vllm_broadcast`;
+  gloo on host memory, or NCCL between GPUs by `weight_sync_backend`).
 
-vLLM's `AsyncLLM` needs an asyncio loop of its own; it runs in a daemon thread, and calls cross
-over with `asyncio.run_coroutine_threadsafe`, completion coming back to the caller's loop
-without blocking either side. So the engine works under asyncio and trio alike.
+vLLM's `AsyncLLM` needs an asyncio loop of its own; it runs in a daemon thread
+(`rstar2.engine.loop_thread`), and calls cross over without blocking either side. So the engine
+works under asyncio and trio alike.
 
-What it does not do: tokenise, schedule across engines (`rstar2/scheduler/`), or broadcast
-weights between GPUs of different processes (clusters use vLLM's NCCL weight-transfer engine;
-docs/production.md shows how).
+What it does not do: tokenise, schedule across engines (`rstar2/scheduler/`), or sync several
+engines in one weight group (each engine has its own).
 """
 
 from __future__ import annotations
 
-import asyncio
 import itertools
 import logging
 import tempfile
 import threading
-from collections.abc import AsyncIterator, Callable, Coroutine
+import time
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import anyio
 import torch
-import trio
 from safetensors.torch import save_file
 from vllm import SamplingParams as VLLMSamplingParams
 from vllm import TokensPrompt
@@ -56,11 +59,18 @@ from vllm.v1.metrics.loggers import StatLoggerBase
 from vllm.v1.metrics.stats import IterationStats, SchedulerStats
 
 from rstar2.config import require
+from rstar2.engine.loop_thread import LoopThread
 from rstar2.engine.protocol import EngineStats, GenerationOutput, SamplingParams
+from rstar2.engine.vllm_broadcast import (
+    BROADCAST_BACKENDS,
+    BroadcastSettings,
+    BroadcastSync,
+    transfer_backend,
+)
 
 log = logging.getLogger(__name__)
 
-T = TypeVar("T")
+WEIGHT_SYNCS = ("file", "broadcast")
 WORKER_EXTENSION = "rstar2.engine.vllm_worker.WeightFileLoader"
 _FINISH = {"stop": "stop", "length": "length", "abort": "abort"}
 
@@ -93,8 +103,20 @@ class VLLMConfig:
     seed: int = 0
     """Engine seed (requests without their own seed sample from it)."""
     weight_dir: str = ""
-    """Directory for the weight files of `update_weights`; "" = a private temporary directory.
-    Must be on the engine's host (fast local disk or /dev/shm)."""
+    """Directory for the weight files of `update_weights` (weight_sync "file"); "" = a private
+    temporary directory. Must be on the engine's host (fast local disk or /dev/shm)."""
+    weight_sync: str = "file"
+    """How `update_weights` reaches the workers: "file" (a safetensors file on this host) or
+    "broadcast" (a process group of this process and the workers, opened with the engine)."""
+    weight_sync_backend: str = "gloo"
+    """Broadcast transport: "gloo" (host memory over TCP; CPU or GPU engines) or "nccl" (GPU to
+    GPU; this process needs a CUDA device of its own, not one of the engine's)."""
+    weight_sync_host: str = "127.0.0.1"
+    """Broadcast: the address of this process that the workers connect to."""
+    weight_bucket_bytes: int = 64 * 1024 * 1024
+    """Broadcast over gloo: bytes per collective (bounds the extra memory of an update)."""
+    weight_sync_timeout_s: float = 300.0
+    """Broadcast: longest wait for a peer in a collective before the update fails."""
 
     def validate(self) -> None:
         require(bool(self.model), "vllm.model", self.model, "a model directory or hub id")
@@ -119,6 +141,47 @@ class VLLMConfig:
             self.tensor_parallel_size,
             ">= 1",
         )
+        require(
+            self.weight_sync in WEIGHT_SYNCS,
+            "vllm.weight_sync",
+            self.weight_sync,
+            " or ".join(repr(w) for w in WEIGHT_SYNCS),
+        )
+        require(
+            self.weight_sync_backend in BROADCAST_BACKENDS,
+            "vllm.weight_sync_backend",
+            self.weight_sync_backend,
+            " or ".join(repr(b) for b in BROADCAST_BACKENDS),
+        )
+        require(
+            bool(self.weight_sync_host),
+            "vllm.weight_sync_host",
+            self.weight_sync_host,
+            "an address",
+        )
+        require(
+            self.weight_bucket_bytes >= 1,
+            "vllm.weight_bucket_bytes",
+            self.weight_bucket_bytes,
+            ">= 1",
+        )
+        require(
+            self.weight_sync_timeout_s > 0,
+            "vllm.weight_sync_timeout_s",
+            self.weight_sync_timeout_s,
+            "> 0",
+        )
+
+    def broadcast_settings(self) -> BroadcastSettings | None:
+        """The weight group's settings, or None with weight_sync "file"."""
+        if self.weight_sync != "broadcast":
+            return None
+        return BroadcastSettings(
+            backend=self.weight_sync_backend,
+            host=self.weight_sync_host,
+            bucket_bytes=self.weight_bucket_bytes,
+            timeout_s=self.weight_sync_timeout_s,
+        )
 
     def engine_args(self) -> AsyncEngineArgs:
         """vLLM's engine arguments for this config."""
@@ -129,6 +192,10 @@ class VLLMConfig:
             optional["block_size"] = self.block_size
         if self.kv_cache_memory_bytes:
             optional["kv_cache_memory_bytes"] = self.kv_cache_memory_bytes
+        if self.weight_sync == "broadcast":
+            optional["weight_transfer_config"] = {
+                "backend": transfer_backend(self.weight_sync_backend)
+            }
         return AsyncEngineArgs(
             model=self.model,
             dtype=self.dtype,
@@ -216,66 +283,32 @@ class _StatsLogger(StatLoggerBase):
         pass  # nothing to print: rstar2 reads the figures through `VLLMEngine.stats`
 
 
-def _host_waker() -> Callable[[Callable[[], None]], None]:
-    """Schedules a callback on the caller's event loop from another thread, without blocking."""
-    try:
-        return asyncio.get_running_loop().call_soon_threadsafe
-    except RuntimeError:  # not asyncio: the Engine protocol's other backend is trio
-        return trio.lowlevel.current_trio_token().run_sync_soon
-
-
-class _LoopThread:
-    """An asyncio loop in a daemon thread, where vLLM's AsyncLLM lives."""
-
-    def __init__(self) -> None:
-        self.loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self._run, name="vllm-loop", daemon=True)
-        self._thread.start()
-
-    def _run(self) -> None:
-        asyncio.set_event_loop(self.loop)
-        self.loop.run_forever()
-
-    async def call(self, coro: Coroutine[Any, Any, T]) -> T:
-        """Run `coro` on the vLLM loop and wait for it here; cancelling here cancels it there."""
-        future = asyncio.run_coroutine_threadsafe(coro, self.loop)
-        done = anyio.Event()
-        wake = _host_waker()
-
-        def notify(_: object) -> None:
-            try:
-                wake(done.set)
-            except (RuntimeError, trio.RunFinishedError):
-                log.debug("caller's event loop ended before a vLLM call finished")
-
-        future.add_done_callback(notify)
-        try:
-            await done.wait()
-        finally:
-            if not future.done():
-                future.cancel()
-        return future.result()
-
-    def close(self) -> None:
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self._thread.join(timeout=30)
-        if not self._thread.is_alive():
-            self.loop.close()
-
-
 class VLLMEngine:
     """The `Engine` protocol over a running `AsyncLLM` (build it with `open_vllm_engine`)."""
 
-    def __init__(self, llm: AsyncLLM, loop: _LoopThread, tap: _KVTap, weight_dir: Path) -> None:
+    def __init__(
+        self,
+        llm: AsyncLLM,
+        loop: LoopThread,
+        tap: _KVTap,
+        weight_dir: Path,
+        sync: BroadcastSync | None = None,
+    ) -> None:
         self._llm = llm
         self._loop = loop
         self._tap = tap
         self._weight_dir = weight_dir
+        self._sync = sync
         self._versions = itertools.count()
         self._in_flight: set[str] = set()
         cache = llm.vllm_config.cache_config
         self.kv_capacity_tokens = int(cache.num_gpu_blocks or 0) * int(cache.block_size)
         self.max_model_len = int(llm.model_config.max_model_len)
+
+    @property
+    def weight_sync(self) -> BroadcastSync | None:
+        """The engine's weight group with weight_sync "broadcast", else None."""
+        return self._sync
 
     async def generate(
         self, request_id: str, prompt_ids: list[int], params: SamplingParams
@@ -330,17 +363,31 @@ class VLLMEngine:
     async def update_weights(self, state_dict: dict[str, torch.Tensor]) -> None:
         if not state_dict:
             raise ValueError("update_weights needs a non-empty state dict")
+        start = time.perf_counter()
+        if self._sync is not None:
+            sent = await self._sync.push(state_dict)
+            how = f"broadcast {sent / 2**20:.1f} MiB to {self._sync.workers} worker(s)"
+        else:
+            how = await self._load_from_file(state_dict)
+        if not await self._loop.call(self._llm.reset_prefix_cache()):
+            log.warning("vLLM kept its prefix cache (requests running during the update)")
+        log.info(
+            "weights updated: %d tensors, %s, %.3fs",
+            len(state_dict),
+            how,
+            time.perf_counter() - start,
+        )
+
+    async def _load_from_file(self, state_dict: dict[str, torch.Tensor]) -> str:
         path = self._weight_dir / f"weights-{next(self._versions)}.safetensors"
         await anyio.to_thread.run_sync(_save_weights, state_dict, path)
         try:
             counts = await self._loop.call(
                 self._llm.collective_rpc("load_weights_from_file", args=(str(path),))
             )
-            if not await self._loop.call(self._llm.reset_prefix_cache()):
-                log.warning("vLLM kept its prefix cache (requests running during the update)")
         finally:
             path.unlink(missing_ok=True)
-        log.info("weights updated: %s tensors per worker %s", len(state_dict), counts)
+        return f"from a file, tensors loaded per worker {counts}"
 
     def stats(self) -> EngineStats:
         return self._tap.snapshot(self.kv_capacity_tokens)
@@ -368,22 +415,31 @@ async def _stop(llm: AsyncLLM) -> None:
 async def open_vllm_engine(cfg: VLLMConfig) -> AsyncIterator[VLLMEngine]:
     """Start vLLM for the duration of the `async with` block (minutes on a big model)."""
     cfg.validate()
-    loop = _LoopThread()
+    loop = LoopThread()
     tap = _KVTap()
+    settings = cfg.broadcast_settings()
     try:
         with tempfile.TemporaryDirectory(prefix="rstar2-weights-", dir=cfg.weight_dir or None) as d:
             llm = await loop.call(_start(cfg, tap))
+            sync: BroadcastSync | None = None
             try:
-                engine = VLLMEngine(llm, loop, tap, Path(d))
+                if settings is not None:
+                    sync = await BroadcastSync.open(llm, loop, settings)
+                engine = VLLMEngine(llm, loop, tap, Path(d), sync)
                 log.info(
-                    "vLLM engine up: %s, KV capacity %d tokens, max_model_len %d",
+                    "vLLM engine up: %s, KV capacity %d tokens, max_model_len %d, weights by %s",
                     cfg.model,
                     engine.kv_capacity_tokens,
                     engine.max_model_len,
+                    cfg.weight_sync,
                 )
                 yield engine
             finally:
                 with anyio.CancelScope(shield=True):
-                    await loop.call(_stop(llm))
+                    try:
+                        if sync is not None:
+                            await sync.close()
+                    finally:
+                        await loop.call(_stop(llm))
     finally:
         loop.close()

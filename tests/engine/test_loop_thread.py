@@ -1,0 +1,60 @@
+"""The loop thread under asyncio and trio: results, errors, early submission, cancellation."""
+
+from __future__ import annotations
+
+import asyncio
+
+import anyio
+import pytest
+
+from rstar2.engine.loop_thread import LoopThread
+
+pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture(params=["asyncio", "trio"])
+def anyio_backend(request: pytest.FixtureRequest) -> str:
+    return request.param
+
+
+async def test_call_submit_and_wait_cross_over() -> None:
+    lt = LoopThread(name="test-loop")
+    try:
+
+        async def on_loop(x: int) -> int:
+            assert asyncio.get_running_loop() is lt.loop
+            await asyncio.sleep(0.01)
+            return x * 2
+
+        async def boom() -> None:
+            raise KeyError("there")
+
+        assert await lt.call(on_loop(21)) == 42
+        future = lt.submit(on_loop(5))  # under way before anyone waits on it
+        await anyio.to_thread.run_sync(future.result)
+        assert await lt.wait(future) == 10
+        with pytest.raises(KeyError, match="there"):
+            await lt.call(boom())
+    finally:
+        lt.close()
+
+
+async def test_cancelling_the_caller_cancels_the_call_on_the_loop() -> None:
+    lt = LoopThread(name="test-loop")
+    cancelled = []
+
+    async def forever() -> None:
+        try:
+            await asyncio.sleep(3600)
+        except asyncio.CancelledError:
+            cancelled.append(True)
+            raise
+
+    try:
+        with anyio.move_on_after(0.2):
+            await lt.call(forever())
+        with anyio.fail_after(10):
+            while not cancelled:
+                await anyio.sleep(0.01)
+    finally:
+        lt.close()

@@ -112,6 +112,10 @@ class ClusterConfig:
     """Typical prompt length, for the trajectories-per-engine estimate."""
     engine_backend: Literal["embedded", "vllm"] = "embedded"
     """Inference backend of the rollout workers."""
+    weight_sync: Literal["file", "broadcast"] = "file"
+    """How vLLM engines receive each policy update (`engine_backend = "vllm"` only): "file" (a
+    safetensors file on the engine's host) or "broadcast" (a process group of the rollout
+    worker and the engine's workers; gloo, host memory)."""
 
     def validate(self) -> None:
         require(self.gpus >= 0, "cluster.gpus", self.gpus, ">= 0")

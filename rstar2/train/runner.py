@@ -96,14 +96,17 @@ def prepare_policy(cfg: TrainConfig, run_dir: Path) -> Path:
 def vllm_options(cluster: ClusterConfig) -> dict[str, Any]:
     """The deployment's settings of vLLM engines (`cluster.engine_backend = "vllm"`): on GPUs
     the checkpoint's dtype, tensor parallel and a KV pool sized by memory share; on CPU
-    (`gpus = 0`) float32 in eager mode, sized like the embedded engine (`[engine]`)."""
+    (`gpus = 0`) float32 in eager mode, sized like the embedded engine (`[engine]`); the weight
+    sync when not the default file."""
+    sync = {} if cluster.weight_sync == "file" else {"weight_sync": cluster.weight_sync}
     if cluster.gpus == 0:
-        return {"dtype": "float32", "enforce_eager": True}
+        return {"dtype": "float32", "enforce_eager": True, **sync}
     return {
         "dtype": "auto",
         "tensor_parallel_size": cluster.tp,
         "gpu_memory_utilization": cluster.gpu_memory_utilization,
         "kv_cache_memory_bytes": 0,
+        **sync,
     }
 
 

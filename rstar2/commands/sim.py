@@ -66,6 +66,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--tool-latency", type=float, help="mean tool latency in s (default 0.3)")
     parser.add_argument("--trace", help="replay a JSONL trace instead of generating")
     parser.add_argument("--reservation", choices=["max", "predicted"], help="kv_aware reservation")
+    parser.add_argument(
+        "--no-turn-moves",
+        action="store_true",
+        help="kv_aware: never move a later turn off its engine (what the live trainer graph does)",
+    )
     parser.add_argument("--json", action="store_true", help="machine-readable output")
     parser.add_argument("--out-dir", default="sim-out", help="compare: where the PNGs go")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
@@ -106,6 +111,7 @@ def config_from_args(args: argparse.Namespace, policy: str) -> SimConfig:
         scheduler.reservation = "max"
     elif args.reservation is not None:
         scheduler.reservation = args.reservation
+    scheduler.move_turns = not args.no_turn_moves
     cfg = SimConfig(
         gpus=args.gpus,
         gpu=args.gpu,

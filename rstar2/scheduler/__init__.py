@@ -41,7 +41,9 @@ def make_policy(config: SchedulerConfig, num_engines: int) -> Policy:
             sticky_guard=config.sticky_guard,
         )
     if name == "kv_aware":
-        return KVAware(num_engines, config.reservation, config.predicted_scale)
+        return KVAware(
+            num_engines, config.reservation, config.predicted_scale, move_turns=config.move_turns
+        )
     raise ValueError(f"unknown policy {name!r}; expected one of {', '.join(POLICY_NAMES)}")
 
 

@@ -26,6 +26,11 @@ class SchedulerConfig:
     predicted_scale: float = 0.5
     """kv_aware 'predicted': factor on the predicted response length. Below 1 over-commits on
     purpose: trajectories on one engine reach their full length at different times."""
+    move_turns: bool = True
+    """kv_aware 'predicted': a later turn may move off a saturated or overloaded engine (the
+    simulator, a router in front of engine servers). The live trainer graph routes each
+    trajectory once (its rollout worker owns the engine), so there turns never move; set
+    false to simulate that."""
     sticky_guard: bool = True
     """least_outstanding / prefix_aware: move a turn off its engine when that engine is
     saturated (waiting > 0 or too little free KV). False reproduces pure stickiness (thrash)."""

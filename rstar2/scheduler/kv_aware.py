@@ -29,7 +29,8 @@ engine is
 - overloaded: ``used_e > 2 * min_f used_f + capacity_e / 10``, with ``used = capacity - free``
   from the last reports (KV in use tracks the step cost ``c * context`` that dominates decode),
 
-and another engine can take its reservation: the turn then moves to the engine with the most
+and another engine can take its reservation (and `move_turns`, the default, is on): the turn
+then moves to the engine with the most
 unreserved capacity and the trajectory sticks there. It pays one re-prefill of its context on
 the new engine; in exchange a heavy-tailed step rebalances at turn grain (as the SGLang
 router's imbalance fall-back does) and a saturated engine cannot be locked into thrash.
@@ -68,6 +69,7 @@ class KVAware(Policy):
         reservation: str = "max",
         predicted_scale: float = 0.5,
         name: str | None = None,
+        move_turns: bool = True,
     ) -> None:
         super().__init__(num_engines)
         if reservation not in ("max", "predicted"):
@@ -75,6 +77,7 @@ class KVAware(Policy):
         self.name = name or ("kv_aware_max" if reservation == "max" else "kv_aware")
         self.reservation = reservation
         self.predicted_scale = predicted_scale
+        self.move_turns = move_turns
         self.capacity = [0] * num_engines
         self.reserved = [0] * num_engines
         self._held: dict[str, tuple[int, int, int]] = {}  # traj -> (engine, reserved, first)
@@ -127,7 +130,7 @@ class KVAware(Policy):
         if req.context_tokens >= tokens:  # outgrew a predicted reservation: raise it
             want = min(req.max_total_tokens, req.context_tokens + (first - req.prompt_tokens) // 2)
         self.reserved[engine] -= tokens
-        if self.reservation == "predicted" and (
+        if self.move_turns and self.reservation == "predicted" and (
             is_saturated(self.stats[engine], req.context_tokens) or self._overloaded(engine)
         ):
             moved = self._most_room(want, exclude=engine)

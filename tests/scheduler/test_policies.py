@@ -139,6 +139,18 @@ def test_kv_aware_moves_a_turn_off_a_saturated_engine() -> None:
     assert p.reserved == [0, 0]
 
 
+def test_kv_aware_without_turn_moves_keeps_a_turn_on_its_saturated_engine() -> None:
+    """The live trainer graph's behaviour (its rollout workers own their engines)."""
+    p = make_policy(SchedulerConfig(predicted_scale=1.0, move_turns=False), num_engines=2)
+    assert isinstance(p, KVAware)
+    p.on_stats(0, Stats(kv_capacity_tokens=1000))
+    p.on_stats(1, Stats(kv_capacity_tokens=1000))
+    assert p.assign(TurnRequest("a", "p", 0, 100, 100, 500, 200)) == 0
+    p.on_stats(0, Stats(kv_capacity_tokens=1000, kv_free_tokens=100, waiting=3))
+    assert p.assign(TurnRequest("a", "p", 1, 150, 100, 500, 200)) == 0
+    assert p.reserved == [200, 0] and p.moved == 0
+
+
 def test_kv_aware_max_never_moves_a_turn() -> None:
     p = KVAware(2, reservation="max")
     for e in (0, 1):

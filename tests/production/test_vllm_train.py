@@ -2,7 +2,8 @@
 
 `cluster.engine_backend = "vllm"`: the rollout worker opens `open_vllm_engine` instead of the
 embedded engine, rolls out 2 prompts x 2 trajectories with the real sandbox and reward, and the
-learner's weight push goes through vLLM's `update_weights`. The tiny model keeps its default
+learner's weight push goes through vLLM's `update_weights`, once per weight sync (a file, and a
+broadcast over the rollout worker's gloo group with the engine's worker). The tiny model keeps its default
 size (vLLM's CPU attention has no kernel for head_dim 16). Skipped where vLLM is absent.
 """
 
@@ -44,8 +45,12 @@ CONFIG = {
 }
 
 
-def test_one_rl_step_on_vllm_engines(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
-    cfg = from_dict(TrainConfig, CONFIG)
+@pytest.mark.parametrize("weight_sync", ["file", "broadcast"])
+def test_one_rl_step_on_vllm_engines(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, weight_sync: str
+) -> None:
+    config = {**CONFIG, "cluster": {"engine_backend": "vllm", "weight_sync": weight_sync}}
+    cfg = from_dict(TrainConfig, config)
     cfg.validate()
     with caplog.at_level(logging.INFO, logger="rstar2.engine.vllm_backend"):
         summary = run_training(cfg, tmp_path / "run")
@@ -55,4 +60,5 @@ def test_one_rl_step_on_vllm_engines(tmp_path: Path, caplog: pytest.LogCaptureFi
     assert "reward_mean" in rows[0]
     vllm_logs = [r.getMessage() for r in caplog.records if r.name == "rstar2.engine.vllm_backend"]
     assert any(m.startswith("vLLM engine up") for m in vllm_logs)
-    assert any(m.startswith("weights updated") for m in vllm_logs)  # the learner's push
+    pushes = [m for m in vllm_logs if m.startswith("weights updated")]  # the learner's push
+    assert pushes and all(("broadcast" in m) == (weight_sync == "broadcast") for m in pushes)

@@ -55,7 +55,9 @@ class Tracer:
         self.actor = actor
         self.process = process
         self.enabled = enabled
-        self._ring: deque[tuple[str, float, float, str, int]] = deque(maxlen=capacity)
+        self.ring: deque[tuple[str, float, float, str, int]] = deque(maxlen=capacity)
+        """Recorded spans (kind, start, end, port, depth); the runtime's per-message loop appends
+        "handle" spans here directly."""
         self._open: dict[int, _OpenSpan] = {}
         self._tokens = itertools.count()
         self._clock = clock
@@ -75,7 +77,7 @@ class Tracer:
         else:
             raise ValueError(f"unknown span kind {kind!r}")
         if self.enabled:
-            self._ring.append((kind, start, end, port, depth))
+            self.ring.append((kind, start, end, port, depth))
 
     def handled(self, start: float, end: float, port: str, depth: int) -> None:
         """One message handled from `start` to `end`: `record("handle", ...)` and `handled`
@@ -84,7 +86,7 @@ class Tracer:
         stats.busy_s += end - start
         stats.handled += 1
         if self.enabled:
-            self._ring.append(("handle", start, end, port, depth))
+            self.ring.append(("handle", start, end, port, depth))
 
     def begin(self, kind: SpanKind, port: str = "", depth: int = 0) -> int:
         """Open a span that starts now; returns the token that `end()` closes it with."""
@@ -101,7 +103,7 @@ class Tracer:
 
     def spans(self) -> list[Span]:
         """The buffered spans, oldest first, then the open ones as if they ended now (a copy)."""
-        spans = [Span(self.actor, k, s, e, p, d) for (k, s, e, p, d) in self._ring]
+        spans = [Span(self.actor, k, s, e, p, d) for (k, s, e, p, d) in self.ring]
         if self.enabled and self._open:
             t = self._clock()
             spans += [Span(self.actor, k, s, t, p, d) for (k, s, p, d) in self._open.values()]

@@ -5,9 +5,11 @@ any event loop cross over:
 
 - `call(coro)` runs `coro` there and waits for it here; cancelling here cancels it there;
 - `submit(coro)` starts it there and returns a `concurrent.futures.Future` at once, for work
-  that must be under way before the caller does something else (the engine's half of a
-  broadcast must be waiting before the sender's half starts); `wait(future)` waits for it
-  here like `call`.
+  that must be under way before the caller does something else; `wait(future)` waits for it
+  here like `call`;
+- `alongside(future, blocking)` runs a blocking function in a worker thread while a submitted
+  coroutine runs on the loop, and waits for both: the two halves of a collective (the engine's
+  workers receive through an RPC on the loop, this process sends from the thread).
 
 Completion comes back to the caller's loop with a thread-safe callback, so neither side blocks.
 
@@ -73,6 +75,25 @@ class LoopThread:
             if not future.done():
                 future.cancel()
         return future.result()
+
+    async def alongside(
+        self, future: concurrent.futures.Future[Any], blocking: Callable[[], T]
+    ) -> T:
+        """Run `blocking()` in a worker thread while the submitted `future` runs on the loop;
+        both must finish. Returns what `blocking` returned.
+
+        If `blocking` fails, the future is cancelled (its peer in the collective will not come),
+        unless it already failed: then its error is raised instead, chained to the other, as
+        the likelier cause (e.g. the RPC was refused, so the thread timed out waiting)."""
+        try:
+            result = await anyio.to_thread.run_sync(blocking)
+        except BaseException as e:
+            if future.done() and not future.cancelled() and future.exception() is not None:
+                raise future.exception() from e  # type: ignore[misc]
+            future.cancel()
+            raise
+        await self.wait(future)
+        return result
 
     async def call(self, coro: Coroutine[Any, Any, T]) -> T:
         """Run `coro` on the loop and wait for it here; cancelling here cancels it there."""

@@ -39,14 +39,12 @@ receives every tensor and its `load_weights` keeps its shard).
 
 from __future__ import annotations
 
-import concurrent.futures
 import logging
 import socket
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol, TypeVar
+from typing import Any, Protocol
 
-import anyio
 import torch
 from vllm.distributed.device_communicators.pynccl import PyNcclCommunicator
 from vllm.distributed.weight_transfer.base import (
@@ -63,7 +61,6 @@ from rstar2.engine.weight_group import WeightSender
 
 log = logging.getLogger(__name__)
 
-T = TypeVar("T")
 BROADCAST_BACKENDS = ("gloo", "nccl")
 
 
@@ -221,9 +218,7 @@ class BroadcastSync:
         sender = _make_sender(settings, 1 + workers)
         request = WeightTransferInitRequest(init_info=sender.init_info())
         try:
-            await _alongside(
-                loop, loop.submit(llm.init_weight_transfer_engine(request)), sender.join
-            )
+            await loop.alongside(loop.submit(llm.init_weight_transfer_engine(request)), sender.join)
         except BaseException:
             sender.close()
             raise
@@ -252,8 +247,8 @@ class BroadcastSync:
         try:
             await self._loop.call(self._llm.start_weight_update())
             receiving = self._loop.submit(self._llm.update_weights(update))
-            sent = await _alongside(
-                self._loop, receiving, lambda: self._sender.send(manifest, tensors)
+            sent = await self._loop.alongside(
+                receiving, lambda: self._sender.send(manifest, tensors)
             )
             await self._loop.call(self._llm.finish_weight_update())
         except BaseException as e:
@@ -271,22 +266,3 @@ class BroadcastSync:
                 await self._loop.call(self._llm.shutdown_weight_transfer_engine())
         finally:
             self._sender.close()
-
-
-async def _alongside(
-    loop: LoopThread, rpc: concurrent.futures.Future[Any], blocking: Callable[[], T]
-) -> T:
-    """Run `blocking()` in a thread while the submitted `rpc` future runs on vLLM's loop; both
-    must finish (they meet in the same collective). Returns what `blocking` returned.
-
-    If `blocking` fails after the RPC already failed (e.g. the workers refused the request and
-    never joined, so this side timed out), the RPC's error is raised: it names the cause."""
-    try:
-        result = await anyio.to_thread.run_sync(blocking)
-    except BaseException as e:
-        if rpc.done() and not rpc.cancelled() and rpc.exception() is not None:
-            raise rpc.exception() from e  # type: ignore[misc]
-        rpc.cancel()  # stops waiting on vLLM's side; the workers time out of the collective
-        raise
-    await loop.wait(rpc)
-    return result

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
+import threading
 
 import anyio
 import pytest
@@ -57,4 +59,43 @@ async def test_cancelling_the_caller_cancels_the_call_on_the_loop() -> None:
             while not cancelled:
                 await anyio.sleep(0.01)
     finally:
+        lt.close()
+
+
+async def test_alongside_waits_for_both_halves_and_names_the_likelier_cause() -> None:
+    lt = LoopThread(name="test-loop")
+    gate = threading.Event()  # the two halves meet, like the ranks of a collective
+
+    async def receive() -> str:
+        await asyncio.to_thread(gate.wait, 10)
+        return "received"
+
+    async def refuse() -> None:
+        raise ValueError("refused by the workers")
+
+    def send() -> int:
+        gate.set()
+        return 7
+
+    def time_out() -> int:
+        raise TimeoutError("no peer came")
+
+    try:
+        receiving = lt.submit(receive())
+        assert await lt.alongside(receiving, send) == 7
+        assert receiving.result() == "received"
+
+        refused = lt.submit(refuse())
+        await anyio.to_thread.run_sync(concurrent.futures.wait, [refused], 10)
+        with pytest.raises(ValueError, match="refused") as e:
+            await lt.alongside(refused, time_out)
+        assert isinstance(e.value.__cause__, TimeoutError)
+
+        gate.clear()
+        pending = lt.submit(receive())
+        with pytest.raises(TimeoutError):
+            await lt.alongside(pending, time_out)
+        assert pending.cancelled()
+    finally:
+        gate.set()
         lt.close()

@@ -8,7 +8,9 @@ one is a `ProcessGroupGloo` over its own `TCPStore` and is used through the grou
 - `WeightSender.listen(host, world_size)` opens the rendezvous store on a free port (port 0:
   the OS picks it, so no other process can take it between choosing and binding) and returns at
   once; `port` is then sent to the receivers, and `join()` blocks until every rank has joined.
-- `WeightReceiver.connect(host, port, rank, world_size)` joins from a receiver.
+- `WeightReceiver.connect(host, port, rank, world_size)` joins from a receiver; it first marks
+  its rank as arrived in the store, so a sender whose `join()` timed out can say which ranks
+  never came (`missing_ranks()`).
 - `send(manifest, tensors)` / `receive(manifest)` move one update: the manifest travels ahead
   by other means (an RPC argument), both ends cut the same byte buckets from it
   (`weight_buckets.plan_buckets`) and each bucket is one gloo broadcast from rank 0.
@@ -46,6 +48,7 @@ from rstar2.engine.weight_buckets import (
 log = logging.getLogger(__name__)
 
 _PREFIX = "rstar2-weights"  # keys of this group in the store, apart from anyone else's
+_ARRIVED = "arrived/"  # + rank: set by a receiver before it joins the gloo group
 DEFAULT_BUCKET_BYTES = 64 * 1024 * 1024
 
 
@@ -138,6 +141,13 @@ class WeightSender(_Member):
         )
         return cls(store, 0, world_size, timeout_s, bucket_bytes)
 
+    def missing_ranks(self) -> list[int]:
+        """Receiver ranks that have not reached the store (e.g. after `join()` timed out)."""
+        if self._store is None:
+            raise RuntimeError("the weight group is closed")
+        prefixed = dist.PrefixStore(_PREFIX, self._store)
+        return [r for r in range(1, self.world_size) if not prefixed.check([f"{_ARRIVED}{r}"])]
+
     def send(self, manifest: WeightManifest, tensors: Sequence[torch.Tensor]) -> int:
         """Broadcast `tensors` (described by `manifest`, same order); returns the bytes sent."""
         if len(tensors) != len(manifest.names):
@@ -177,6 +187,7 @@ class WeightReceiver(_Member):
         store = dist.TCPStore(
             host, port, world_size, is_master=False, timeout=timedelta(seconds=timeout_s)
         )
+        dist.PrefixStore(_PREFIX, store).set(f"{_ARRIVED}{rank}", "1")
         member = cls(store, rank, world_size, timeout_s, bucket_bytes)
         member.join()
         return member

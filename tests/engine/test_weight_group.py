@@ -51,6 +51,7 @@ def test_two_receivers_get_two_updates_through_one_group(tmp_path: Path) -> None
         p.start()
     try:
         sender.join()
+        assert sender.missing_ranks() == []
         sent = [sender.send(m, list(u.values())) for m, u in zip(manifests, ups, strict=True)]
     finally:
         sender.close()
@@ -72,6 +73,7 @@ def test_a_receiver_that_never_comes_is_a_timeout_not_a_hang() -> None:
     with pytest.raises(RuntimeError, match="timeout"):
         sender.join()
     assert time.monotonic() - start < 30
+    assert sender.missing_ranks() == [1]  # the learner's error names who never came
     sender.close()
     sender.close()  # idempotent
     assert sender.closed

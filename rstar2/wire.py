@@ -548,3 +548,39 @@ class RolloutBatch(Message, tag=76):
 
     step: int
     tasks: list[RolloutTask]
+
+
+@register
+class WeightGroupJoin(Message, tag=77):
+    """Learner -> each rollout worker, once, with `cluster.weight_sync = "broadcast"` on vLLM
+    engines: the learner is rank 0 of one weight group (a TCPStore at host:port, then gloo);
+    this worker's engine brings its `workers` workers in as ranks `first_rank ..
+    first_rank + workers - 1` of `world_size`. Answered by WeightGroupJoined once they joined."""
+
+    host: str
+    port: int
+    world_size: int
+    first_rank: int
+    workers: int
+    bucket_bytes: int
+    timeout_s: float
+
+
+@register
+class WeightGroupJoined(Message, tag=78):
+    engine: int
+    first_rank: int
+    workers: int
+    join_s: float = 0.0
+
+
+@register
+class WeightBroadcast(Message, tag=79):
+    """Learner -> each rollout worker, per update, in the learner's weight group: the manifest
+    of the tensors the learner broadcasts right after (no tensor bytes on the bus). Answered by
+    WeightAck once the engine has loaded them."""
+
+    version: int
+    names: list[str]
+    dtype_names: list[str]
+    shapes: list[list[int]]

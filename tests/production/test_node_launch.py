@@ -215,10 +215,31 @@ async def test_node_0_stops_on_a_members_final_failure_or_lost_link() -> None:
 # --- real launches: one OS process per node -------------------------------------------------
 
 
+_LAUNCHED: list[Nodes] = []
+
+
+@pytest.fixture(autouse=True)
+def _kill_leftover_launches() -> Any:
+    """A test that fails half-way (an assertion, a timeout) leaves no launch running."""
+    yield
+    while _LAUNCHED:
+        nodes = _LAUNCHED.pop()
+        for proc in nodes.procs.values():
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGCONT)
+                proc.kill()
+        for pid in nodes._marked():  # their spawned children
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+
+
 class Nodes:
     """`rstar2 launch CONFIG --node-rank K` for K in `ranks`, marked in their environment."""
 
     def __init__(self, tmp_path: Path, actors: str, ranks: list[int], **graph: Any) -> None:
+        _LAUNCHED.append(self)
         self.name = f"nodes{uuid.uuid4().hex[:8]}"
         self.mark = self.name
         path = tmp_path / "graph.toml"

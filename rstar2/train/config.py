@@ -113,9 +113,11 @@ class ClusterConfig:
     engine_backend: Literal["embedded", "vllm"] = "embedded"
     """Inference backend of the rollout workers."""
     weight_sync: Literal["file", "broadcast"] = "file"
-    """How vLLM engines receive each policy update (`engine_backend = "vllm"` only): "file" (a
-    safetensors file on the engine's host) or "broadcast" (a process group of the rollout
-    worker and the engine's workers; gloo, host memory)."""
+    """How vLLM engines receive each policy update (`engine_backend = "vllm"` only): "file" (the
+    learner sends the weights to each rollout worker over the bus, which loads them from a
+    safetensors file on its host) or "broadcast" (one gloo group, host memory: the learner is
+    rank 0, every engine's workers ranks 1..N; each update is broadcast once and the bus
+    carries only its manifest)."""
 
     def validate(self) -> None:
         require(self.gpus >= 0, "cluster.gpus", self.gpus, ">= 0")

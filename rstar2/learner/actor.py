@@ -10,7 +10,12 @@ One RL step, all on the live actor graph:
 3. select (RoC or GRPO), compute advantages and update the policy (in a worker thread, so the
    event loop keeps serving);
 4. push the new weights to every rollout worker on ``weights`` and wait for their acks
-   (on-policy: the next step samples from the updated policy);
+   (on-policy: the next step samples from the updated policy): over the bus, the flat
+   tensors to each worker (`WeightUpdate`), or, with `cluster.weight_sync = "broadcast"` on
+   vLLM engines, once by broadcast through the learner's weight group over every engine's
+   workers (`weight_broadcast.py`; the bus carries only the manifest). The step's metrics
+   say which: `weights_broadcast_bytes` (through the group, once) and `weights_bus_bytes`
+   (over the bus, all workers together);
 5. evaluate held-out accuracy when due, write the metrics row and a progress line, and
    checkpoint when due.
 
@@ -48,11 +53,26 @@ from rstar2.actors import Actor, ActorContext, Port, port
 from rstar2.config import from_dict
 from rstar2.learner.policy_update import flatten_weights
 from rstar2.learner.run_state import RunState, group_results
+from rstar2.learner.weight_broadcast import LearnerWeightGroup, layout_for
 from rstar2.metrics import MetricsLog
 from rstar2.profile.handling import handling
 from rstar2.train.config import TrainConfig
 from rstar2.train.step_metrics import accuracy, rollout_metrics, stage_split
-from rstar2.wire import RolloutBatch, RolloutTask, TrajectoryResult, WeightAck, WeightUpdate
+from rstar2.wire import (
+    EngineReport,
+    EngineReportRequest,
+    Message,
+    RolloutBatch,
+    RolloutTask,
+    TrajectoryResult,
+    WeightAck,
+    WeightBroadcast,
+    WeightGroupJoin,
+    WeightGroupJoined,
+    WeightUpdate,
+    frames_size,
+    to_frames,
+)
 
 log = logging.getLogger(__name__)
 
@@ -76,7 +96,10 @@ class LearnerActor(Actor):
     inputs: ClassVar[dict[str, Port]] = {"scored": port(TrajectoryResult)}
     outputs: ClassVar[dict[str, Port]] = {
         "tasks": port(RolloutBatch),
-        "weights": port(WeightUpdate, reply=WeightAck),
+        "weights": port(
+            (WeightUpdate, WeightGroupJoin, WeightBroadcast, EngineReportRequest),
+            reply=(WeightAck, WeightGroupJoined, EngineReport),
+        ),
     }
 
     def __init__(
@@ -87,6 +110,7 @@ class LearnerActor(Actor):
         resume: bool = False,
         rollout_only: bool = False,
         profile: bool = False,
+        weight_sync_host: str = "127.0.0.1",
     ) -> None:
         self.cfg = from_dict(TrainConfig, config)
         self.run_dir = Path(run_dir)
@@ -94,6 +118,9 @@ class LearnerActor(Actor):
         self.resume = resume
         self.rollout_only = rollout_only
         self.profile = profile
+        self.weight_sync_host = weight_sync_host
+        """Address of this process that every engine's workers reach (the weight group)."""
+        self.group: LearnerWeightGroup | None = None
         self.kv_samples: list[list[Any]] = []
         """[track, name, time, value] rows for the profiler (kept only when `profile`)."""
 
@@ -105,6 +132,7 @@ class LearnerActor(Actor):
         )
         metrics = MetricsLog(self.run_dir, resume_step=state.progress.step if self.resume else None)
         try:
+            await self._open_group(ctx)
             await self._push_weights(ctx, state)
             if state.progress.sft_accuracy is None and self.cfg.heldout_problems:
                 acc, _ = await self._evaluate(ctx, state)
@@ -122,6 +150,8 @@ class LearnerActor(Actor):
             summary = await self._finish(ctx, state, metrics)
         finally:
             metrics.close()
+            if self.group is not None:
+                self.group.close()
         if self.profile:
             summary["profile"] = {"counters": self.kv_samples, "window": rl_window}
         ctx.stop_graph("done", summary)
@@ -162,7 +192,8 @@ class LearnerActor(Actor):
     async def _update(
         self, ctx: ActorContext, state: RunState, results: list[TrajectoryResult], step: int
     ) -> tuple[dict[str, float], float, float]:
-        """Update the policy on the step's results and push it: (metrics, learner_s, sync_s)."""
+        """Update the policy on the step's results and push it: (metrics with the push's byte
+        counts, learner_s, sync_s)."""
         if self.rollout_only:
             state.progress.step = step
             return {}, 0.0, 0.0
@@ -172,7 +203,7 @@ class LearnerActor(Actor):
         learner_s = time.perf_counter() - t0
         state.progress.step = step
         t0 = time.perf_counter()
-        await self._push_weights(ctx, state)
+        update.update(await self._push_weights(ctx, state))
         return update, learner_s, time.perf_counter() - t0
 
     async def _start_stage(self, ctx: ActorContext, state: RunState, index: int) -> None:
@@ -258,15 +289,49 @@ class LearnerActor(Actor):
         self.kv_samples.append([track, "kv_room", t, max(0.0, room)])
         self.kv_samples.append([track, "waiting", t, float(msg.waiting)])
 
-    async def _push_weights(self, ctx: ActorContext, state: RunState) -> None:
+    async def _open_group(self, ctx: ActorContext) -> None:
+        """With a learner-rooted weight group configured: open it and bring every engine in."""
+        c = self.cfg.cluster
+        layout = layout_for(c.engine_backend, c.weight_sync, ctx.peers("weights"), c.gpus, c.tp)
+        if layout is None or self.rollout_only:
+            return
+
+        async def request(peer: int, msg: Message, timeout: float | None) -> Message:
+            return await ctx.request("weights", msg, peer=peer, timeout=timeout)
+
+        self.group = LearnerWeightGroup.open(self.weight_sync_host, layout, request)
+        await self.group.join()
+
+    async def _push_weights(self, ctx: ActorContext, state: RunState) -> dict[str, float]:
+        """Push the policy to every engine; returns the byte counts of the push."""
+        version = state.progress.step
+        if self.group is not None:
+            with handling(ctx, "weights"):
+                stats = await self.group.push(state.model.state_dict(), version)
+            log.info(
+                "weights v%d: %.1f MiB broadcast once through the learner's group to %d "
+                "engine(s), %d B of manifests over the bus, %.3fs",
+                version,
+                stats.broadcast_bytes / 2**20,
+                self.group.layout.engines,
+                stats.bus_bytes,
+                stats.seconds,
+            )
+            return {
+                "weights_broadcast_bytes": float(stats.broadcast_bytes),
+                "weights_bus_bytes": float(stats.bus_bytes),
+            }
         with handling(ctx, "weights"):
             names, shapes, flat = await anyio.to_thread.run_sync(flatten_weights, state.model)
-        update = WeightUpdate(
-            version=state.progress.step, names=names, shapes=shapes, flat=flat.numpy()
-        )
+        update = WeightUpdate(version=version, names=names, shapes=shapes, flat=flat.numpy())
+        peers = ctx.peers("weights")
         async with anyio.create_task_group() as tg:
-            for peer in range(ctx.peers("weights")):
+            for peer in range(peers):
                 tg.start_soon(self._push_one, ctx, update, peer)
+        return {
+            "weights_broadcast_bytes": 0.0,
+            "weights_bus_bytes": float(frames_size(to_frames(update)) * peers),
+        }
 
     async def _push_one(self, ctx: ActorContext, update: WeightUpdate, peer: int) -> None:
         ack = await ctx.request("weights", update, peer=peer, timeout=300.0)

@@ -11,8 +11,13 @@ ports:
   `run_trajectory`; many run at once as separate tasks over the one engine (continuous
   batching), and each reply is sent the moment its trajectory ends, with the engine's KV stats
   attached so the scheduler's view stays fresh. All turns of a trajectory stay on this engine.
-- ``weights`` (`WeightUpdate` -> `WeightAck`): load new policy weights. The learner pushes them
-  between RL steps, when no trajectory is in flight.
+- ``weights``: new policy weights, pushed by the learner between RL steps, when no trajectory
+  is in flight. Over the bus (`WeightUpdate` -> `WeightAck`: the flat tensors, loaded with
+  `update_weights`), or, with `cluster.weight_sync = "broadcast"` on vLLM engines, through the
+  learner's weight group (`rstar2.rollout.group_member`): `EngineReportRequest` first (answered
+  once the engine is up), `WeightGroupJoin` -> `WeightGroupJoined` once, then per update
+  `WeightBroadcast` (the manifest) -> `WeightAck` once the engine has received and loaded the
+  tensors; these run as tasks, so the worker keeps answering while its engine receives.
 - ``report`` (`EngineReportRequest` -> `EngineReport`): the engine's KV stats.
 
 Tool calls leave through the ``tools`` client port to the sandbox service instances, each to
@@ -51,6 +56,7 @@ from rstar2.model.loader import load_model, load_tokenizer
 from rstar2.profile.handling import BusyTrack, handling
 from rstar2.rollout.agent_loop import run_trajectory
 from rstar2.rollout.config import RolloutConfig
+from rstar2.rollout.group_member import join_group, receive_broadcast
 from rstar2.rollout.token_codec import TokenCodec
 from rstar2.rollout.trajectory import Trajectory
 from rstar2.wire import (
@@ -61,6 +67,9 @@ from rstar2.wire import (
     RolloutTask,
     TrajectoryResult,
     WeightAck,
+    WeightBroadcast,
+    WeightGroupJoin,
+    WeightGroupJoined,
     WeightUpdate,
 )
 
@@ -232,7 +241,10 @@ class RolloutWorker(Actor):
 
     inputs: ClassVar[dict[str, Port]] = {
         "assign": port(RolloutTask, reply=TrajectoryResult),
-        "weights": port(WeightUpdate, reply=WeightAck),
+        "weights": port(
+            (WeightUpdate, WeightGroupJoin, WeightBroadcast, EngineReportRequest),
+            reply=(WeightAck, WeightGroupJoined, EngineReport),
+        ),
         "report": port(EngineReportRequest, reply=EngineReport),
     }
     outputs: ClassVar[dict[str, Port]] = {"tools": port(ExecRequest, reply=ExecResult)}
@@ -296,9 +308,13 @@ class RolloutWorker(Actor):
                 incoming = await ctx.recv()
                 if incoming.port == "assign":
                     tg.start_soon(self._rollout, ctx, traced, codec, tools, incoming)
-                elif incoming.port == "weights":
+                elif incoming.port == "weights" and isinstance(incoming.msg, WeightUpdate):
                     with handling(ctx, "weights"):
                         await self._load(ctx, engine, incoming)
+                elif incoming.port == "weights" and not isinstance(
+                    incoming.msg, EngineReportRequest
+                ):
+                    tg.start_soon(self._group_weights, ctx, engine, incoming)
                 else:
                     await ctx.reply(incoming, engine_report(self.index, engine.stats()))
 
@@ -339,6 +355,17 @@ class RolloutWorker(Actor):
             max_turns=task.max_turns or self.rollout_cfg.max_turns,
             temperature=task.temperature,
         )
+
+    async def _group_weights(self, ctx: ActorContext, engine: Engine, incoming: Incoming) -> None:
+        """The learner's weight group: join it, or receive one update through it."""
+        msg = incoming.msg
+        with handling(ctx, "weights"):
+            if isinstance(msg, WeightGroupJoin):
+                reply: WeightAck | WeightGroupJoined = await join_group(engine, msg, self.index)
+            else:
+                assert isinstance(msg, WeightBroadcast)
+                reply = await receive_broadcast(engine, msg, self.index)
+        await ctx.reply(incoming, reply)
 
     async def _load(self, ctx: ActorContext, engine: Engine, incoming: Incoming) -> None:
         msg = incoming.msg

@@ -1,0 +1,112 @@
+"""A rollout worker's side of the learner's weight group: its engine's workers as members.
+
+With `cluster.weight_sync = "broadcast"` on vLLM engines the learner is rank 0 of one group
+whose other ranks are the workers of every rollout engine (`rstar2.learner.weight_broadcast`).
+A rollout worker answers the learner's two control messages with these functions:
+
+- `join_group(engine, msg, index)` for `WeightGroupJoin`: checks the message (`check_join`: a
+  consistent rank range that holds exactly this engine's workers), has the engine's workers
+  join the group at host:port, and answers `WeightGroupJoined` once they are in;
+- `receive_broadcast(engine, msg, index)` for `WeightBroadcast`: rebuilds the manifest and has
+  the engine receive and load the tensors the learner is broadcasting; answers `WeightAck`.
+
+The engine must be a `GroupEngine` (the vLLM backend with weight_sync "external"); any other
+engine is refused with a TypeError naming what to configure.
+
+What it does not do: move bytes (the engine's workers, `rstar2.engine.vllm_worker`), or decide
+ranks (the learner's `GroupLayout`; this side only checks them).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Protocol, runtime_checkable
+
+from rstar2.engine.weight_buckets import WeightManifest
+from rstar2.wire import WeightAck, WeightBroadcast, WeightGroupJoin, WeightGroupJoined
+
+
+@runtime_checkable
+class GroupEngine(Protocol):
+    """An engine whose workers can join a weight group rooted in another process."""
+
+    @property
+    def weight_workers(self) -> int:
+        """How many ranks the engine's workers take in the group (tensor x pipeline parallel)."""
+        ...
+
+    async def join_weight_group(
+        self,
+        host: str,
+        port: int,
+        world_size: int,
+        first_rank: int,
+        bucket_bytes: int,
+        timeout_s: float,
+    ) -> None:
+        """Have every worker join (returns once the whole group has formed)."""
+        ...
+
+    async def receive_weights(self, manifest: WeightManifest) -> None:
+        """Receive the tensors of `manifest` by broadcast and load them (returns once loaded)."""
+        ...
+
+
+def check_join(msg: WeightGroupJoin, workers: int) -> None:
+    """ValueError unless `msg` gives an engine of `workers` workers a valid place in the group."""
+    if not 1 <= msg.port <= 65535:
+        raise ValueError(f"weight group port must be 1 .. 65535, got {msg.port}")
+    if not msg.host:
+        raise ValueError("weight group host is empty")
+    if msg.workers != workers:
+        raise ValueError(
+            f"the learner expects {msg.workers} worker(s) per engine, this engine has {workers} "
+            "(cluster.tp and the engine's tensor_parallel_size disagree)"
+        )
+    last = msg.first_rank + msg.workers - 1
+    if not (1 <= msg.first_rank and last < msg.world_size):
+        raise ValueError(
+            f"ranks {msg.first_rank} .. {last} do not fit a weight group of {msg.world_size} "
+            "with the learner at rank 0"
+        )
+    if msg.bucket_bytes < 1 or not msg.timeout_s > 0:
+        raise ValueError(
+            f"bucket_bytes must be >= 1 and timeout_s > 0, got {msg.bucket_bytes} and "
+            f"{msg.timeout_s}"
+        )
+
+
+def group_engine(engine: object) -> GroupEngine:
+    """`engine` as a group member, or a TypeError saying why it cannot be one."""
+    if not isinstance(engine, GroupEngine):
+        raise TypeError(
+            f"a {type(engine).__name__} cannot join the learner's weight group: it needs "
+            'cluster.engine_backend = "vllm" (the rollout workers\' engines open with '
+            'weight_sync "external")'
+        )
+    return engine
+
+
+async def join_group(engine: object, msg: WeightGroupJoin, index: int) -> WeightGroupJoined:
+    """Answer a `WeightGroupJoin`: the engine's workers join the learner's group."""
+    member = group_engine(engine)
+    check_join(msg, member.weight_workers)
+    start = time.perf_counter()
+    await member.join_weight_group(
+        msg.host, msg.port, msg.world_size, msg.first_rank, msg.bucket_bytes, msg.timeout_s
+    )
+    return WeightGroupJoined(
+        engine=index,
+        first_rank=msg.first_rank,
+        workers=msg.workers,
+        join_s=time.perf_counter() - start,
+    )
+
+
+async def receive_broadcast(engine: object, msg: WeightBroadcast, index: int) -> WeightAck:
+    """Answer a `WeightBroadcast`: receive and load the update the learner broadcasts."""
+    member = group_engine(engine)
+    manifest = WeightManifest.from_payload(msg.names, msg.dtype_names, msg.shapes)
+    start = time.perf_counter()
+    await member.receive_weights(manifest)
+    return WeightAck(version=msg.version, engine=index, load_s=time.perf_counter() - start)

@@ -77,6 +77,13 @@ class SandboxConfig:
     start_timeout_s: float = 60.0
     """How long the zygote may take to import and warm its modules."""
 
+    extra_latency_s: float = 0.0
+    """What-if profiling: seconds every request's child sleeps before running its code, in its
+    worker slot, as if each tool call's code took that much longer (the paper's tool calls
+    take ~0.3 s; the embedded task's `print(...)` calls ~4 ms). It counts against the
+    request's timeout. With `concurrency = 1`, `rstar2 profile --set
+    sandbox.extra_latency_s=0.3` shows a trainer held back by its sandbox. 0 = off."""
+
     def validate(self) -> None:
         for key in ("concurrency", "max_queue", "max_queue_mb", "memory_mb", "max_memory_mb"):
             value = getattr(self, key)
@@ -106,6 +113,12 @@ class SandboxConfig:
             ok = bool(name) and all(part.isidentifier() for part in name.split("."))
             require(ok, f"preload[{i}]", name, "a module name")
         require(self.start_timeout_s > 0, "start_timeout_s", self.start_timeout_s, "> 0")
+        require(
+            0 <= self.extra_latency_s < self.timeout_s,
+            "sandbox.extra_latency_s",
+            self.extra_latency_s,
+            f"a number >= 0 and below timeout_s ({self.timeout_s})",
+        )
 
     def limits_for(self, timeout_s: float | None, memory_mb: int | None) -> tuple[float, int]:
         """The limits one request runs under: its own (capped) or the defaults."""

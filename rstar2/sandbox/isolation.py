@@ -126,6 +126,7 @@ def zygote_config(cfg: SandboxConfig, site_paths: list[str]) -> dict[str, object
         "preload": list(cfg.preload),
         "warmup": cfg.warmup,
         "site_paths": site_paths,
+        "extra_latency_s": cfg.extra_latency_s,
     }
 
 

@@ -10,7 +10,8 @@ One single-threaded selector loop owns everything: request input, each child's s
 status pipes, SIGCHLD (through a wakeup fd) and the wall-clock deadlines. A request finishes
 when its first process has exited and every process of its group is gone (the zygote is a child
 subreaper, so orphans come back to it and are reaped); only then is its result sent and its uid
-slot reused, so no process outlives its request.
+slot reused, so no process outlives its request. With `extra_latency_s` in its config (what-if
+profiling, see `SandboxConfig`), every child sleeps that long before running its code.
 
 What it does not do: admission control or queue bounds (the executor admits at most a few
 requests more than `concurrency`; extra ones wait here in a FIFO).
@@ -365,6 +366,8 @@ def _child(job: Job, stdin_fd: int, writers: list[int], cfg: dict[str, Any], flt
             os._exit(125)
     exit_code = 1
     try:
+        if cfg.get("extra_latency_s", 0.0) > 0:
+            time.sleep(cfg["extra_latency_s"])  # what-if profiling: slower tool code
         exit_code = _run_confined(job)
     finally:
         os._exit(exit_code)

@@ -8,6 +8,7 @@ import signal
 import anyio
 import pytest
 
+from rstar2.config import ConfigError, from_dict
 from rstar2.sandbox.config import SandboxConfig
 from rstar2.sandbox.executor import execute_code, open_executor
 from rstar2.sandbox.isolation import IsolationError
@@ -172,3 +173,32 @@ def test_without_bwrap_it_runs_and_says_so() -> None:
 def test_execute_code_is_a_sync_convenience() -> None:
     r = execute_code("print(sum(range(10)))")
     assert (r.status, r.stdout) == ("ok", "45\n")
+
+
+def test_extra_latency_holds_a_worker_slot_per_request() -> None:
+    cfg = SandboxConfig(concurrency=1, preload=[], warmup=False, extra_latency_s=0.2)
+
+    async def main() -> tuple[list[ExecResult], float]:
+        out: list[ExecResult] = []
+        async with open_executor(cfg) as ex:
+
+            async def one(i: int) -> None:
+                out.append(await ex.run(ExecRequest(id=str(i), code="print(7)")))
+
+            start = anyio.current_time()
+            async with anyio.create_task_group() as tg:
+                for i in range(3):
+                    tg.start_soon(one, i)
+            return out, anyio.current_time() - start
+
+    results, elapsed = anyio.run(main)
+    assert [(r.status, r.stdout) for r in results] == [("ok", "7\n")] * 3
+    assert all(r.wall_s >= 0.2 for r in results)
+    assert elapsed >= 3 * 0.2  # one worker slot: the three requests run one after another
+
+
+def test_extra_latency_must_stay_below_the_timeout() -> None:
+    with pytest.raises(ConfigError, match="sandbox.extra_latency_s"):
+        from_dict(SandboxConfig, {"timeout_s": 1.0, "extra_latency_s": 1.0})
+    with pytest.raises(ConfigError, match="sandbox.extra_latency_s"):
+        from_dict(SandboxConfig, {"extra_latency_s": -0.1})

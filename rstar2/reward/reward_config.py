@@ -30,6 +30,13 @@ class RewardConfig:
     """Decide answers the normaliser can prove equal (e.g. `1,000` vs `1000`) in the caller,
     without a worker round trip. Unequal normalised pairs always go to math-verify."""
 
+    extra_latency_s: float = 0.0
+    """What-if profiling: seconds added to the verification of every extracted answer (fast
+    path included; a response without an answer costs nothing), holding one of the `workers`
+    verifier slots meanwhile, as if verification were that much slower (a heavier checker,
+    an LLM judge). With `workers = 1`, `rstar2 profile --set reward.extra_latency_s=0.2`
+    shows a trainer held back by its reward actor. 0 = off."""
+
     def validate(self) -> None:
         require(self.workers >= 1, "reward.workers", self.workers, "an integer >= 1")
         require(self.timeout_s > 0, "reward.timeout_s", self.timeout_s, "a number > 0")
@@ -41,3 +48,9 @@ class RewardConfig:
             "a number > 0",
         )
         require(self.memory_mb >= 0, "reward.memory_mb", self.memory_mb, "an integer >= 0")
+        require(
+            self.extra_latency_s >= 0,
+            "reward.extra_latency_s",
+            self.extra_latency_s,
+            "a number >= 0",
+        )

@@ -10,6 +10,8 @@ Scoring, in order (`decide_locally` is the synchronous part, tested directly):
    "ok"); the worker's alarm fired, or the worker did not answer within `timeout_s +
    kill_grace_s` -> 0, status "timeout" (an unresponsive worker is killed and a replacement
    starts in the background); the worker failed on the input -> 0, status "error".
+With `extra_latency_s` (what-if profiling, see `RewardConfig`), every extracted answer first
+keeps an idle worker busy for that long (`hold_a_worker`), whichever way it is then decided.
 
 Many tasks may call `score` at once: idle workers sit in a memory channel, a caller takes one,
 uses it and gives it back, so at most `workers` verifications run and the rest wait in line. A
@@ -90,6 +92,9 @@ class RewardPool:
     async def score(self, response: str, reference: str) -> RewardResult:
         """Reward 1.0 when the response's final answer matches `reference`, else 0.0."""
         local = decide_locally(response, reference, self.cfg.fast_path)
+        answered = not (isinstance(local, RewardResult) and local.extracted is None)
+        if answered and self.cfg.extra_latency_s > 0:
+            await self.hold_a_worker(self.cfg.extra_latency_s)
         if isinstance(local, RewardResult):
             return local
         for attempt in (1, 2):
@@ -104,6 +109,17 @@ class RewardPool:
                 return RewardResult(0.0, local, "timeout", f"no answer within {limit:g}s")
             return result_from_reply(local, reply)
         return RewardResult(0.0, local, "error", message)
+
+    async def hold_a_worker(self, seconds: float) -> None:
+        """Keep one idle worker from other callers for `seconds` (a slower verification)."""
+        try:
+            worker = await self._idle_recv.receive()
+        except anyio.EndOfStream:
+            raise RewardPoolError("no verifier worker is left") from None
+        try:
+            await anyio.sleep(seconds)
+        finally:
+            self._idle_send.send_nowait(worker)
 
     def worker_pids(self) -> list[int]:
         """Process ids of the live workers (for monitoring and tests)."""

@@ -106,3 +106,27 @@ async def test_unresponsive_worker_is_killed_and_replaced(anyio_backend: str) ->
         again = await pool.score("\\boxed{4}", "4")
         assert again == RewardResult(1.0, "4", "ok")
         assert pid not in pool.worker_pids()
+
+
+async def test_extra_latency_holds_a_worker_per_answer(anyio_backend: str) -> None:
+    cfg = RewardConfig(workers=1, extra_latency_s=0.2)
+    async with open_reward_pool(cfg) as pool:
+        start = anyio.current_time()
+        assert await pool.score("no box at all", "8") == RewardResult(0.0, None, "no_answer")
+        assert anyio.current_time() - start < 0.2  # nothing to verify: no latency
+        results: list[RewardResult] = []
+
+        async def one(response: str) -> None:
+            results.append(await pool.score(response, "1000"))
+
+        start = anyio.current_time()
+        async with anyio.create_task_group() as tg:
+            for response in ("\\boxed{1,000}", "\\boxed{1000}", "\\boxed{7}"):
+                tg.start_soon(one, response)
+        assert anyio.current_time() - start >= 3 * 0.2  # one worker: one after another
+    assert sorted(r.reward for r in results) == [0.0, 1.0, 1.0]
+
+
+def test_negative_extra_latency_is_rejected() -> None:
+    with pytest.raises(ConfigError, match="reward.extra_latency_s"):
+        RewardConfig(extra_latency_s=-1.0).validate()

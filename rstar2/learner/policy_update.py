@@ -4,7 +4,8 @@
 rollouts of every prompt with their advantages, see `rstar2.rl`) and:
 
 1. splits it into `cfg.mini_batches` mini-batches (one optimizer step each: the first is
-   on-policy, later ones are slightly off-policy, which is what the clip range is for);
+   on-policy, later ones are slightly off-policy, which is what the clip range is for), and
+   goes over them `cfg.epochs` times (PPO epochs; 1 in the paper);
 2. runs each mini-batch in micro-batches of `cfg.micro_batch_size` sequences, accumulating
    gradients; the loss is the token-level mean over all model tokens of the mini-batch
    (`num_tokens` passed to `policy_loss`), so a micro-batch split changes nothing;
@@ -52,7 +53,13 @@ class LearnerConfig:
     micro_batch_size: int = 16
     """Sequences per forward/backward pass (gradient accumulation inside a mini-batch)."""
     mini_batches: int = 1
-    """Optimizer steps per RL step: the batch is split into this many mini-batches."""
+    """Optimizer steps per pass: the batch is split into this many mini-batches."""
+    epochs: int = 1
+    """Passes over the step's batch (PPO epochs; the paper: 1, each rollout used once). More
+    passes reuse the rollouts for further, increasingly off-policy optimizer steps (the clip
+    range bounds them) and multiply the update's work by `epochs`, which also makes it a
+    what-if knob: `rstar2 profile --set learner.epochs=N` shows the step with an N times
+    heavier policy update."""
     bf16: bool = False
     """bf16 autocast for the learner's forward pass where the device supports it."""
 
@@ -65,6 +72,7 @@ class LearnerConfig:
             self.micro_batch_size >= 1, "learner.micro_batch_size", self.micro_batch_size, ">= 1"
         )
         require(self.mini_batches >= 1, "learner.mini_batches", self.mini_batches, ">= 1")
+        require(self.epochs >= 1, "learner.epochs", self.epochs, "an integer >= 1")
 
 
 class RolloutLike(Protocol):
@@ -155,15 +163,17 @@ def optimizer_steps(
     cfg: LearnerConfig,
     mini_batch: Callable[[list[int]], dict[str, float]],
 ) -> dict[str, float]:
-    """One optimizer step per mini-batch of the `n` rollouts: `mini_batch(indices)` accumulates
-    the gradients and returns its metrics; then clip, step, schedule. Shared by the single-
-    process and the sharded (FSDP2) learner. Returns the metrics averaged over mini-batches."""
+    """One optimizer step per mini-batch of the `n` rollouts, `cfg.epochs` passes over the same
+    mini-batches: `mini_batch(indices)` accumulates the gradients and returns its metrics; then
+    clip, step, schedule. Shared by the single-process and the sharded (FSDP2) learner. Returns
+    the metrics averaged over all optimizer steps."""
     if n == 0:
         return {"loss": 0.0, "clip_fraction": 0.0, "approx_kl": 0.0, "grad_norm": 0.0}
     model.train()
     sums: dict[str, float] = {}
     chunks = [c for c in even_chunks(list(range(n)), min(cfg.mini_batches, n)) if c]
-    for chunk in chunks:
+    steps = [chunk for _ in range(cfg.epochs) for chunk in chunks]
+    for chunk in steps:
         step_metrics = mini_batch(chunk)
         grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
         optimizer.step()
@@ -174,7 +184,7 @@ def optimizer_steps(
         step_metrics["grad_norm"] = float(grad_norm)
         for k, v in step_metrics.items():
             sums[k] = sums.get(k, 0.0) + v
-    out = {k: v / len(chunks) for k, v in sums.items()}
+    out = {k: v / len(steps) for k, v in sums.items()}
     out["lr"] = float(optimizer.param_groups[0]["lr"])
     return out
 

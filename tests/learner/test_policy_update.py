@@ -96,6 +96,30 @@ def test_micro_batching_does_not_change_the_update() -> None:
         assert loss == pytest.approx(results[0][1], abs=1e-6)
 
 
+def test_epochs_repeat_the_passes_over_the_batch() -> None:
+    """epochs=2 is two epochs=1 updates in a row: same weights, optimizer and schedule state."""
+    torch.manual_seed(0)
+    base = Bigram()
+    with torch.no_grad():
+        base.table.normal_()
+    rollouts = [R([0, 1, 2], [0, 1, 1], [0.0, -1.5, -1.7]), R([1, 4], [0, 1], [0.0, -1.4])]
+    batch = TrainingBatch(rollouts=rollouts, advantages=[0.9, -0.9])
+    tables, steps = [], []
+    for epochs, calls in ((2, 1), (1, 2)):
+        model = copy.deepcopy(base)
+        cfg = LearnerConfig(lr=0.05, warmup_steps=4, mini_batches=2, epochs=epochs)
+        opt = make_optimizer(model, cfg)
+        schedule = make_lr_schedule(opt, cfg)
+        for _ in range(calls):
+            update_policy(model, opt, schedule, batch, cfg, RLConfig())
+        tables.append(model.table.detach().clone())
+        steps.append(schedule.last_epoch)
+    assert torch.allclose(tables[0], tables[1], atol=1e-7)
+    assert steps == [4, 4]  # 2 mini-batches x 2 passes optimizer steps either way
+    with pytest.raises(ValueError, match="learner.epochs"):
+        LearnerConfig(epochs=0).validate()
+
+
 def test_empty_batch_is_a_no_op() -> None:
     model = Bigram()
     cfg = LearnerConfig()

@@ -3,10 +3,14 @@
 Workloads (one of; the trainer's graph when none is named):
 - `--config FILE`, or nothing: a short `rstar2 train` run on the real actor graph (the file's
   train config, or the embedded default one), `--steps N` RL steps of its first stage, no
-  held-out evaluation, from the untrained initial policy unless `--sft` (SFT as `rstar2 train`
-  does it first; slow on a CPU), `--set KEY=VALUE` overrides as in `rstar2 train`, and
-  `--rollout-only` to skip the policy update and weight push. The run directory (metrics,
-  checkpoint) goes to `<out>/run-<time>` (see `rstar2.profile.trainer`);
+  held-out evaluation, from the untrained initial policy unless `--model DIR` (a policy that
+  already calls the tool, e.g. `RUN/model-sft` of an earlier `rstar2 train`; the same as
+  `--set model.path=DIR`) or `--sft` (SFT as `rstar2 train` does it first; slow on a CPU),
+  `--set KEY=VALUE` overrides as in `rstar2 train`, and `--rollout-only` to skip the policy
+  update and weight push. The run directory (metrics, checkpoint) goes to `<out>/run-<time>`
+  (see `rstar2.profile.trainer`). What-if settings that slow one actor down:
+  `sandbox.extra_latency_s` (every tool call), `reward.extra_latency_s` (every verification),
+  `learner.epochs` (passes of the policy update), `engine.kv_budget_tokens` (KV room);
 - `--graph FILE`: any actor graph config (a `[graph]` table), run until it stops (or until
   `--timeout`);
 - `--synthetic NAME`: the built-in sleep-based train-shaped graph (`rstar2.profile.synthetic`)
@@ -64,6 +68,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="KEY=VALUE",
         help="override one train config key, as in rstar2 train (repeatable)",
     )
+    parser.add_argument(
+        "--model",
+        metavar="DIR",
+        help="starting policy (a Hugging Face model directory such as RUN/model-sft of an earlier "
+        "rstar2 train; same as --set model.path=DIR; default: the untrained tiny model)",
+    )
     parser.add_argument("--sft", action="store_true", help="run SFT first, as rstar2 train does")
     parser.add_argument("--out", default="profile-out", help="folder for trace.json and report")
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
@@ -82,8 +92,10 @@ def _record(args: argparse.Namespace) -> tuple[GraphResult, Recording]:
     if args.steps < 1:
         raise SystemExit(f"rstar2 profile: --steps must be >= 1, got {args.steps}")
     if args.graph or args.synthetic:
-        if args.set or args.sft or args.rollout_only:
-            raise SystemExit("rstar2 profile: --set, --sft and --rollout-only are for the trainer")
+        if args.set or args.sft or args.rollout_only or args.model:
+            raise SystemExit(
+                "rstar2 profile: --set, --model, --sft and --rollout-only are for the trainer"
+            )
         if args.graph:
             cfg = load_graph_config(args.graph)
         else:
@@ -91,6 +103,10 @@ def _record(args: argparse.Namespace) -> tuple[GraphResult, Recording]:
             cfg = synthetic_graph(slow, steps=args.steps)
         return record_graph_blocking(cfg, timeout_s=args.timeout, backend=args.backend or "asyncio")
     sets = [*args.set, *([f"graph.backend={args.backend}"] if args.backend else [])]
+    if args.model:
+        if not (Path(args.model) / "config.json").is_file():
+            raise SystemExit(f"rstar2 profile: --model {args.model} is not a model directory")
+        sets.append(f"model.path={args.model}")
     train_cfg = profile_config(args.config, args.steps, sets)
     run_dir = Path(args.out) / time.strftime("run-%Y%m%d-%H%M%S")
     log.info("profiling %d RL step(s) of the trainer in %s", args.steps, run_dir)

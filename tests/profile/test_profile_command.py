@@ -62,10 +62,17 @@ def test_profile_runs_a_graph_file(tmp_path: Path, capsys: pytest.CaptureFixture
     assert (tmp_path / "out" / "trace.json").is_file()
 
 
-@pytest.mark.parametrize("extra", [["--set", "seed=1"], ["--sft"], ["--rollout-only"]])
+@pytest.mark.parametrize(
+    "extra", [["--set", "seed=1"], ["--sft"], ["--rollout-only"], ["--model", "m"]]
+)
 def test_trainer_options_are_refused_for_other_workloads(extra: list[str]) -> None:
     with pytest.raises(SystemExit, match="for the trainer"):
         main(["profile", "--synthetic", "reward", *extra])
+
+
+def test_a_model_dir_without_a_model_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(SystemExit, match="not a model directory"):
+        main(["profile", "--model", str(tmp_path), "--out", str(tmp_path / "out")])
 
 
 def test_zero_steps_are_refused() -> None:

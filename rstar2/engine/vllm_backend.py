@@ -24,13 +24,16 @@
   "broadcast": this process and the engine's workers share one extra process group, opened
   with the engine, and each update is broadcast from here (`rstar2.engine.vllm_broadcast`;
   gloo on host memory, or NCCL between GPUs by `weight_sync_backend`).
+  "external" (gloo): the engine's workers join a group rooted in another process (the train
+  graph's learner, which broadcasts once to every engine): `join_weight_group` once, then
+  `receive_weights(manifest)` per update; `update_weights` is refused.
 
 vLLM's `AsyncLLM` needs an asyncio loop of its own; it runs in a daemon thread
 (`rstar2.engine.loop_thread`), and calls cross over without blocking either side. So the engine
 works under asyncio and trio alike.
 
-What it does not do: tokenise, schedule across engines (`rstar2/scheduler/`), or sync several
-engines in one weight group (each engine has its own).
+What it does not do: tokenise, schedule across engines (`rstar2/scheduler/`), or root a weight
+group over several engines (`rstar2.learner.weight_broadcast` does, with "external" engines).
 """
 
 from __future__ import annotations
@@ -65,12 +68,14 @@ from rstar2.engine.vllm_broadcast import (
     BROADCAST_BACKENDS,
     BroadcastSettings,
     BroadcastSync,
+    GroupMember,
     transfer_backend,
 )
+from rstar2.engine.weight_buckets import WeightManifest
 
 log = logging.getLogger(__name__)
 
-WEIGHT_SYNCS = ("file", "broadcast")
+WEIGHT_SYNCS = ("file", "broadcast", "external")
 WORKER_EXTENSION = "rstar2.engine.vllm_worker.WeightFileLoader"
 _FINISH = {"stop": "stop", "length": "length", "abort": "abort"}
 
@@ -106,8 +111,10 @@ class VLLMConfig:
     """Directory for the weight files of `update_weights` (weight_sync "file"); "" = a private
     temporary directory. Must be on the engine's host (fast local disk or /dev/shm)."""
     weight_sync: str = "file"
-    """How `update_weights` reaches the workers: "file" (a safetensors file on this host) or
-    "broadcast" (a process group of this process and the workers, opened with the engine)."""
+    """How new weights reach the workers: "file" (`update_weights` writes a safetensors file on
+    this host), "broadcast" (`update_weights` broadcasts through a process group of this process
+    and the workers, opened with the engine) or "external" (the workers join a gloo group rooted
+    in another process, `join_weight_group`, and receive its broadcasts, `receive_weights`)."""
     weight_sync_backend: str = "gloo"
     """Broadcast transport: "gloo" (host memory over TCP; CPU or GPU engines) or "nccl" (GPU to
     GPU; this process needs a CUDA device of its own, not one of the engine's)."""
@@ -154,6 +161,12 @@ class VLLMConfig:
             " or ".join(repr(b) for b in BROADCAST_BACKENDS),
         )
         require(
+            self.weight_sync != "external" or self.weight_sync_backend == "gloo",
+            "vllm.weight_sync_backend",
+            self.weight_sync_backend,
+            '"gloo" with weight_sync "external"',
+        )
+        require(
             bool(self.weight_sync_host),
             "vllm.weight_sync_host",
             self.weight_sync_host,
@@ -192,7 +205,7 @@ class VLLMConfig:
             optional["block_size"] = self.block_size
         if self.kv_cache_memory_bytes:
             optional["kv_cache_memory_bytes"] = self.kv_cache_memory_bytes
-        if self.weight_sync == "broadcast":
+        if self.weight_sync in ("broadcast", "external"):
             optional["weight_transfer_config"] = {
                 "backend": transfer_backend(self.weight_sync_backend)
             }
@@ -293,12 +306,14 @@ class VLLMEngine:
         tap: _KVTap,
         weight_dir: Path,
         sync: BroadcastSync | None = None,
+        member: GroupMember | None = None,
     ) -> None:
         self._llm = llm
         self._loop = loop
         self._tap = tap
         self._weight_dir = weight_dir
         self._sync = sync
+        self._member = member
         self._versions = itertools.count()
         self._in_flight: set[str] = set()
         cache = llm.vllm_config.cache_config
@@ -309,6 +324,51 @@ class VLLMEngine:
     def weight_sync(self) -> BroadcastSync | None:
         """The engine's weight group with weight_sync "broadcast", else None."""
         return self._sync
+
+    @property
+    def weight_workers(self) -> int:
+        """The engine's workers: the ranks it takes in a weight group."""
+        pc = self._llm.vllm_config.parallel_config
+        return int(pc.world_size * pc.data_parallel_size)
+
+    async def join_weight_group(
+        self,
+        host: str,
+        port: int,
+        world_size: int,
+        first_rank: int,
+        bucket_bytes: int,
+        timeout_s: float,
+    ) -> None:
+        """weight_sync "external": every worker joins the group rooted at host:port as ranks
+        `first_rank ..`; returns once the whole group has formed."""
+        await self._group_member().join(host, port, world_size, first_rank, bucket_bytes, timeout_s)
+
+    async def receive_weights(self, manifest: WeightManifest) -> None:
+        """weight_sync "external": receive the update the group's root broadcasts (described by
+        `manifest`), load it into every worker, then reset the prefix cache."""
+        member = self._group_member()
+        start = time.perf_counter()
+        await member.receive(manifest)
+        await self._reset_prefix_cache()
+        log.info(
+            "weights updated: %d tensors, received by broadcast as ranks %d .. %d, %.3fs",
+            len(manifest.names),
+            member.first_rank,
+            member.first_rank + member.workers - 1,
+            time.perf_counter() - start,
+        )
+
+    def _group_member(self) -> GroupMember:
+        if self._member is None:
+            raise RuntimeError(
+                'this engine joins no outside weight group: open it with weight_sync "external"'
+            )
+        return self._member
+
+    async def _reset_prefix_cache(self) -> None:
+        if not await self._loop.call(self._llm.reset_prefix_cache()):
+            log.warning("vLLM kept its prefix cache (requests running during the update)")
 
     async def generate(
         self, request_id: str, prompt_ids: list[int], params: SamplingParams
@@ -363,14 +423,17 @@ class VLLMEngine:
     async def update_weights(self, state_dict: dict[str, torch.Tensor]) -> None:
         if not state_dict:
             raise ValueError("update_weights needs a non-empty state dict")
+        if self._member is not None:
+            raise RuntimeError(
+                'weight_sync "external": weights come from the group\'s root (receive_weights)'
+            )
         start = time.perf_counter()
         if self._sync is not None:
             sent = await self._sync.push(state_dict)
             how = f"broadcast {sent / 2**20:.1f} MiB to {self._sync.workers} worker(s)"
         else:
             how = await self._load_from_file(state_dict)
-        if not await self._loop.call(self._llm.reset_prefix_cache()):
-            log.warning("vLLM kept its prefix cache (requests running during the update)")
+        await self._reset_prefix_cache()
         log.info(
             "weights updated: %d tensors, %s, %.3fs",
             len(state_dict),
@@ -422,10 +485,11 @@ async def open_vllm_engine(cfg: VLLMConfig) -> AsyncIterator[VLLMEngine]:
         with tempfile.TemporaryDirectory(prefix="rstar2-weights-", dir=cfg.weight_dir or None) as d:
             llm = await loop.call(_start(cfg, tap))
             sync: BroadcastSync | None = None
+            member = GroupMember(llm, loop) if cfg.weight_sync == "external" else None
             try:
                 if settings is not None:
                     sync = await BroadcastSync.open(llm, loop, settings)
-                engine = VLLMEngine(llm, loop, tap, Path(d), sync)
+                engine = VLLMEngine(llm, loop, tap, Path(d), sync, member)
                 log.info(
                     "vLLM engine up: %s, KV capacity %d tokens, max_model_len %d, weights by %s",
                     cfg.model,
@@ -439,6 +503,8 @@ async def open_vllm_engine(cfg: VLLMConfig) -> AsyncIterator[VLLMEngine]:
                     try:
                         if sync is not None:
                             await sync.close()
+                        if member is not None:
+                            await member.close()
                     finally:
                         await loop.call(_stop(llm))
     finally:

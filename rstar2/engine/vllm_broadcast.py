@@ -1,4 +1,13 @@
-"""Broadcast weight sync into one vLLM engine: the learner side (rank 0 of a weight group).
+"""Broadcast weight sync into vLLM engines: a group of one engine, or engines as group members.
+
+Two ways to use the gloo/NCCL weight group with vLLM's workers:
+
+- `BroadcastSync` (weight_sync "broadcast"): the process that owns the engine is rank 0 of a
+  group of its own with the engine's workers (below);
+- `GroupMember` (weight_sync "external", gloo only): the engine's workers join a group rooted
+  in another process, e.g. the train graph's learner, at ranks the root assigns
+  (`rstar2.learner.weight_broadcast`): `join` once, then `receive(manifest)` per update while
+  the root broadcasts. This process sends nothing; it only drives vLLM's update session.
 
 `BroadcastSync.open` builds one extra process group, apart from vLLM's own: this process (the
 one holding the full state dict) is rank 0, the engine's workers are ranks 1 .. N (N = tensor
@@ -32,9 +41,9 @@ Failure: any error during a push leaves the group out of step (a worker may stil
 collective), so the sync is marked broken and later pushes raise; every collective times out
 after `timeout_s` on both sides, so nothing waits forever.
 
-What it does not do: sync several engines in one group (each engine has its own group, rank 0
-in the process that owns the engine), or shard tensors for tensor parallelism (each worker
-receives every tensor and its `load_weights` keeps its shard).
+What it does not do: root a group over several engines (the learner does that, with
+`GroupMember` on each engine), or shard tensors for tensor parallelism (each worker receives
+every tensor and its `load_weights` keeps its shard).
 """
 
 from __future__ import annotations
@@ -266,3 +275,87 @@ class BroadcastSync:
                 await self._loop.call(self._llm.shutdown_weight_transfer_engine())
         finally:
             self._sender.close()
+
+
+class GroupMember:
+    """This engine's workers as ranks of a weight group rooted elsewhere (gloo)."""
+
+    def __init__(self, llm: AsyncLLM, loop: LoopThread) -> None:
+        self._llm = llm
+        self._loop = loop
+        pc = llm.vllm_config.parallel_config
+        self.workers = pc.world_size * pc.data_parallel_size
+        """Ranks this engine takes: its workers, `first_rank ..` in worker rank order."""
+        self.first_rank = 0
+        self._broken: BaseException | None = None
+        self._closed = False
+
+    @property
+    def joined(self) -> bool:
+        return self.first_rank > 0
+
+    async def join(
+        self,
+        host: str,
+        port: int,
+        world_size: int,
+        first_rank: int,
+        bucket_bytes: int,
+        timeout_s: float,
+    ) -> None:
+        """Have every worker join the group at host:port as ranks `first_rank ..`; returns
+        once the whole group (the root and every other engine's workers) has formed."""
+        if self._closed or self.joined:
+            raise RuntimeError("this engine already joined a weight group (or closed)")
+        if first_rank < 1 or first_rank + self.workers > world_size:
+            raise ValueError(
+                f"ranks {first_rank} .. {first_rank + self.workers - 1} do not fit a weight "
+                f"group of {world_size} with its root at rank 0"
+            )
+        info = {
+            "host": host,
+            "port": port,
+            "world_size": world_size,
+            "rank_offset": first_rank,
+            "bucket_bytes": bucket_bytes,
+            "timeout_s": timeout_s,
+        }
+        try:
+            await self._loop.call(
+                self._llm.init_weight_transfer_engine(WeightTransferInitRequest(init_info=info))
+            )
+        except BaseException as e:
+            self._broken = e
+            raise
+        self.first_rank = first_rank
+        log.info(
+            "joined the weight group at %s:%d: ranks %d .. %d of %d",
+            host,
+            port,
+            first_rank,
+            first_rank + self.workers - 1,
+            world_size,
+        )
+
+    async def receive(self, manifest: WeightManifest) -> None:
+        """Receive one update's tensors (the root broadcasts them meanwhile) and load them."""
+        if not self.joined or self._closed:
+            raise RuntimeError("join() the weight group before receiving weights")
+        if self._broken is not None:
+            raise RuntimeError("the weight group broke in an earlier update") from self._broken
+        update = WeightTransferUpdateRequest(update_info=manifest.to_payload())
+        try:
+            await self._loop.call(self._llm.start_weight_update())
+            await self._loop.call(self._llm.update_weights(update))
+            await self._loop.call(self._llm.finish_weight_update())
+        except BaseException as e:
+            self._broken = e
+            raise
+
+    async def close(self) -> None:
+        """Release the workers' end of the group (vLLM's `shutdown_weight_transfer_engine`)."""
+        if self._closed:
+            return
+        self._closed = True
+        if self.joined and self._broken is None:
+            await self._loop.call(self._llm.shutdown_weight_transfer_engine())

@@ -293,7 +293,7 @@ class LearnerActor(Actor):
         """With a learner-rooted weight group configured: open it and bring every engine in."""
         c = self.cfg.cluster
         layout = layout_for(c.engine_backend, c.weight_sync, ctx.peers("weights"), c.gpus, c.tp)
-        if layout is None or self.rollout_only:
+        if layout is None:
             return
 
         async def request(peer: int, msg: Message, timeout: float | None) -> Message:

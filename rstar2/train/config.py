@@ -200,6 +200,12 @@ class TrainConfig:
         require(self.checkpoint_every >= 1, "checkpoint_every", self.checkpoint_every, ">= 1")
         require(self.keep_checkpoints >= 1, "keep_checkpoints", self.keep_checkpoints, ">= 1")
         require(len(self.stages) >= 1, "stages", self.stages, "at least one RL stage")
+        require(
+            self.sandbox.extra_latency_s < self.rollout.tool_timeout_s,
+            "sandbox.extra_latency_s",
+            self.sandbox.extra_latency_s,
+            f"below rollout.tool_timeout_s ({self.rollout.tool_timeout_s}): else every call times out",
+        )
         for sub in (self.rl, self.learner, self.sft, self.task, self.cluster):
             sub.validate()
 

@@ -75,6 +75,23 @@ def test_a_model_dir_without_a_model_is_refused(tmp_path: Path) -> None:
         main(["profile", "--model", str(tmp_path), "--out", str(tmp_path / "out")])
 
 
+@pytest.mark.parametrize(
+    ("setting", "key"),
+    [
+        ("sandbox.extra_latency_s=-1", "sandbox.extra_latency_s"),
+        ("sandbox.extra_latency_s=5", "sandbox.extra_latency_s"),  # = the tool-call timeout
+        ("reward.extra_latency_s=-0.5", "reward.extra_latency_s"),
+        ("learner.epochs=0", "learner.epochs"),
+    ],
+)
+def test_bad_what_if_settings_name_their_key(
+    setting: str, key: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["profile", "--set", setting, "--out", str(tmp_path)]) == 2
+    assert f"config key '{key}'" in capsys.readouterr().err
+    assert not tmp_path.exists() or not any(tmp_path.iterdir())  # refused before running
+
+
 def test_zero_steps_are_refused() -> None:
     with pytest.raises(SystemExit, match="--steps must be >= 1"):
         main(["profile", "--steps", "0"])

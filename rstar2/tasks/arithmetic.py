@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-from rstar2.config import require
+from rstar2.config import ConfigError, require
 
 Split = Literal["train", "heldout"]
 
@@ -150,13 +150,20 @@ def _stream(cfg: TaskConfig, split: Split) -> Iterator[Problem]:
     rng = random.Random(f"{cfg.seed}:{split}")
     seen: set[str] = set()
     make: Callable[[random.Random, TaskConfig], tuple[str, str]]
-    while True:
+    misses = 0
+    while misses < _MAX_MISSES:
         make = _word if rng.random() < cfg.word_fraction else _bare
         text, expr = make(rng, cfg)
         if text in seen or split_of(text, cfg.heldout_fraction) != split:
+            misses += 1
             continue
+        misses = 0
         seen.add(text)
         yield Problem(f"{split}-{len(seen) - 1}", text, expr, str(evaluate(expr)), split)
+
+
+_MAX_MISSES = 100_000
+"""Draws in a row without a new problem after which a split is taken to be exhausted."""
 
 
 def generate_problems(cfg: TaskConfig, split: Split) -> list[Problem]:
@@ -169,7 +176,12 @@ def generate_problems(cfg: TaskConfig, split: Split) -> list[Problem]:
         out.append(problem)
         if len(out) == n:
             return out
-    raise AssertionError("unreachable: the stream is infinite")
+    raise ConfigError(
+        f"task.{split}_size",
+        n,
+        f"at most the {len(out)} distinct {split} problems these task settings make (raise "
+        "task.max_digits, task.max_operands or task.word_fraction, or ask for fewer)",
+    )
 
 
 def write_jsonl(problems: list[Problem], path: str | Path) -> Path:

@@ -73,3 +73,11 @@ def test_write_jsonl_uses_loader_fields(tmp_path: Path) -> None:
     path = write_jsonl(problems, tmp_path / "d" / "heldout.jsonl")
     rows = [json.loads(line) for line in path.read_text().splitlines()]
     assert rows == [{"id": p.id, "problem": p.problem, "answer": p.answer} for p in problems]
+
+
+def test_asking_for_more_problems_than_the_settings_make_is_a_config_error() -> None:
+    tiny = TaskConfig(
+        min_digits=1, max_digits=1, max_operands=2, word_fraction=0.0, train_size=100_000
+    )
+    with pytest.raises(ConfigError, match="task.train_size"):
+        generate_problems(tiny, "train")

@@ -65,8 +65,10 @@ async def test_cancelling_the_caller_cancels_the_call_on_the_loop() -> None:
 async def test_alongside_waits_for_both_halves_and_names_the_likelier_cause() -> None:
     lt = LoopThread(name="test-loop")
     gate = threading.Event()  # the two halves meet, like the ranks of a collective
+    started = threading.Event()
 
     async def receive() -> str:
+        started.set()
         await asyncio.to_thread(gate.wait, 10)
         return "received"
 
@@ -92,7 +94,10 @@ async def test_alongside_waits_for_both_halves_and_names_the_likelier_cause() ->
         assert isinstance(e.value.__cause__, TimeoutError)
 
         gate.clear()
+        started.clear()
         pending = lt.submit(receive())
+        # cancelled once running (a coroutine cancelled before it starts is never awaited)
+        await anyio.to_thread.run_sync(started.wait, 10)
         with pytest.raises(TimeoutError):
             await lt.alongside(pending, time_out)
         assert pending.cancelled()

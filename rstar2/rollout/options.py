@@ -2,7 +2,11 @@
 
 Settings come from an optional TOML file (`--config`: tables `[rollout]`, `[engine]`,
 `[sandbox]`, `[reward]`, each validated by its component's dataclass) and a few flags that
-override single rollout keys. Whatever is resolved is logged once at start.
+override single rollout keys. Without `--config`, a model that a training run wrote
+(`RUN/model-sft`, `RUN/checkpoints/step-N/...`: a directory up to three levels below a run's
+`config.json`) is rolled out with that run's `[rollout]` table, so the tool output format
+(`tool_show_time`, `tool_output_chars`) and the budgets are the ones it was trained with.
+Whatever is resolved is logged once at start.
 
 What it does not do: open engines, sandboxes or reward pools (the commands do).
 """
@@ -10,8 +14,10 @@ What it does not do: open engines, sandboxes or reward pools (the commands do).
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from rstar2.config import from_dict, load_file, override, to_dict
@@ -57,9 +63,29 @@ def add_rollout_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seed", type=int, default=0, help="sampling seed (default 0)")
 
 
+def training_run_config(model_dir: str | Path, levels: int = 3) -> Path | None:
+    """The `config.json` of the training run that wrote `model_dir`, if any: the nearest one
+    among its parents (up to `levels` up) holding a train config (`rollout` and `stages`)."""
+    for parent in list(Path(model_dir).resolve().parents)[:levels]:
+        path = parent / "config.json"
+        try:
+            data = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue
+        if isinstance(data, dict) and "rollout" in data and "stages" in data:
+            return path
+    return None
+
+
 def resolve_settings(args: argparse.Namespace) -> RunSettings:
-    """Config file tables, then flags; every value validated (ConfigError names the key)."""
+    """Config file tables (or the training run's `[rollout]`), then flags; every value
+    validated (ConfigError names the key)."""
     data: dict[str, Any] = load_file(args.config) if args.config else {}
+    if not args.config and getattr(args, "model", None):
+        run_config = training_run_config(args.model)
+        if run_config is not None:
+            data = {"rollout": json.loads(run_config.read_text())["rollout"]}
+            log.info("rollout settings of the training run %s (--config overrides)", run_config)
     rollout = from_dict(RolloutConfig, data.get("rollout", {}), "rollout")
     for dest, key in _FLAG_KEYS.items():
         value = getattr(args, dest, None)

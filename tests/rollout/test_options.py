@@ -1,0 +1,56 @@
+"""`rstar2 eval` / `chat` settings: a model written by a training run is rolled out with that
+run's `[rollout]` table unless `--config` says otherwise; flags override single keys."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import pytest
+
+from rstar2.config import ConfigError
+from rstar2.rollout.options import add_rollout_arguments, resolve_settings, training_run_config
+
+
+def _args(*argv: str) -> argparse.Namespace:
+    parser = argparse.ArgumentParser()
+    add_rollout_arguments(parser)
+    return parser.parse_args(list(argv))
+
+
+def _run(tmp_path: Path, rollout: dict) -> Path:
+    (tmp_path / "config.json").write_text(json.dumps({"stages": [], "rollout": rollout}))
+    model = tmp_path / "checkpoints" / "step-000010" / "model"
+    model.mkdir(parents=True)
+    (model / "config.json").write_text(json.dumps({"model_type": "qwen2"}))  # the HF config
+    return model
+
+
+def test_a_trained_model_gets_its_runs_rollout_settings(tmp_path: Path) -> None:
+    model = _run(tmp_path, {"tool_show_time": False, "max_response_tokens": 192})
+    assert training_run_config(model) == (tmp_path / "config.json").resolve()
+    settings = resolve_settings(_args("--model", str(model), "--max-turns", "3"))
+    assert settings.rollout.tool_show_time is False
+    assert settings.rollout.max_response_tokens == 192
+    assert settings.rollout.max_turns == 3  # the flag still wins
+
+
+def test_an_explicit_config_wins_over_the_run(tmp_path: Path) -> None:
+    model = _run(tmp_path, {"tool_show_time": False})
+    cfg = tmp_path / "eval.toml"
+    cfg.write_text("[rollout]\ntool_show_time = true\n")
+    assert resolve_settings(_args("--model", str(model), "--config", str(cfg))).rollout.tool_show_time
+
+
+def test_a_model_outside_a_run_gets_the_defaults(tmp_path: Path) -> None:
+    model = tmp_path / "plain"
+    model.mkdir()
+    assert training_run_config(model) is None
+    assert resolve_settings(_args("--model", str(model))).rollout.tool_show_time is True
+
+
+def test_a_bad_value_in_the_run_config_names_the_key(tmp_path: Path) -> None:
+    model = _run(tmp_path, {"max_turns": -1})
+    with pytest.raises(ConfigError, match="rollout.max_turns"):
+        resolve_settings(_args("--model", str(model)))

@@ -315,10 +315,13 @@ class ActorStats(msgspec.Struct, array_like=True, omit_defaults=True):
     blocked_s: float = 0.0
     queue_depth: int = 0
     alive: bool = True
+    reply_s: float = 0.0
+    """Time with at least one of its requests waiting for the service's reply."""
 
 
 class Span(msgspec.Struct, array_like=True):
-    """One traced interval: kind is "handle", "wait" (for input) or "blocked" (on output)."""
+    """One traced interval: kind is "handle", "wait" (for input), "blocked" (on output) or
+    "reply" (one or more of its requests awaiting a service's reply)."""
 
     actor: str
     kind: str

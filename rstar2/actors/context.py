@@ -116,6 +116,8 @@ class ActorContext:
         self._flush_wanted: anyio.Event | None = None
         self._flush_scheduled = False
         self._unyielded_sends = 0
+        self._reply_span: int | None = None
+        """Open "reply" span while any request of this actor awaits its reply."""
         self._packed_ports = {
             name: (box, ports_out[name].msg)
             for name, box in sockets.outboxes.items()
@@ -492,6 +494,8 @@ class ActorContext:
         self._ensure_reader(socks[peer])
         request_id = next(self._request_ids)
         pending = _Pending(anyio.Event())
+        if not self._pending:
+            self._reply_span = self.tracer.begin("reply", port)
         self._pending[request_id] = pending
         try:
             await self._send_frames(socks[peer], [request_id.to_bytes(8, "little"), *frames], port)
@@ -499,6 +503,9 @@ class ActorContext:
                 await pending.event.wait()
         finally:
             self._pending.pop(request_id, None)
+            if not self._pending and self._reply_span is not None:
+                self.tracer.end(self._reply_span)
+                self._reply_span = None
         assert pending.reply is not None
         if isinstance(pending.reply, ActorFailed):
             raise RemoteError(pending.reply)

@@ -3,7 +3,9 @@
 Each actor instance owns one `Tracer`. The runtime records three kinds of span:
 - "wait": the actor was idle, waiting for input;
 - "handle": the actor's code ran on one message (`handle()`), or a custom `serve()` step;
-- "blocked": a send waited because the downstream high-water mark was reached (backpressure).
+- "blocked": a send waited because the downstream high-water mark was reached (backpressure);
+- "reply": one or more of the actor's requests were waiting for a service's reply (from the
+  first request sent to the last reply received; overlapping requests make one span).
 A span is a tuple appended to a `collections.deque(maxlen=capacity)`, so memory is bounded and
 the oldest spans fall off. Only spans that actually waited are recorded for "wait"/"blocked".
 
@@ -29,7 +31,7 @@ from collections.abc import Callable
 from rstar2.wire import ActorStats, Span
 
 SpanKind = str  # "wait" | "handle" | "blocked"
-_KINDS = ("wait", "handle", "blocked")
+_KINDS = ("wait", "handle", "blocked", "reply")
 _OpenSpan = tuple[str, float, str, int]  # kind, start, port, queue depth
 
 now = time.time
@@ -74,6 +76,8 @@ class Tracer:
             self.stats.wait_s += dt
         elif kind == "blocked":
             self.stats.blocked_s += dt
+        elif kind == "reply":
+            self.stats.reply_s += dt
         else:
             raise ValueError(f"unknown span kind {kind!r}")
         if self.enabled:
@@ -131,4 +135,5 @@ class Tracer:
             blocked_s=s.blocked_s + elapsed["blocked"],
             queue_depth=s.queue_depth,
             alive=s.alive,
+            reply_s=s.reply_s + elapsed["reply"],
         )

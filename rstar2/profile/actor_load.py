@@ -8,8 +8,10 @@ For each instance, over the recording's window T:
   when the instance's spans are all still in the ring buffer these are lengths of unions of
   spans, so an actor with several requests in flight counts a moment once (see `_partition`);
   otherwise they come from the `busy_s` / `blocked_s` / `wait_s` counters, capped at 1;
-- other = what is left: code the runtime does not see, such as a custom `serve()` awaiting a
-  request's reply (a client waiting on a service), its own work, or time after it finished;
+- other = what is left: waiting on replies to its own requests (a client waiting on a
+  service: "reply" spans, which take precedence over a wait for input running at the same
+  time), code the runtime does not see (a custom `serve()`'s own work), or time after it
+  finished;
 - msgs_per_s = messages received / T (messages sent for a pure source);
 - queue depth p50 / max over the depths recorded with its handle spans (messages drained and
   waiting behind the one being handled), or the current depth when there are no spans.
@@ -109,11 +111,19 @@ def _partition(st: ActorStats, spans: list[Span], rec: Recording) -> tuple[float
 
     An actor that receives in one task while it handles in others (a service with requests in
     flight) waits for input and works at the same time; a moment counts once, with priority
-    handle > blocked > wait. That needs every span of the instance; when the ring buffer lost
-    some (spans hold less than the counters), the counters are used, capped at 1 in total.
+    handle > blocked > reply > wait (a moment spent waiting on a reply is not idle, even with
+    a wait for input open beside it: it goes to "other"). That needs every span of the
+    instance; when the ring buffer lost some (spans hold less than the counters), the counters
+    are used, capped at 1 in total.
     """
-    by_kind = {k: [s for s in spans if s.kind == k] for k in ("handle", "blocked", "wait")}
-    counters = {"handle": st.busy_s, "blocked": st.blocked_s, "wait": st.wait_s}
+    kinds = ("handle", "blocked", "reply", "wait")
+    by_kind = {k: [s for s in spans if s.kind == k] for k in kinds}
+    counters = {
+        "handle": st.busy_s,
+        "blocked": st.blocked_s,
+        "reply": st.reply_s,
+        "wait": st.wait_s,
+    }
     complete = all(
         sum(s.end - s.start for s in by_kind[k]) >= _COVERAGE * counters[k] for k in counters
     )
@@ -124,8 +134,11 @@ def _partition(st: ActorStats, spans: list[Span], rec: Recording) -> tuple[float
         return busy, min(1.0 - busy - blocked, _clamp(st.wait_s / t)), blocked
     h = union_length(by_kind["handle"], rec.start, rec.end)
     hb = union_length(by_kind["handle"] + by_kind["blocked"], rec.start, rec.end)
-    hbw = union_length(spans, rec.start, rec.end)
-    return _clamp(h / t), _clamp((hbw - hb) / t), _clamp((hb - h) / t)
+    hbr = union_length(
+        by_kind["handle"] + by_kind["blocked"] + by_kind["reply"], rec.start, rec.end
+    )
+    everything = union_length([s for k in kinds for s in by_kind[k]], rec.start, rec.end)
+    return _clamp(h / t), _clamp((everything - hbr) / t), _clamp((hb - h) / t)
 
 
 def union_length(spans: list[Span], lo: float, hi: float) -> float:

@@ -6,7 +6,7 @@ import anyio
 import pytest
 from actor_graphs import DEMO
 
-from rstar2.actors import graph_config, open_graph
+from rstar2.actors import graph_config, open_graph, run_graph
 from rstar2.actors.trace import Tracer
 
 
@@ -70,3 +70,35 @@ async def test_an_actor_waiting_for_input_reads_as_waiting_before_any_message() 
     [stats] = reply.actors
     assert stats.handled == 0 and stats.wait_s > 0
     assert [s.kind for s in reply.spans] == ["wait"]
+
+
+def test_reply_spans_go_to_their_own_counter() -> None:
+    clock = FakeClock()
+    tracer = Tracer("client.0", "main", clock=clock)
+    token = tracer.begin("reply", "req")
+    clock.t = 101.5
+    assert tracer.snapshot().reply_s == 1.5
+    tracer.end(token)
+    assert tracer.stats.reply_s == 1.5 and tracer.stats.wait_s == 0.0
+
+
+@pytest.mark.anyio
+async def test_a_client_records_one_reply_span_per_request_it_waits_on() -> None:
+    cfg = graph_config(
+        {
+            "name": "test-reply",
+            "edges": ["pinger.req -> echo.req"],
+            "actors": [
+                {"name": "echo", "cls": f"{DEMO}:Echo"},
+                {"name": "pinger", "cls": f"{DEMO}:Pinger", "params": {"n": 5}},
+            ],
+        }
+    )
+    result = await run_graph(cfg, spans=True)
+    replies = [s for s in result.spans if s.kind == "reply"]
+    assert len(replies) == 5 and {s.actor for s in replies} == {"pinger.0"}
+    assert all(s.port == "req" and s.end >= s.start for s in replies)
+    total = sum(s.end - s.start for s in replies)
+    assert total == pytest.approx(sum(result.result["rtt_s"]), rel=0.5, abs=0.01)
+    [pinger] = [a for a in result.stats if a.actor == "pinger.0"]
+    assert pinger.reply_s == pytest.approx(total)

@@ -16,7 +16,7 @@ def span(actor: str, kind: str, start: float, end: float, depth: int = 0) -> Spa
 
 def stats_for(actor: str, spans: list[Span], process: str = "main", **counts: int) -> ActorStats:
     """Counters that agree with `spans` (as the runtime keeps them)."""
-    totals = {"handle": 0.0, "wait": 0.0, "blocked": 0.0}
+    totals = {"handle": 0.0, "wait": 0.0, "blocked": 0.0, "reply": 0.0}
     for s in spans:
         if s.actor == actor:
             totals[s.kind] += s.end - s.start
@@ -26,6 +26,7 @@ def stats_for(actor: str, spans: list[Span], process: str = "main", **counts: in
         busy_s=totals["handle"],
         wait_s=totals["wait"],
         blocked_s=totals["blocked"],
+        reply_s=totals["reply"],
         **counts,
     )
 

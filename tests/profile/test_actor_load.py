@@ -46,6 +46,19 @@ def test_a_service_waiting_while_requests_are_in_flight_counts_each_moment_once(
     assert a.busy + a.idle + a.blocked + a.other == pytest.approx(1.0)
 
 
+def test_a_client_waiting_on_replies_is_not_idle() -> None:
+    # a custom serve(): waits for input in one task while its requests wait on a service
+    spans = [
+        span("c.0", "wait", 0.0, 1.0),
+        span("c.0", "reply", 0.2, 0.7),
+        span("c.0", "reply", 0.5, 0.8),
+        span("c.0", "handle", 0.1, 0.2),
+    ]
+    a = instance_loads(recording(spans))["c.0"]
+    assert (a.busy, a.idle, a.blocked) == pytest.approx((0.1, 0.3, 0.0), abs=1e-6)
+    assert a.other == pytest.approx(0.6, abs=1e-6)  # waiting on replies, not idle
+
+
 def test_counters_are_used_when_the_ring_buffer_lost_spans() -> None:
     spans = [span("s.0", "handle", 0.9, 1.0)]
     stats = [ActorStats("s.0", "main", received=50, busy_s=0.8, wait_s=0.5)]

@@ -108,4 +108,7 @@ def test_a_slowed_actor_is_named_the_bottleneck(
     [row] = [r for r in read_metrics(run_dir / "metrics.jsonl") if "time_gen_s" in r]
     assert row["tool_calls_mean"] >= 0.5, row
     assert slow != "learner" or row["trained_rollouts"] > 0, row
+    if slow == "sandbox":  # the rollout worker waits on its tool calls: not idle, evidence
+        assert any(e.startswith("caller rollout") for e in doc["evidence"]), doc["evidence"]
+        assert doc["actors"]["rollout"]["idle"] < 0.5, doc["actors"]["rollout"]
     _check_trace(tmp_path)

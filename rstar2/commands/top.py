@@ -2,7 +2,8 @@
 
 Attaches to every graph running on this machine (or the one `--endpoint` names) through its
 stats endpoint, polls counters (never spans) every `--interval` seconds and reprints a table:
-input and output messages/s, busy / idle / blocked share of the interval, the queue depth
+input and output messages/s, busy / idle / blocked share of the interval, the share spent
+waiting on replies to its own requests (which overlaps idle for a client), the queue depth
 the actor sees, messages handled so far. `--once` prints one table after one interval and
 exits; `--json` prints that as JSON (for scripts and tests). Exit code 1 when no graph runs.
 

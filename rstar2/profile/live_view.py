@@ -32,6 +32,8 @@ class LiveRow:
     busy: float
     idle: float
     blocked: float
+    replies: float
+    """Share of the interval with requests of its own awaiting replies (overlaps idle)."""
     queue_depth: int
     handled: int
     alive: bool
@@ -96,6 +98,7 @@ def live_rows(prev: list[ActorStats], cur: list[ActorStats], dt: float) -> list[
                 busy=min(1.0, max(0.0, s.busy_s - p.busy_s) / dt),
                 idle=min(1.0, max(0.0, s.wait_s - p.wait_s) / dt),
                 blocked=min(1.0, max(0.0, s.blocked_s - p.blocked_s) / dt),
+                replies=min(1.0, max(0.0, s.reply_s - p.reply_s) / dt),
                 queue_depth=s.queue_depth,
                 handled=s.handled,
                 alive=s.alive,
@@ -107,14 +110,15 @@ def live_rows(prev: list[ActorStats], cur: list[ActorStats], dt: float) -> list[
 def format_rows(title: str, rows: list[LiveRow]) -> str:
     head = (
         f"{'actor':<20}{'process':<10}{'in/s':>9}{'out/s':>9}{'busy':>7}{'idle':>7}"
-        f"{'blocked':>9}{'queue':>7}{'handled':>10}"
+        f"{'blocked':>9}{'replies':>9}{'queue':>7}{'handled':>10}"
     )
     lines = [title, head]
     for r in rows:
         flag = "" if r.alive else "  (dead)"
         lines.append(
             f"{r.actor:<20}{r.process:<10}{r.msgs_per_s:>9.1f}{r.sent_per_s:>9.1f}"
-            f"{r.busy:>7.0%}{r.idle:>7.0%}{r.blocked:>9.0%}{r.queue_depth:>7}{r.handled:>10}{flag}"
+            f"{r.busy:>7.0%}{r.idle:>7.0%}{r.blocked:>9.0%}{r.replies:>9.0%}{r.queue_depth:>7}"
+            f"{r.handled:>10}{flag}"
         )
     return "\n".join(lines)
 

@@ -16,10 +16,17 @@ from rstar2.wire import ActorStats
 
 
 def test_live_rows_are_rates_over_the_interval() -> None:
-    prev = [ActorStats("sandbox.0", "main", received=10, busy_s=1.0, wait_s=0.5)]
+    prev = [ActorStats("sandbox.0", "main", received=10, busy_s=1.0, wait_s=0.5, reply_s=1.0)]
     cur = [
         ActorStats(
-            "sandbox.0", "main", received=30, sent=5, busy_s=1.5, wait_s=0.75, queue_depth=4
+            "sandbox.0",
+            "main",
+            received=30,
+            sent=5,
+            busy_s=1.5,
+            wait_s=0.75,
+            queue_depth=4,
+            reply_s=2.0,
         ),
         ActorStats("reward.0", "tools", received=3, busy_s=3.0, alive=False),
     ]
@@ -32,6 +39,7 @@ def test_live_rows_are_rates_over_the_interval() -> None:
         0.125,
         4,
     )
+    assert s.replies == 0.5
     assert rows["reward.0"].busy == 1.0  # new instance counts from zero, capped at 100%
     text = format_rows("graph g", list(rows.values()))
     assert "(dead)" in text and "sandbox.0" in text

@@ -509,6 +509,9 @@ class TrajectoryResult(Message, tag=71):
     running: int = 0
     waiting: int = 0
     preemptions: int = 0
+    tool_latencies: list[float] = msgspec.field(default_factory=list)
+    """Wall seconds of each executed tool call, in turn order (0.0 for a turn whose call was
+    answered without running, e.g. malformed): the rollout trace's tool latencies."""
 
 
 @register

@@ -3,11 +3,14 @@
 A trajectory is a prompt followed by turns; each turn generates `model_tokens` and, except the
 last, ends in a tool call that returns `tool_tokens` of output after `tool_latency_s`. The step
 is P prompts x N rollouts (`generate`), or a JSONL trace (`load_trace`) with one trajectory per
-line in the format the live rollout actor records (see docs/sim.md):
+line in the format the live trainer records (`RUN/rollout_trace.jsonl`, built by
+`trace_record`; see docs/sim.md):
 
-    {"prompt_id": "p0", "prompt_tokens": 312, "max_response_tokens": 12288,
+    {"step": 3, "prompt_id": "p0", "prompt_tokens": 312, "max_response_tokens": 12288,
      "turns": [{"model_tokens": 800, "tool_tokens": 60, "tool_latency_s": 0.21},
                {"model_tokens": 950, "tool_tokens": 0, "tool_latency_s": 0.0}]}
+
+A trace of several steps (records with a `step`) replays one of them: the last by default.
 
 Generated lengths: the model tokens of a trajectory are lognormal with the configured mean and
 sigma (or uniform), capped at the response budget; tool calls per trajectory are Poisson
@@ -87,6 +90,8 @@ class WorkloadConfig:
     """Mean tool-call latency in seconds (paper: ~0.3 s)."""
     trace: str | None = None
     """Replay this JSONL trace instead of generating (the fields above are then ignored)."""
+    trace_step: int | None = None
+    """With a trace of several steps: the step to replay (None: the last one)."""
 
     def validate(self) -> None:
         require(self.prompts >= 1, "prompts", self.prompts, ">= 1")
@@ -190,7 +195,7 @@ def _trajectory(
 def generate(cfg: WorkloadConfig, seed: int) -> list[TrajectorySpec]:
     """The trajectories of one step: P prompts x N rollouts, a pure function of (cfg, seed)."""
     if cfg.trace is not None:
-        return load_trace(cfg.trace)
+        return load_trace(cfg.trace, cfg.trace_step)
     rng = random.Random(seed)
     out = []
     for p in range(cfg.prompts):
@@ -213,15 +218,64 @@ def _turn_from(obj: object, where: str) -> Turn:
     return turn
 
 
-def load_trace(path: str | Path) -> list[TrajectorySpec]:
-    """Trajectories from a JSONL trace (one object per line; format in the module docstring)."""
+def trace_record(
+    prompt_id: str,
+    prompt_tokens: int,
+    max_response_tokens: int,
+    loss_mask: list[int],
+    tool_latencies: list[float],
+    **extra: object,
+) -> dict[str, object]:
+    """One trace line for a finished live trajectory.
+
+    The response part of `loss_mask` (after `prompt_tokens`) alternates runs of sampled tokens
+    (1: a turn's model tokens) and forced ones (0: the tool response and the chat-template
+    tokens around it, i.e. what the engine prefills before the next turn). Turn k is its model
+    run, the forced run after it, and `tool_latencies[k]` (0 for a turn without one, such as a
+    malformed call answered without running anything). `extra` adds fields (`step`, `traj_id`).
+    """
+    if not 1 <= prompt_tokens <= len(loss_mask):
+        raise ValueError(f"prompt_tokens {prompt_tokens} outside a mask of {len(loss_mask)}")
+    runs: list[list[int]] = []  # [sampled?, length]
+    for bit in loss_mask[prompt_tokens:]:
+        if runs and runs[-1][0] == bit:
+            runs[-1][1] += 1
+        else:
+            runs.append([bit, 1])
+    if runs and runs[0][0] == 0:  # forced tokens before the first sampled one: template
+        runs.pop(0)
+    turns = []
+    for i in range(0, len(runs), 2):
+        model = runs[i][1]
+        tool = runs[i + 1][1] if i + 1 < len(runs) else 0
+        k = len(turns)
+        latency = tool_latencies[k] if tool and k < len(tool_latencies) else 0.0
+        turns.append({"model_tokens": model, "tool_tokens": tool, "tool_latency_s": latency})
+    used = sum(t["model_tokens"] + t["tool_tokens"] for t in turns)
+    return {
+        **extra,
+        "prompt_id": prompt_id,
+        "prompt_tokens": prompt_tokens,
+        "max_response_tokens": max(max_response_tokens, used),
+        "turns": turns,
+    }
+
+
+def load_trace(path: str | Path, step: int | None = None) -> list[TrajectorySpec]:
+    """Trajectories from a JSONL trace (one object per line; format in the module docstring).
+
+    Records with a `step` field: only those of `step` (default: the largest in the file)."""
+    lines = _records(path)
+    steps = {obj.get("step") for _, obj in lines if isinstance(obj, dict)} - {None}
+    if step is not None and step not in steps:
+        raise ValueError(f"{path}: no records of step {step} (steps: {sorted(steps) or 'none'})")
+    chosen = step if step is not None else (max(steps) if steps else None)
     out = []
-    for n, line in enumerate(Path(path).read_text().splitlines(), start=1):
-        if not line.strip():
-            continue
+    for n, obj in lines:
         where = f"{path}:{n}"
+        if chosen is not None and isinstance(obj, dict) and obj.get("step") != chosen:
+            continue
         try:
-            obj = json.loads(line)
             turns = tuple(_turn_from(t, where) for t in obj["turns"])
             prompt_tokens = int(obj["prompt_tokens"])
             used = sum(t.model_tokens + t.tool_tokens for t in turns)
@@ -232,11 +286,24 @@ def load_trace(path: str | Path) -> list[TrajectorySpec]:
                 int(obj.get("max_response_tokens", used)),
                 turns,
             )
-        except (json.JSONDecodeError, KeyError, TypeError) as e:
+        except (KeyError, TypeError) as e:
             raise ValueError(f"{where}: not a trajectory record ({e!r})") from None
         if not turns or prompt_tokens < 1 or spec.max_response_tokens < used:
             raise ValueError(f"{where}: need >= 1 turn, prompt_tokens >= 1, budget >= used tokens")
         out.append(spec)
     if not out:
         raise ValueError(f"{path}: the trace holds no trajectories")
+    return out
+
+
+def _records(path: str | Path) -> list[tuple[int, object]]:
+    """(line number, parsed JSON) of every non-empty line; a line that is not JSON is an error
+    naming it."""
+    out = []
+    for n, line in enumerate(Path(path).read_text().splitlines(), start=1):
+        if line.strip():
+            try:
+                out.append((n, json.loads(line)))
+            except json.JSONDecodeError as e:
+                raise ValueError(f"{path}:{n}: not a trajectory record ({e!r})") from None
     return out

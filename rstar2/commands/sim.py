@@ -64,7 +64,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-response", type=int, help="response budget (default 12288)")
     parser.add_argument("--tool-calls", type=float, help="mean tool calls per trajectory")
     parser.add_argument("--tool-latency", type=float, help="mean tool latency in s (default 0.3)")
-    parser.add_argument("--trace", help="replay a JSONL trace instead of generating")
+    parser.add_argument(
+        "--trace", help="replay a JSONL trace (e.g. RUN/rollout_trace.jsonl) instead of generating"
+    )
+    parser.add_argument(
+        "--trace-step", type=int, help="with a trace of several steps: which (default: the last)"
+    )
     parser.add_argument("--reservation", choices=["max", "predicted"], help="kv_aware reservation")
     parser.add_argument(
         "--no-turn-moves",
@@ -94,6 +99,7 @@ _WORKLOAD_FLAGS = {
     "tool_calls": "tool_calls_mean",
     "tool_latency": "tool_latency_mean_s",
     "trace": "trace",
+    "trace_step": "trace_step",
 }
 
 

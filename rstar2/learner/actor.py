@@ -17,7 +17,9 @@ One RL step, all on the live actor graph:
    say which: `weights_broadcast_bytes` (through the group, once) and `weights_bus_bytes`
    (over the bus, all workers together);
 5. evaluate held-out accuracy when due, write the metrics row and a progress line, and
-   checkpoint when due.
+   checkpoint when due. The step's trajectories also go to `RUN/rollout_trace.jsonl`
+   (`rstar2/train/rollout_trace.py`: the simulator's trace format) unless `rollout_trace`
+   is off.
 
 Stage boundaries follow `cfg.stages`: a stage may first filter the problem pool (drop problems
 the current policy solves `filter_samples` times out of `filter_samples`) and reset the
@@ -57,6 +59,7 @@ from rstar2.learner.weight_broadcast import LearnerWeightGroup, layout_for
 from rstar2.metrics import MetricsLog
 from rstar2.profile.handling import handling
 from rstar2.train.config import TrainConfig
+from rstar2.train.rollout_trace import RolloutTrace
 from rstar2.train.step_metrics import accuracy, rollout_metrics, stage_split
 from rstar2.wire import (
     EngineReport,
@@ -121,6 +124,7 @@ class LearnerActor(Actor):
         self.weight_sync_host = weight_sync_host
         """Address of this process that every engine's workers reach (the weight group)."""
         self.group: LearnerWeightGroup | None = None
+        self.trace: RolloutTrace | None = None
         self.kv_samples: list[list[Any]] = []
         """[track, name, time, value] rows for the profiler (kept only when `profile`)."""
 
@@ -130,7 +134,9 @@ class LearnerActor(Actor):
         state = await anyio.to_thread.run_sync(
             RunState.open, self.cfg, self.run_dir, self.model_dir, self.resume
         )
-        metrics = MetricsLog(self.run_dir, resume_step=state.progress.step if self.resume else None)
+        resume_step = state.progress.step if self.resume else None
+        metrics = MetricsLog(self.run_dir, resume_step=resume_step)
+        self.trace = RolloutTrace(self.run_dir, resume_step) if self.cfg.rollout_trace else None
         try:
             await self._open_group(ctx)
             await self._push_weights(ctx, state)
@@ -150,6 +156,8 @@ class LearnerActor(Actor):
             summary = await self._finish(ctx, state, metrics)
         finally:
             metrics.close()
+            if self.trace is not None:
+                self.trace.close()
             if self.group is not None:
                 self.group.close()
         if self.profile:
@@ -176,6 +184,8 @@ class LearnerActor(Actor):
         )
         results = await self._roll_out(ctx, tasks, step)
         rollout_s = time.perf_counter() - start
+        if self.trace is not None:
+            self.trace.write(step, results, stage.max_response_tokens)
         update, learner_s, sync_s = await self._update(ctx, state, results, step)
         row: dict[str, Any] = {"step": step, "stage": stage.name}
         row.update(rollout_metrics(results))

@@ -103,18 +103,31 @@ class GraphTools:
 
 
 class _TimedTools:
-    """Adds up the wall time one trajectory spends waiting on tools."""
+    """Adds up the wall time one trajectory spends waiting on tools, and keeps each call's."""
 
     def __init__(self, inner: GraphTools) -> None:
         self.inner = inner
         self.seconds = 0.0
+        self.latencies: dict[str, float] = {}
+        """Request id ("<traj>/t<turn>") -> wall seconds of that call."""
 
     async def run(self, req: ExecRequest) -> ExecResult:
         start = time.perf_counter()
         try:
             return await self.inner.run(req)
         finally:
-            self.seconds += time.perf_counter() - start
+            elapsed = time.perf_counter() - start
+            self.seconds += elapsed
+            self.latencies[req.id] = elapsed
+
+    def per_turn(self, turns: int) -> list[float]:
+        """Latency of turn k's call for k < turns (0.0 where the turn ran none)."""
+        by_turn: dict[int, float] = {}
+        for request_id, seconds in self.latencies.items():
+            _, _, turn = request_id.rpartition("/t")
+            if turn.isdigit():
+                by_turn[int(turn)] = seconds
+        return [by_turn.get(k, 0.0) for k in range(turns)]
 
 
 class _TracedEngine:
@@ -191,7 +204,13 @@ def _failed(request_id: str, status: str, message: str) -> ExecResult:
 
 
 def to_result(
-    task: RolloutTask, traj: Trajectory, engine: int, stats: Any, gen_s: float, tool_s: float
+    task: RolloutTask,
+    traj: Trajectory,
+    engine: int,
+    stats: Any,
+    gen_s: float,
+    tool_s: float,
+    tool_latencies: list[float] | None = None,
 ) -> TrajectoryResult:
     """The wire form of a finished trajectory, with the engine's stats attached."""
     return TrajectoryResult(
@@ -220,6 +239,7 @@ def to_result(
         running=stats.running,
         waiting=stats.waiting,
         preemptions=stats.preemptions,
+        tool_latencies=tool_latencies or [],
     )
 
 
@@ -344,7 +364,13 @@ class RolloutWorker(Actor):
         )
         wall = time.perf_counter() - start
         result = to_result(
-            task, traj, self.index, engine.stats(), wall - timed.seconds, timed.seconds
+            task,
+            traj,
+            self.index,
+            engine.stats(),
+            wall - timed.seconds,
+            timed.seconds,
+            timed.per_turn(traj.turns),
         )
         await ctx.reply(incoming, result)
 

@@ -153,6 +153,9 @@ class TrainConfig:
     """Write a checkpoint every this many RL steps (and at the end)."""
     keep_checkpoints: int = 2
     """Checkpoints kept on disk (older ones are pruned)."""
+    rollout_trace: bool = True
+    """Record every RL step's trajectories (token counts per turn, tool latencies) in
+    `RUN/rollout_trace.jsonl`, the simulator's trace format (`rstar2 sim --trace`)."""
     model: ModelSource = field(default_factory=ModelSource)
     """The initial policy."""
     task: TaskConfig = field(default_factory=TaskConfig)

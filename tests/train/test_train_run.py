@@ -50,6 +50,19 @@ def test_train_writes_metrics_plot_and_checkpoints(tmp_path: Path, smoke_config:
     assert (run / "curves.png").read_bytes()[:4] == b"\x89PNG"
     assert (run / "checkpoints" / "LATEST").read_text().strip() == "step-000003"
     assert any((run / "tensorboard").iterdir())
+    # every RL step's trajectories, replayable by the simulator
+    trace = [json.loads(line) for line in (run / "rollout_trace.jsonl").read_text().splitlines()]
+    assert sorted({r["step"] for r in trace}) == [1, 2, 3]
+    sim = subprocess.run(
+        [sys.executable, "-m", "rstar2.cli", "-q", "sim", "--trace", str(run / "rollout_trace.jsonl"),
+         "--trace-step", "2", "--gpus", "1", "--json", "--no-progress"],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert sim.returncode == 0, sim.stderr[-3000:]
+    replayed = json.loads(sim.stdout)
+    step2 = [r for r in trace if r["step"] == 2]
+    generated = sum(t["model_tokens"] for r in step2 for t in r["turns"])
+    assert replayed["tokens_per_s"] * replayed["makespan_s"] == pytest.approx(generated, rel=1e-3)
 
 
 @pytest.mark.slow
@@ -84,6 +97,10 @@ def test_resume_after_sigkill_matches_uninterrupted(tmp_path: Path, smoke_config
     assert deterministic(read_metrics(run / "metrics.jsonl")) == deterministic(
         read_metrics(ref / "metrics.jsonl")
     )
+    # the rollout trace keeps no line of a step run twice
+    steps = [json.loads(line)["step"] for line in (run / "rollout_trace.jsonl").open()]
+    ref_steps = [json.loads(line)["step"] for line in (ref / "rollout_trace.jsonl").open()]
+    assert steps == ref_steps
 
 
 @pytest.mark.slow

@@ -1,0 +1,56 @@
+"""`RUN/rollout_trace.jsonl`: one line per trajectory of each RL step, resume drops the steps
+that run again, and the rollout worker times each tool call by turn."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from rstar2.rollout.worker import _TimedTools
+from rstar2.train.rollout_trace import TRACE_FILE, RolloutTrace
+from rstar2.wire import ExecRequest, ExecResult, TrajectoryResult
+
+
+def result(traj: str, mask: list[int], latencies: list[float]) -> TrajectoryResult:
+    return TrajectoryResult(
+        traj_id=traj, prompt_id="p", sample=0, step=1, kind="train", answer="1",
+        token_ids=list(range(len(mask))), loss_mask=mask, logprobs=[0.0] * len(mask),
+        prompt_len=2, response_text="", turns=2, tool_calls=1, tool_errors=0, tool_timeouts=0,
+        answer_tags=1, finish_reason="answer", engine=0, tool_latencies=latencies,
+    )  # fmt: skip
+
+
+def lines(run: Path) -> list[dict]:
+    return [json.loads(line) for line in (run / TRACE_FILE).read_text().splitlines()]
+
+
+def test_each_step_is_appended_and_resume_drops_later_steps(tmp_path: Path) -> None:
+    mask = [0, 0, 1, 1, 0, 1]
+    trace = RolloutTrace(tmp_path)
+    for step in (1, 2, 3):
+        assert trace.write(step, [result(f"a{step}", mask, [0.2]), result("b", [0, 0], [])], 8) == 1
+    trace.close()
+    assert [(r["step"], r["traj_id"]) for r in lines(tmp_path)] == [(1, "a1"), (2, "a2"), (3, "a3")]
+    assert lines(tmp_path)[0]["turns"][0] == {"model_tokens": 2, "tool_tokens": 1, "tool_latency_s": 0.2}
+    RolloutTrace(tmp_path, resume_step=2).close()
+    assert [r["step"] for r in lines(tmp_path)] == [1, 2]
+    RolloutTrace(tmp_path).close()  # a fresh run starts a fresh trace
+    assert lines(tmp_path) == []
+
+
+class _Tools:
+    async def run(self, req: ExecRequest) -> ExecResult:
+        return ExecResult(id=req.id, status="ok", stdout="", stderr="", exit_code=0, wall_s=0.0)
+
+
+@pytest.mark.anyio
+async def test_tool_latencies_are_kept_per_turn() -> None:
+    timed = _TimedTools(_Tools())  # type: ignore[arg-type]
+    for turn in (0, 2):
+        await timed.run(ExecRequest(id=f"p/t1/0/t{turn}", code="print(1)"))
+    latencies = timed.per_turn(4)
+    assert len(latencies) == 4 and latencies[1] == latencies[3] == 0.0
+    assert latencies[0] > 0 and latencies[2] > 0
+    assert sum(latencies) == pytest.approx(timed.seconds)

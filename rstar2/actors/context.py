@@ -116,6 +116,8 @@ class ActorContext:
         self._flush_wanted: anyio.Event | None = None
         self._flush_scheduled = False
         self._unyielded_sends = 0
+        self._yields = 0
+        """Sends that awaited (let other tasks run): `serve_handle` ends its span run there."""
         self._reply_span: int | None = None
         """Open "reply" span while any request of this actor awaits its reply."""
         self._packed_ports = {
@@ -241,8 +243,10 @@ class ActorContext:
         """The default `Actor.serve`: receive and dispatch to `actor.handle`, forever.
 
         The same as `dispatch(await recv())` in a loop, made cheaper per message: no await for
-        a message whose `handle` sends nothing, and, while messages are handled back to back,
-        one clock read per message (a span ends where the next begins).
+        a message whose `handle` sends nothing, and one "handle" span per run of messages
+        handled back to back on one port (sends that did not let another task run included:
+        that time is this actor's work), recorded when the run ends: at a port change, before
+        the actor waits for input, or when a send yielded. One clock read per message.
         """
         buffer = self._buffer
         tracer = self.tracer
@@ -252,31 +256,58 @@ class ActorContext:
         while True:
             if not buffer:
                 await self._fill()
-            start = now()
+            run_start = end = now()
+            run_port = ""
+            count = depth = 0
             while buffer:
                 incoming = buffer.popleft()
+                port = incoming.port
+                if port != run_port:
+                    if count:  # a run on another port ends here
+                        stats.busy_s += end - run_start
+                        stats.handled += count
+                        if ring is not None:
+                            ring.append(("handle", run_start, end, run_port, depth))
+                        run_start, count, depth = end, 0, 0
+                    run_port = port
                 try:
-                    outputs = handle(incoming.port, incoming.msg)
-                except BaseException:
+                    outputs = handle(port, incoming.msg)
+                except BaseException:  # the run so far is recorded; the failure is reported
+                    stats.busy_s += now() - run_start
+                    stats.handled += count
+                    if ring is not None and count:
+                        ring.append(("handle", run_start, end, run_port, depth))
                     if incoming.reply_to is not None:
                         self._reply_failure(incoming)
                     raise
-                end = now()
-                # Tracer.handled, inlined: this loop runs once per message.
-                stats.busy_s += end - start
-                stats.handled += 1
-                if ring is not None:
-                    ring.append(("handle", start, end, incoming.port, len(buffer)))
+                count += 1
+                if len(buffer) > depth:
+                    depth = len(buffer)
                 if outputs:
                     if not isinstance(outputs, list):
                         raise TypeError(
                             f"{self.name}.handle must return a list, got {type(outputs).__name__}"
                         )
                     stats.queue_depth = len(buffer)  # stats are read only while we await
+                    yields = self._yields
+                    end = now()
                     await self._send_outputs(incoming, outputs)
-                    start = now()  # the send may have let other tasks run
+                    if self._yields != yields:  # other tasks ran: the run ends before the send
+                        stats.busy_s += end - run_start
+                        stats.handled += count
+                        if ring is not None:
+                            ring.append(("handle", run_start, end, run_port, depth))
+                        count = depth = 0
+                        run_start = end = now()
+                    else:
+                        end = now()
                 else:
-                    start = end
+                    end = now()
+            if count:
+                stats.busy_s += end - run_start
+                stats.handled += count
+                if ring is not None:
+                    ring.append(("handle", run_start, end, run_port, depth))
             stats.queue_depth = 0
 
     async def dispatch(self, actor: Actor, incoming: Incoming) -> None:
@@ -396,11 +427,13 @@ class ActorContext:
             return
         if not outbox.lock.locked() and outbox.sock.send_nowait([outbox.frame()]):
             self.tracer.stats.sent += outbox.clear()
+            self._yields += 1
             await anyio.lowlevel.checkpoint()  # a producer that never blocks still lets others run
             return
         # Full downstream, or another task is sending this outbox's previous frame: wait in
         # line (the lock keeps frames in order) and count it as blocked on output.
         token = self.tracer.begin("blocked", port, len(self._buffer)) if trace else None
+        self._yields += 1
         try:
             async with outbox.lock:
                 while outbox.bodies:
@@ -436,9 +469,11 @@ class ActorContext:
             self._unyielded_sends += 1
             if self._unyielded_sends >= _CHECKPOINT_EVERY:  # let other tasks run now and then
                 self._unyielded_sends = 0
+                self._yields += 1
                 await anyio.lowlevel.checkpoint()
         else:
             token = self.tracer.begin("blocked", port, len(self._buffer))
+            self._yields += 1
             try:
                 await sock.send(frames)
             finally:

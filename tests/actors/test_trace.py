@@ -102,3 +102,46 @@ async def test_a_client_records_one_reply_span_per_request_it_waits_on() -> None
     assert total == pytest.approx(sum(result.result["rtt_s"]), rel=0.5, abs=0.01)
     [pinger] = [a for a in result.stats if a.actor == "pinger.0"]
     assert pinger.reply_s == pytest.approx(total)
+
+
+class _Counter:
+    """A sink-like actor: handles everything, sends nothing."""
+
+    def __init__(self) -> None:
+        self.seen: list[tuple[str, int]] = []
+
+    def handle(self, port: str, msg: object) -> list:
+        self.seen.append((port, msg.seq))  # type: ignore[attr-defined]
+        return []
+
+
+@pytest.mark.anyio
+async def test_messages_handled_back_to_back_make_one_span_per_port_run() -> None:
+    import zmq
+
+    from rstar2.actors import port
+    from rstar2.actors.actor import Incoming
+    from rstar2.actors.context import ActorContext, ContextSockets
+    from rstar2.actors.sockets import SocketFactory
+    from rstar2.wire import Item
+
+    factory = SocketFactory(zmq.Context())
+    try:
+        inputs = {p: factory.bind(zmq.PULL, f"inproc://runs-{p}") for p in ("a", "b")}
+        socks = ContextSockets(inputs=inputs)
+        order = ["a", "a", "a", "b", "a"]
+        socks.received.extend(Incoming(p, Item(i, i)) for i, p in enumerate(order))
+        ports = {"a": port(Item), "b": port(Item)}
+        tracer = Tracer("c.0", "main")
+        ctx = ActorContext("c.0", ports, {}, socks, tracer, max_message_bytes=1 << 20)
+        actor = _Counter()
+        with anyio.move_on_after(0.2):  # then it waits for input that never comes
+            await ctx.serve_handle(actor)  # type: ignore[arg-type]
+    finally:
+        factory.close()
+    assert actor.seen == [(p, i) for i, p in enumerate(order)]
+    handles = [s for s in tracer.spans() if s.kind == "handle"]
+    assert [(s.port, s.queue_depth) for s in handles] == [("a", 4), ("b", 1), ("a", 0)]
+    assert all(x.end <= y.start for x, y in zip(handles, handles[1:], strict=False))
+    assert tracer.stats.handled == 5
+    assert tracer.stats.busy_s == pytest.approx(sum(s.end - s.start for s in handles))

@@ -250,9 +250,7 @@ class ActorContext:
         """
         buffer = self._buffer
         tracer = self.tracer
-        stats = tracer.stats
         handle = actor.handle
-        ring = tracer.ring if tracer.enabled else None
         while True:
             if not buffer:
                 await self._fill()
@@ -264,51 +262,38 @@ class ActorContext:
                 port = incoming.port
                 if port != run_port:
                     if count:  # a run on another port ends here
-                        stats.busy_s += end - run_start
-                        stats.handled += count
-                        if ring is not None:
-                            ring.append(("handle", run_start, end, run_port, depth))
+                        tracer.handled(run_start, end, run_port, depth, count)
                         run_start, count, depth = end, 0, 0
                     run_port = port
                 try:
                     outputs = handle(port, incoming.msg)
                 except BaseException:  # the run so far is recorded; the failure is reported
-                    stats.busy_s += now() - run_start
-                    stats.handled += count
-                    if ring is not None and count:
-                        ring.append(("handle", run_start, end, run_port, depth))
+                    if count:
+                        tracer.handled(run_start, end, run_port, depth, count)
                     if incoming.reply_to is not None:
                         self._reply_failure(incoming)
                     raise
                 count += 1
                 if len(buffer) > depth:
                     depth = len(buffer)
+                end = now()
                 if outputs:
                     if not isinstance(outputs, list):
                         raise TypeError(
                             f"{self.name}.handle must return a list, got {type(outputs).__name__}"
                         )
-                    stats.queue_depth = len(buffer)  # stats are read only while we await
+                    tracer.stats.queue_depth = len(buffer)  # stats are read only while we await
                     yields = self._yields
-                    end = now()
                     await self._send_outputs(incoming, outputs)
                     if self._yields != yields:  # other tasks ran: the run ends before the send
-                        stats.busy_s += end - run_start
-                        stats.handled += count
-                        if ring is not None:
-                            ring.append(("handle", run_start, end, run_port, depth))
+                        tracer.handled(run_start, end, run_port, depth, count)
                         count = depth = 0
                         run_start = end = now()
                     else:
                         end = now()
-                else:
-                    end = now()
             if count:
-                stats.busy_s += end - run_start
-                stats.handled += count
-                if ring is not None:
-                    ring.append(("handle", run_start, end, run_port, depth))
-            stats.queue_depth = 0
+                tracer.handled(run_start, end, run_port, depth, count)
+            tracer.stats.queue_depth = 0
 
     async def dispatch(self, actor: Actor, incoming: Incoming) -> None:
         """Run `actor.handle` on one message and send what it returns (replies too)."""

@@ -30,13 +30,13 @@ from collections.abc import Callable
 
 from rstar2.wire import ActorStats, Span
 
-SpanKind = str  # "wait" | "handle" | "blocked"
+SpanKind = str  # "wait" | "handle" | "blocked" | "reply"
 _KINDS = ("wait", "handle", "blocked", "reply")
 _OpenSpan = tuple[str, float, str, int]  # kind, start, port, queue depth
 
 now = time.time
 """The clock spans use (wall time, so spans of several processes line up); an alias rather
-than a wrapper because the runtime reads it twice per message."""
+than a wrapper because the runtime reads it once per message."""
 
 
 class Tracer:
@@ -57,9 +57,7 @@ class Tracer:
         self.actor = actor
         self.process = process
         self.enabled = enabled
-        self.ring: deque[tuple[str, float, float, str, int]] = deque(maxlen=capacity)
-        """Recorded spans (kind, start, end, port, depth); the runtime's per-message loop appends
-        "handle" spans here directly."""
+        self._ring: deque[tuple[str, float, float, str, int]] = deque(maxlen=capacity)
         self._open: dict[int, _OpenSpan] = {}
         self._tokens = itertools.count()
         self._clock = clock
@@ -81,16 +79,16 @@ class Tracer:
         else:
             raise ValueError(f"unknown span kind {kind!r}")
         if self.enabled:
-            self.ring.append((kind, start, end, port, depth))
+            self._ring.append((kind, start, end, port, depth))
 
-    def handled(self, start: float, end: float, port: str, depth: int) -> None:
-        """One message handled from `start` to `end`: `record("handle", ...)` and `handled`
-        + 1 in one call (the runtime makes it once per message)."""
+    def handled(self, start: float, end: float, port: str, depth: int, count: int = 1) -> None:
+        """`count` messages handled back to back on `port` from `start` to `end` (`depth`: the
+        deepest queue seen meanwhile): one "handle" span, and `handled` + `count`."""
         stats = self.stats
         stats.busy_s += end - start
-        stats.handled += 1
+        stats.handled += count
         if self.enabled:
-            self.ring.append(("handle", start, end, port, depth))
+            self._ring.append(("handle", start, end, port, depth))
 
     def begin(self, kind: SpanKind, port: str = "", depth: int = 0) -> int:
         """Open a span that starts now; returns the token that `end()` closes it with."""
@@ -107,7 +105,7 @@ class Tracer:
 
     def spans(self) -> list[Span]:
         """The buffered spans, oldest first, then the open ones as if they ended now (a copy)."""
-        spans = [Span(self.actor, k, s, e, p, d) for (k, s, e, p, d) in self.ring]
+        spans = [Span(self.actor, k, s, e, p, d) for (k, s, e, p, d) in self._ring]
         if self.enabled and self._open:
             t = self._clock()
             spans += [Span(self.actor, k, s, t, p, d) for (k, s, p, d) in self._open.values()]

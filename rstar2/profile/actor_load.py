@@ -137,7 +137,7 @@ def _partition(st: ActorStats, spans: list[Span], rec: Recording) -> tuple[float
     hbr = union_length(
         by_kind["handle"] + by_kind["blocked"] + by_kind["reply"], rec.start, rec.end
     )
-    everything = union_length([s for k in kinds for s in by_kind[k]], rec.start, rec.end)
+    everything = union_length(spans, rec.start, rec.end)
     return _clamp(h / t), _clamp((everything - hbr) / t), _clamp((hb - h) / t)
 
 

@@ -76,13 +76,15 @@ class SocketFactory:
         self.curve = curve
         self._sockets: list[zmq.Socket] = []
 
-    def _make(self, kind: int, hwm: int | None) -> zmq.Socket:
+    def _make(self, kind: int, hwm: int | None, options: dict[int, int] | None) -> zmq.Socket:
         sock = self.context.socket(kind)
         sock.setsockopt(zmq.LINGER, 0)
         sock.setsockopt(zmq.SNDHWM, hwm or self.hwm)
         sock.setsockopt(zmq.RCVHWM, hwm or self.hwm)
         if kind == zmq.ROUTER:
             sock.setsockopt(zmq.ROUTER_MANDATORY, 1)  # unroutable reply -> error, not silence
+        for option, value in (options or {}).items():
+            sock.setsockopt(option, value)
         self._sockets.append(sock)
         return sock
 
@@ -102,9 +104,7 @@ class SocketFactory:
             raise ConfigError(
                 "graph.curve", None, f"CURVE keys to bind the non-loopback endpoint {endpoint}"
             )
-        sock = self._make(kind, hwm)
-        for option, value in (options or {}).items():
-            sock.setsockopt(option, value)
+        sock = self._make(kind, hwm, options)
         if self.curve is not None and endpoint.startswith("tcp://"):
             sock.curve_secretkey = self.curve.server_secret.encode()
             sock.curve_publickey = self.curve.server_public.encode()
@@ -124,9 +124,7 @@ class SocketFactory:
         """A socket connected to every endpoint in `endpoints` (zmq load-balances PUSH/DEALER).
 
         `options`: extra integer socket options (e.g. heartbeats), set before connecting."""
-        sock = self._make(kind, hwm)
-        for option, value in (options or {}).items():
-            sock.setsockopt(option, value)
+        sock = self._make(kind, hwm, options)
         if identity is not None:
             sock.setsockopt(zmq.IDENTITY, identity)
         if self.curve is not None and any(e.startswith("tcp://") for e in endpoints):

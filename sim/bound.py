@@ -1,7 +1,8 @@
-"""A lower bound on the makespan of one rollout step, valid for every scheduling policy.
+"""Lower bounds on the makespan of one rollout step.
 
-Two bounds, the larger of which is returned (cost model ``a + b*batch + c*context + p*prefill``
-per step, E engines of K KV tokens and at most S running sequences each):
+Cost model ``a + b*batch + c*context + p*prefill`` per step, E engines of K KV tokens and at
+most S running sequences each. `lower_bound` is valid for every scheduling policy and is the
+larger of:
 
 1. Critical path of the slowest trajectory. A sequence gets at most one token per step, and a
    step containing it costs at least ``a + b + c*L`` where L is its own resident length. A turn
@@ -18,14 +19,130 @@ per step, E engines of K KV tokens and at most S running sequences each):
 
 Preemption, recompute, cache misses, idle engines and queueing only add time, so no policy can
 beat ``max(path, work / E)``; the property test in tests/sim checks it on random workloads.
+
+Two more figures explain the gap between a policy and that bound when turns do not move
+(docs/sim.md, "How tight is the bound"):
+
+- `sticky_bound`: given where each trajectory ran, engine e ran at least as many steps as its
+  longest trajectory has tokens (m_e), so its busy time is at least
+  ``a*max(m_e, N_e/S, sum_L_e/K) + b*N_e + c*sum_L_e + p*prefill_e``; the makespan is at least
+  the largest of these (and at least `lower_bound`).
+- `BoundParts.spread_floor_s`: averaging that over engines, any sticky run is at least
+  ``a*mean(m_e) + (b*N + c*sum_L + p*prefill)/E``. If every engine serves a trajectory of at
+  least g tokens, with g the E-th longest of the step (what any split that does not know the
+  lengths does when long trajectories outnumber the engines), that is ``a*g + variable/E``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from sim.cost import CostModel
 from sim.workload import TrajectorySpec
+
+
+@dataclass(frozen=True)
+class BoundParts:
+    """The terms of `lower_bound` and the spread floor, in seconds unless named otherwise."""
+
+    path_s: float
+    """Critical path of the slowest trajectory."""
+    steps_per_engine: float
+    """Lower bound on decode steps per engine: ``max(N/S, sum_L/K) / E``."""
+    step_overhead_s: float
+    """a: the fixed cost of one decode step (weight streaming)."""
+    variable_s: float
+    """``(b*N + c*sum_L + p*prefill) / E``: per-token work per engine, whatever the policy."""
+    spread_tokens: int
+    """g: generated tokens of the E-th longest trajectory (0 with fewer trajectories than E)."""
+
+    @property
+    def fixed_s(self) -> float:
+        """``a * steps_per_engine``: the fixed per-step cost per engine that the bound charges."""
+        return self.step_overhead_s * self.steps_per_engine
+
+    @property
+    def work_s(self) -> float:
+        return self.fixed_s + self.variable_s
+
+    @property
+    def bound_s(self) -> float:
+        """The lower bound: ``max(path, work / E)``."""
+        return max(self.path_s, self.work_s)
+
+    @property
+    def spread_floor_s(self) -> float:
+        """No sticky run in which every engine serves a trajectory of >= g tokens beats this."""
+        return max(self.bound_s, self.step_overhead_s * self.spread_tokens + self.variable_s)
+
+
+def bound_parts(
+    workload: Sequence[TrajectorySpec],
+    cost: CostModel,
+    num_engines: int,
+    kv_tokens: int,
+    max_num_seqs: int,
+) -> BoundParts:
+    """The terms of the lower bound and the spread floor; see the module docstring."""
+    if not workload:
+        raise ValueError("empty workload")
+    longest, total, lengths = 0.0, _Work(), []
+    for spec in workload:
+        path, n, s = _trajectory_path(spec, cost)
+        longest = max(longest, path)
+        total.add(spec, n, s)
+        lengths.append(n)
+    lengths.sort(reverse=True)
+    steps = max(total.tokens / max_num_seqs, total.sum_l / kv_tokens)
+    return BoundParts(
+        path_s=longest,
+        steps_per_engine=steps / num_engines,
+        step_overhead_s=cost.step_overhead_s,
+        variable_s=total.variable_s(cost, _distinct_prompt_tokens(workload)) / num_engines,
+        spread_tokens=lengths[num_engines - 1] if len(lengths) >= num_engines else 0,
+    )
+
+
+def lower_bound(
+    workload: Sequence[TrajectorySpec],
+    cost: CostModel,
+    num_engines: int,
+    kv_tokens: int,
+    max_num_seqs: int,
+) -> float:
+    """max(critical path, total work / engines); see the module docstring."""
+    return bound_parts(workload, cost, num_engines, kv_tokens, max_num_seqs).bound_s
+
+
+def sticky_bound(
+    workload: Sequence[TrajectorySpec],
+    cost: CostModel,
+    engine_of: Sequence[int],
+    num_engines: int,
+    kv_tokens: int,
+    max_num_seqs: int,
+) -> float:
+    """A lower bound on a run in which trajectory i ran all its turns on engine `engine_of[i]`.
+
+    The largest engine floor ``a*max(m_e, N_e/S, sum_L_e/K) + variable_e`` (module docstring),
+    and never below `lower_bound`.
+    """
+    if len(engine_of) != len(workload):
+        raise ValueError(f"{len(engine_of)} engines given for {len(workload)} trajectories")
+    work = [_Work() for _ in range(num_engines)]
+    members: list[list[TrajectorySpec]] = [[] for _ in range(num_engines)]
+    for spec, e in zip(workload, engine_of, strict=True):
+        _, n, s = _trajectory_path(spec, cost)
+        work[e].add(spec, n, s)
+        members[e].append(spec)
+    floors = [
+        cost.step_overhead_s * max(w.longest, w.tokens / max_num_seqs, w.sum_l / kv_tokens)
+        + w.variable_s(cost, _distinct_prompt_tokens(specs))
+        for w, specs in zip(work, members, strict=True)
+        if specs
+    ]
+    return max(max(floors), lower_bound(workload, cost, num_engines, kv_tokens, max_num_seqs))
 
 
 def _trajectory_path(spec: TrajectorySpec, cost: CostModel) -> tuple[float, int, float]:
@@ -46,34 +163,33 @@ def _trajectory_path(spec: TrajectorySpec, cost: CostModel) -> tuple[float, int,
     return path, tokens, sum_l
 
 
-def lower_bound(
-    workload: Sequence[TrajectorySpec],
-    cost: CostModel,
-    num_engines: int,
-    kv_tokens: int,
-    max_num_seqs: int,
-) -> float:
-    """max(critical path, total work / engines); see the module docstring."""
-    if not workload:
-        raise ValueError("empty workload")
-    longest, tokens, sum_l = 0.0, 0, 0.0
-    prompt_min: dict[str, int] = {}
-    for spec in workload:
-        prompt_min[spec.prompt_id] = min(
-            spec.prompt_tokens, prompt_min.get(spec.prompt_id, spec.prompt_tokens)
+@dataclass
+class _Work:
+    """Per-token work of a set of trajectories (one engine's, or the whole step's)."""
+
+    tokens: int = 0
+    sum_l: float = 0.0
+    tool_tokens: int = 0
+    longest: int = 0
+
+    def add(self, spec: TrajectorySpec, tokens: int, sum_l: float) -> None:
+        """Count one trajectory of `tokens` generated tokens and `sum_l` resident lengths."""
+        self.tokens += tokens
+        self.sum_l += sum_l
+        self.tool_tokens += sum(t.tool_tokens for t in spec.turns)
+        self.longest = max(self.longest, tokens)
+
+    def variable_s(self, cost: CostModel, prompt_tokens: int) -> float:
+        return (
+            cost.per_seq_s * self.tokens
+            + cost.per_context_token_s * self.sum_l
+            + cost.per_prefill_token_s * (self.tool_tokens + prompt_tokens)
         )
-    prefill = sum(prompt_min.values())
-    for spec in workload:
-        path, n, s = _trajectory_path(spec, cost)
-        longest = max(longest, path)
-        tokens += n
-        sum_l += s
-        prefill += sum(t.tool_tokens for t in spec.turns)
-    steps = max(tokens / max_num_seqs, sum_l / kv_tokens)
-    work = (
-        cost.step_overhead_s * steps
-        + cost.per_seq_s * tokens
-        + cost.per_context_token_s * sum_l
-        + cost.per_prefill_token_s * prefill
-    )
-    return max(longest, work / num_engines)
+
+
+def _distinct_prompt_tokens(specs: Sequence[TrajectorySpec]) -> int:
+    """Each distinct prompt once (at its shortest length): the least prefill it can cost."""
+    shortest: dict[str, int] = {}
+    for spec in specs:
+        shortest[spec.prompt_id] = min(spec.prompt_tokens, shortest.get(spec.prompt_id, 1 << 62))
+    return sum(shortest.values())

@@ -19,17 +19,19 @@ from sim.simulator import SimResult  # noqa: E402
 
 
 def table(results: Sequence[SimResult]) -> str:
-    """A fixed-width table; ratios are to the static split and to the lower bound."""
+    """A fixed-width table; ratios are to the static split and to the lower bound. `sticky_lb`
+    is the run's bound given where its trajectories ran ('-' when a turn moved)."""
     static = next((r for r in results if r.policy == "static"), results[0])
     head = (
         f"{'policy':<18} {'makespan_s':>10} {'x_static':>8} {'x_bound':>7} {'preempt':>7} "
-        f"{'recomputed':>10} {'idle':>6} {'kv_util':>7} {'tokens/s':>10} {'events':>8} {'wall_s':>6}"
+        f"{'recomputed':>10} {'sticky_lb':>9} {'idle':>6} {'kv_util':>7} {'tokens/s':>10} {'events':>8} {'wall_s':>6}"
     )
     lines = [head, "-" * len(head)]
     for r in results:
+        sticky = "-" if r.sticky_bound_s is None else f"{r.sticky_bound_s:.1f}"
         lines.append(
             f"{r.policy:<18} {r.makespan_s:>10.1f} {r.makespan_s / static.makespan_s:>8.3f} "
-            f"{r.ratio_to_bound:>7.3f} {r.preemptions:>7d} {r.recomputed_tokens:>10d} "
+            f"{r.ratio_to_bound:>7.3f} {r.preemptions:>7d} {r.recomputed_tokens:>10d} {sticky:>9} "
             f"{r.idle_fraction:>6.3f} {r.kv_utilisation:>7.3f} {r.tokens_per_s:>10.0f} "
             f"{r.events:>8d} {r.wall_s:>6.2f}"
         )

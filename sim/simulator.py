@@ -22,7 +22,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from rstar2.scheduler.policy import Policy, TurnRequest
-from sim.bound import lower_bound
+from sim.bound import lower_bound, sticky_bound
 from sim.cost import CostModel
 from sim.engine import BLOCK, EngineModel, Request
 from sim.events import PRIORITY_ENGINE, PRIORITY_TOOL, EventLoop
@@ -52,6 +52,11 @@ class SimResult:
     kv_capacity_blocks: int
     max_used_blocks: list[int]
     kv_timelines: list[list[tuple[float, int]]] = field(repr=False)
+    engine_of: list[int] = field(default_factory=list, repr=False)
+    """The engine that served each trajectory's last turn, in workload order."""
+    sticky_bound_s: float | None = None
+    """Lower bound given where each trajectory ran (`sim.bound.sticky_bound`); None when a
+    turn moved to another engine."""
 
     @property
     def ratio_to_bound(self) -> float:
@@ -132,6 +137,8 @@ class Simulation:
         self.progress = progress
         n = len(self.workload)
         self._turn = [0] * n
+        self._engine_of = [-1] * n
+        self._moved_turns = 0
         self._context = [s.prompt_tokens for s in self.workload]
         self._held: deque[tuple[int, TurnRequest]] = deque()
         self._held_since: deque[float] = deque()
@@ -205,6 +212,9 @@ class Simulation:
             final=turn == len(spec.turns) - 1,
             first_turn=turn == 0,
         )
+        if self._engine_of[i] not in (-1, engine_id):
+            self._moved_turns += 1
+        self._engine_of[i] = engine_id
         engine = self.engines[engine_id]
         wake = engine.submit(req, now)
         if wake is not None:
@@ -243,12 +253,11 @@ class Simulation:
 
     def _result(self, wall_s: float) -> SimResult:
         engines = self.engines
+        shape = (len(engines), self.kv_tokens, self.max_num_seqs)
         return SimResult(
             policy=self.policy.name,
             makespan_s=self._makespan,
-            lower_bound_s=lower_bound(
-                self.workload, self.cost, len(engines), self.kv_tokens, self.max_num_seqs
-            ),
+            lower_bound_s=lower_bound(self.workload, self.cost, *shape),
             preemptions=sum(e.preemptions for e in engines),
             recomputed_tokens=sum(e.recomputed_tokens for e in engines),
             generated_tokens=sum(e.generated_tokens for e in engines),
@@ -262,4 +271,8 @@ class Simulation:
             kv_capacity_blocks=engines[0].num_blocks,
             max_used_blocks=[e.max_used_blocks for e in engines],
             kv_timelines=[e.kv_timeline for e in engines],
+            engine_of=list(self._engine_of),
+            sticky_bound_s=None
+            if self._moved_turns
+            else sticky_bound(self.workload, self.cost, self._engine_of, *shape),
         )

@@ -2,6 +2,7 @@
 
     rstar2 sim --gpus 64 --gpu mi300x --model qwen3-14b --policy kv_aware [--json]
     rstar2 sim compare [same options] [--json] [--out-dir DIR]
+    rstar2 sim bound [same options] [--json]
     rstar2 sim calibrate --points FILE [--check FILE] [--json]
     rstar2 sim calibrate --engine [--model-dir DIR] [--threads N] [--json]
 
@@ -11,7 +12,8 @@ policy, makespan_s, lower_bound_s, ratio_to_bound, preemptions, recomputed_token
 idle_fraction, tokens_per_s, events, wall_s (a list for `compare`). A progress bar goes to
 stderr unless --quiet or --no-progress. `calibrate --engine` is the fidelity benchmark
 (`sim.fidelity`): fit the cost model to the embedded CPU engine's measured steps, then predict
-a different workload's makespan on that engine and report the error.
+a different workload's makespan on that engine and report the error. `bound` prints the
+terms of the workload's lower bound and its spread floor (`sim.bound`), simulating nothing.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from rstar2.config import to_dict
 from rstar2.engine.benchmark import tiny_random_model
 from rstar2.engine.core import load_causal_lm
 from rstar2.scheduler import POLICY_NAMES, SchedulerConfig
+from sim.bound import bound_parts
 from sim.config import SimConfig, build
 from sim.cost import GPUS, MODELS, fit, load_points
 from sim.fidelity import fidelity
@@ -42,7 +45,9 @@ COMPARED = (*POLICY_NAMES, "kv_aware_max")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("action", nargs="?", default="run", choices=["run", "compare", "calibrate"])
+    parser.add_argument(
+        "action", nargs="?", default="run", choices=["run", "compare", "calibrate", "bound"]
+    )
     parser.add_argument("--policy", default="kv_aware", choices=COMPARED, help="routing policy")
     parser.add_argument("--gpus", type=int, default=64)
     parser.add_argument("--gpu", default="mi300x", choices=sorted(GPUS))
@@ -168,6 +173,8 @@ def simulate(args: argparse.Namespace, policy: str) -> SimResult:
 def run(args: argparse.Namespace) -> int:
     if args.action == "calibrate":
         return _calibrate(args)
+    if args.action == "bound":
+        return _bound(args)
     policies = list(COMPARED) if args.action == "compare" else [args.policy]
     results = [simulate(args, p) for p in policies]
     if args.json:
@@ -178,6 +185,27 @@ def run(args: argparse.Namespace) -> int:
     if args.action == "compare":
         for path in write_plots(results, args.out_dir):
             log.info("wrote %s", path)
+    return 0
+
+
+def _bound(args: argparse.Namespace) -> int:
+    sim = build(config_from_args(args, args.policy))
+    parts = bound_parts(sim.workload, sim.cost, len(sim.engines), sim.kv_tokens, sim.max_num_seqs)
+    report = {
+        "lower_bound_s": round(parts.bound_s, 3),
+        "path_s": round(parts.path_s, 3),
+        "work_s": round(parts.work_s, 3),
+        "fixed_s": round(parts.fixed_s, 3),
+        "variable_s": round(parts.variable_s, 3),
+        "steps_per_engine": round(parts.steps_per_engine, 1),
+        "spread_tokens": parts.spread_tokens,
+        "spread_floor_s": round(parts.spread_floor_s, 3),
+    }
+    print(
+        json.dumps(report, indent=2)
+        if args.json
+        else "\n".join(f"{k}: {v}" for k, v in report.items())
+    )
     return 0
 
 

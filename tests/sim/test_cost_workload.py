@@ -156,6 +156,17 @@ def test_cli_compare_writes_a_list_and_three_plots(tmp_path: Path) -> None:
     ]
 
 
+def test_cli_bound_prints_the_terms_of_the_run_bound() -> None:
+    small = ("--gpus", "2", "--prompts", "2", "--rollouts", "4", "--max-response", "400")
+    parts = json.loads(_cli("bound", *small, "--json").stdout)
+    run = json.loads(_cli(*small, "--policy", "static", "--json").stdout)
+    assert parts["lower_bound_s"] == run["lower_bound_s"]
+    assert parts["lower_bound_s"] == max(parts["path_s"], parts["work_s"])
+    assert parts["work_s"] == pytest.approx(parts["fixed_s"] + parts["variable_s"], abs=2e-3)
+    assert parts["spread_floor_s"] >= parts["lower_bound_s"]
+    assert 0 < parts["spread_tokens"] <= 400
+
+
 def test_cli_rejects_a_bad_value_with_exit_code_2() -> None:
     out = _cli("--gpus", "0", "--prompts", "1")
     assert out.returncode == 2 and "gpus" in out.stderr

@@ -68,3 +68,20 @@ def test_lower_bound_of_hand_cases() -> None:
     r = run(StaticSplit(1), [traj(0, 10, 10), traj(1, 10, 20)])
     assert r.lower_bound_s == 20.0
     assert r.ratio_to_bound == 1.0
+
+
+def test_sticky_bound_of_a_hand_case_is_its_makespan() -> None:
+    # One sequence at a time per engine. Static split: engine 0 serves 10 + 10 tokens, engine 1
+    # 10 + 30, one after the other: 40 s. The lower bound for any policy is 30 (the 30-token
+    # path, and 60 steps over 2 engines); given where the trajectories ran it is 40.
+    r = run(StaticSplit(2), [traj(0, 4, 10), traj(1, 4, 10), traj(2, 4, 10), traj(3, 4, 30)],
+            engines=2, max_num_seqs=1)  # fmt: skip
+    assert r.engine_of == [0, 0, 1, 1]
+    assert r.lower_bound_s == 30.0
+    assert r.sticky_bound_s == 40.0
+    assert r.makespan_s == 40.0
+
+
+def test_sticky_bound_is_none_once_a_turn_moved() -> None:
+    r = run(RoundRobin(2), [traj(0, 4, 5, 5)], engines=2)
+    assert r.sticky_bound_s is None

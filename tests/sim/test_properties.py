@@ -7,6 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rstar2.scheduler import POLICY_NAMES, SchedulerConfig, make_policy
+from sim.bound import bound_parts
 from sim.config import SimConfig, build
 from sim.cost import CostModel
 from sim.simulator import Simulation
@@ -58,10 +59,28 @@ def test_invariants_hold_for_every_policy(raw, engines, kv_blocks, max_num_seqs,
         policy = make_policy(cfg, engines)
         r = Simulation(policy, workload, engines, kv_blocks * 16, cost, max_num_seqs).run()
         assert r.makespan_s >= r.lower_bound_s * (1 - 1e-9), name
+        _check_sticky_bounds(r, workload, cost, engines, kv_blocks * 16, max_num_seqs, name)
         assert r.generated_tokens == expected_tokens, name
         assert max(r.max_used_blocks) <= kv_blocks, name
         if name == "kv_aware_max":
             assert r.preemptions == 0
+
+
+def _check_sticky_bounds(r, workload, cost, engines, kv, max_num_seqs, name) -> None:
+    """Where no turn moved: makespan >= sticky bound >= lower bound, and the spread floor
+    holds when every engine served a trajectory at least as long as the E-th longest."""
+    if name in ("static", "kv_aware_max"):  # sticky by construction
+        assert r.sticky_bound_s is not None, name
+    if r.sticky_bound_s is None:
+        return
+    assert r.makespan_s >= r.sticky_bound_s * (1 - 1e-9), name
+    assert r.sticky_bound_s >= r.lower_bound_s * (1 - 1e-9), name
+    parts = bound_parts(workload, cost, engines, kv, max_num_seqs)
+    longest = [0] * engines
+    for spec, e in zip(workload, r.engine_of, strict=True):
+        longest[e] = max(longest[e], spec.model_tokens)
+    if min(longest) >= parts.spread_tokens:
+        assert r.makespan_s >= parts.spread_floor_s * (1 - 1e-9), name
 
 
 def small_config(seed: int, policy: str = "least_outstanding") -> SimConfig:

@@ -60,6 +60,8 @@ def test_a_trace_of_several_steps_replays_the_last_or_the_one_asked(tmp_path: Pa
 
 def test_a_line_that_is_not_json_is_named(tmp_path: Path) -> None:
     trace = tmp_path / "t.jsonl"
-    trace.write_text('{"prompt_id": "p", "prompt_tokens": 2, "turns": [{"model_tokens": 1}]}\n{oops\n')
+    trace.write_text(
+        '{"prompt_id": "p", "prompt_tokens": 2, "turns": [{"model_tokens": 1}]}\n{oops\n'
+    )
     with pytest.raises(ValueError, match=r"t.jsonl:2"):
         load_trace(trace)

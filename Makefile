@@ -11,5 +11,5 @@ train: install
 	.venv/bin/rstar2 train
 
 test: install-test
-	.venv/bin/ruff check rstar2 sim tests
+	.venv/bin/ruff check rstar2 sim tests scripts
 	.venv/bin/python -m pytest -q

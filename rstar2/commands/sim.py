@@ -81,6 +81,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="kv_aware: never move a later turn off its engine (what the live trainer graph does)",
     )
+    parser.add_argument(
+        "--overload-factor",
+        type=float,
+        help="kv_aware: move a turn off an engine holding more than this x the mean KV in use"
+        " (default 1.1)",
+    )
     parser.add_argument("--json", action="store_true", help="machine-readable output")
     parser.add_argument("--out-dir", default="sim-out", help="compare: where the PNGs go")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
@@ -123,6 +129,8 @@ def config_from_args(args: argparse.Namespace, policy: str) -> SimConfig:
     elif args.reservation is not None:
         scheduler.reservation = args.reservation
     scheduler.move_turns = not args.no_turn_moves
+    if args.overload_factor is not None:
+        scheduler.overload_factor = args.overload_factor
     cfg = SimConfig(
         gpus=args.gpus,
         gpu=args.gpu,
@@ -139,6 +147,7 @@ def config_from_args(args: argparse.Namespace, policy: str) -> SimConfig:
         scheduler=scheduler,
     )
     cfg.validate()
+    cfg.scheduler.validate()
     return cfg
 
 

@@ -42,7 +42,11 @@ def make_policy(config: SchedulerConfig, num_engines: int) -> Policy:
         )
     if name == "kv_aware":
         return KVAware(
-            num_engines, config.reservation, config.predicted_scale, move_turns=config.move_turns
+            num_engines,
+            config.reservation,
+            config.predicted_scale,
+            move_turns=config.move_turns,
+            overload_factor=config.overload_factor,
         )
     raise ValueError(f"unknown policy {name!r}; expected one of {', '.join(POLICY_NAMES)}")
 

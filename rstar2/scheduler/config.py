@@ -31,6 +31,10 @@ class SchedulerConfig:
     simulator, a router in front of engine servers). The live trainer graph routes each
     trajectory once (its rollout worker owns the engine), so there turns never move; set
     false to simulate that."""
+    overload_factor: float = 1.1
+    """kv_aware 'predicted' with move_turns: a later turn also moves when its engine holds more
+    than this times the mean KV in use over engines (a heavy-tailed step rebalances at turn
+    grain). 1.1 was chosen on simulated steps (docs/sim.md); larger moves fewer turns."""
     sticky_guard: bool = True
     """least_outstanding / prefix_aware: move a turn off its engine when that engine is
     saturated (waiting > 0 or too little free KV). False reproduces pure stickiness (thrash)."""
@@ -43,6 +47,7 @@ class SchedulerConfig:
 
     def validate(self) -> None:
         require(self.predicted_scale > 0, "predicted_scale", self.predicted_scale, "> 0")
+        require(self.overload_factor >= 1.0, "overload_factor", self.overload_factor, ">= 1.0")
         require(
             self.balance_abs_threshold >= 0,
             "balance_abs_threshold",

@@ -26,8 +26,10 @@ engine is
 
 - saturated (`is_saturated`: its free KV does not cover the turn's context for it and for
   every request already waiting there), or
-- overloaded: ``used_e > 2 * min_f used_f + capacity_e / 10``, with ``used = capacity - free``
-  from the last reports (KV in use tracks the step cost ``c * context`` that dominates decode),
+- overloaded: ``used_e > overload_factor * mean_f used_f`` (factor 1.1 by default), with
+  ``used = capacity - free`` from the last reports: KV in use tracks the step cost
+  ``c * context`` that dominates decode, so an engine holding more than its share runs slower
+  steps and finishes last,
 
 and another engine can take its reservation (and `move_turns`, the default, is on): the turn
 then moves to the engine with the most
@@ -70,14 +72,18 @@ class KVAware(Policy):
         predicted_scale: float = 0.5,
         name: str | None = None,
         move_turns: bool = True,
+        overload_factor: float = 1.1,
     ) -> None:
         super().__init__(num_engines)
         if reservation not in ("max", "predicted"):
             raise ValueError(f"reservation must be 'max' or 'predicted', got {reservation!r}")
+        if not overload_factor >= 1.0:
+            raise ValueError(f"overload_factor must be >= 1.0, got {overload_factor!r}")
         self.name = name or ("kv_aware_max" if reservation == "max" else "kv_aware")
         self.reservation = reservation
         self.predicted_scale = predicted_scale
         self.move_turns = move_turns
+        self.overload_factor = overload_factor
         self.capacity = [0] * num_engines
         self.reserved = [0] * num_engines
         self._held: dict[str, tuple[int, int, int]] = {}  # traj -> (engine, reserved, first)
@@ -130,8 +136,10 @@ class KVAware(Policy):
         if req.context_tokens >= tokens:  # outgrew a predicted reservation: raise it
             want = min(req.max_total_tokens, req.context_tokens + (first - req.prompt_tokens) // 2)
         self.reserved[engine] -= tokens
-        if self.move_turns and self.reservation == "predicted" and (
-            is_saturated(self.stats[engine], req.context_tokens) or self._overloaded(engine)
+        if (
+            self.move_turns
+            and self.reservation == "predicted"
+            and (is_saturated(self.stats[engine], req.context_tokens) or self._overloaded(engine))
         ):
             moved = self._most_room(want, exclude=engine)
             if moved is not None:
@@ -158,9 +166,9 @@ class KVAware(Policy):
         return best
 
     def _overloaded(self, engine: int) -> bool:
-        """KV in use on `engine` exceeds twice the least-used engine's plus a tenth of its KV."""
+        """KV in use on `engine` exceeds `overload_factor` times the mean over engines."""
         used = [0 if st is None else st.kv_capacity_tokens - st.kv_free_tokens for st in self.stats]
-        return used[engine] > 2 * min(used) + self.capacity[engine] // 10
+        return used[engine] > self.overload_factor * sum(used) / len(used)
 
     def _can_take(self, engine: int, need: int) -> bool:
         """The ledger has `need` unreserved tokens on `engine` and ('predicted') its last report

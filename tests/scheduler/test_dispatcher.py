@@ -80,8 +80,18 @@ def test_round_robin_spreads() -> None:
 def test_oversized_reservation_goes_to_an_idle_engine_instead_of_waiting_forever() -> None:
     policy = make_policy(SchedulerConfig(policy="kv_aware", reservation="max"), 1)
     d = Dispatcher(policy, max_response_tokens=500)
-    d.report(EngineReport(engine=0, kv_capacity_tokens=100, kv_free_tokens=100, running=0,
-                          waiting=0, preemptions=0, recomputed_tokens=0, generated_tokens=0))
+    d.report(
+        EngineReport(
+            engine=0,
+            kv_capacity_tokens=100,
+            kv_free_tokens=100,
+            running=0,
+            waiting=0,
+            preemptions=0,
+            recomputed_tokens=0,
+            generated_tokens=0,
+        )
+    )
     started = d.submit([task(0), task(1)])
     assert [t.traj_id for _, t in started] == ["t0"]  # the idle engine takes one, not both
     assert [t.traj_id for _, t in d.finish(finished(started[0][1], 0, free=100))] == ["t1"]

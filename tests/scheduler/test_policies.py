@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 import pytest
 
+from rstar2.config import ConfigError
 from rstar2.scheduler import (
     KVAware,
     LeastOutstanding,
@@ -137,6 +138,31 @@ def test_kv_aware_moves_a_turn_off_a_saturated_engine() -> None:
     assert p.reserved == [0, 200] and p.moved == 1
     p.on_finish("a")
     assert p.reserved == [0, 0]
+
+
+def test_kv_aware_moves_a_turn_off_an_engine_holding_more_than_its_share_of_kv() -> None:
+    p = KVAware(3, reservation="predicted", predicted_scale=1.0, overload_factor=1.1)
+    for e in range(3):
+        p.on_stats(e, Stats(kv_capacity_tokens=1000))
+    assert p.assign(TurnRequest("a", "p", 0, 100, 100, 500, 200)) == 0
+    assert p.assign(TurnRequest("b", "p", 0, 100, 100, 500, 200)) == 0
+    # KV in use 330 / 300 / 270: mean 300, engine 0 holds exactly 1.1x its share: stays.
+    for e, free in enumerate((670, 700, 730)):
+        p.on_stats(e, Stats(kv_capacity_tokens=1000, kv_free_tokens=free))
+    assert p.assign(TurnRequest("a", "p", 1, 150, 100, 500, 200)) == 0 and p.moved == 0
+    # 400 / 300 / 200: engine 0 holds 1.33x: the turn moves to the engine with the most
+    # unreserved KV (engines 1 and 2 tie at 1000: the lower id).
+    for e, free in enumerate((600, 700, 800)):
+        p.on_stats(e, Stats(kv_capacity_tokens=1000, kv_free_tokens=free))
+    assert p.assign(TurnRequest("b", "p", 1, 150, 100, 500, 200)) == 1
+    assert p.moved == 1 and p.reserved == [200, 200, 0]
+
+
+def test_kv_aware_rejects_an_overload_factor_below_one() -> None:
+    with pytest.raises(ValueError, match="overload_factor"):
+        KVAware(2, overload_factor=0.9)
+    with pytest.raises(ConfigError, match="overload_factor"):
+        SchedulerConfig(overload_factor=0.5).validate()
 
 
 def test_kv_aware_without_turn_moves_keeps_a_turn_on_its_saturated_engine() -> None:

@@ -170,3 +170,5 @@ def test_cli_bound_prints_the_terms_of_the_run_bound() -> None:
 def test_cli_rejects_a_bad_value_with_exit_code_2() -> None:
     out = _cli("--gpus", "0", "--prompts", "1")
     assert out.returncode == 2 and "gpus" in out.stderr
+    out = _cli("--gpus", "2", "--prompts", "1", "--overload-factor", "0.5")
+    assert out.returncode == 2 and "overload_factor" in out.stderr

@@ -28,9 +28,13 @@ Two more figures explain the gap between a policy and that bound when turns do n
   ``a*max(m_e, N_e/S, sum_L_e/K) + b*N_e + c*sum_L_e + p*prefill_e``; the makespan is at least
   the largest of these (and at least `lower_bound`).
 - `BoundParts.spread_floor_s`: averaging that over engines, any sticky run is at least
-  ``a*mean(m_e) + (b*N + c*sum_L + p*prefill)/E``. If every engine serves a trajectory of at
-  least g tokens, with g the E-th longest of the step (what any split that does not know the
-  lengths does when long trajectories outnumber the engines), that is ``a*g + variable/E``.
+  ``a*mean(m_e) + (b*N + c*sum_L + p*prefill)/E``, so ``a*g + variable/E`` when every engine
+  serves a trajectory of at least g tokens. A split that does not know the lengths cannot pick
+  which engines get the long ones: `spread_tokens` is the g for which an even split (n = N/E
+  trajectories per engine, chosen without looking at lengths) puts one of at least g tokens on
+  every engine with probability >= 99%. With c trajectories of >= g tokens among the step's T,
+  an engine misses all of them with probability ``C(T-c, n) / C(T, n) <= (1 - c/T)^n``; the
+  union over engines must stay under 1%: ``E * (1 - c/T)^n <= 0.01``.
 """
 
 from __future__ import annotations
@@ -55,7 +59,8 @@ class BoundParts:
     variable_s: float
     """``(b*N + c*sum_L + p*prefill) / E``: per-token work per engine, whatever the policy."""
     spread_tokens: int
-    """g: generated tokens of the E-th longest trajectory (0 with fewer trajectories than E)."""
+    """g: an even length-blind split serves a trajectory of >= g generated tokens on every
+    engine with probability >= 99% (module docstring); 0 when there is no such g."""
 
     @property
     def fixed_s(self) -> float:
@@ -73,7 +78,8 @@ class BoundParts:
 
     @property
     def spread_floor_s(self) -> float:
-        """No sticky run in which every engine serves a trajectory of >= g tokens beats this."""
+        """No sticky run in which every engine serves a trajectory of >= g tokens beats this:
+        with probability >= 99%, no even length-blind split does."""
         return max(self.bound_s, self.step_overhead_s * self.spread_tokens + self.variable_s)
 
 
@@ -100,7 +106,7 @@ def bound_parts(
         steps_per_engine=steps / num_engines,
         step_overhead_s=cost.step_overhead_s,
         variable_s=total.variable_s(cost, _distinct_prompt_tokens(workload)) / num_engines,
-        spread_tokens=lengths[num_engines - 1] if len(lengths) >= num_engines else 0,
+        spread_tokens=_spread_tokens(lengths, num_engines),
     )
 
 
@@ -143,6 +149,18 @@ def sticky_bound(
         if specs
     ]
     return max(max(floors), lower_bound(workload, cost, num_engines, kv_tokens, max_num_seqs))
+
+
+def _spread_tokens(lengths_desc: Sequence[int], num_engines: int, risk: float = 0.01) -> int:
+    """The g of `BoundParts.spread_tokens`, from generated lengths sorted longest first."""
+    total = len(lengths_desc)
+    per_engine = total // num_engines
+    if per_engine == 0:
+        return 0
+    for count, tokens in enumerate(lengths_desc, start=1):
+        if num_engines * (1 - count / total) ** per_engine <= risk:
+            return tokens
+    return 0
 
 
 def _trajectory_path(spec: TrajectorySpec, cost: CostModel) -> tuple[float, int, float]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from rstar2.scheduler import KVAware, RoundRobin, StaticSplit
+from sim.bound import bound_parts
 from sim.cost import constant_cost
 from sim.simulator import Simulation
 from sim.workload import TrajectorySpec, Turn
@@ -85,3 +86,14 @@ def test_sticky_bound_of_a_hand_case_is_its_makespan() -> None:
 def test_sticky_bound_is_none_once_a_turn_moved() -> None:
     r = run(RoundRobin(2), [traj(0, 4, 5, 5)], engines=2)
     assert r.sticky_bound_s is None
+
+
+def test_spread_tokens_is_the_length_an_even_blind_split_puts_on_every_engine() -> None:
+    # 100 trajectories over 2 engines, 50 each. With c long ones, an engine misses them all
+    # with probability <= (1 - c/100)^50; both engines together must stay under 1%:
+    # c = 10 gives 2 * 0.9^50 = 1.03% (not enough), c = 11 gives 2 * 0.89^50 = 0.59%.
+    for long, expected in ((10, 10), (11, 1000)):
+        workload = [traj(i, 4, 1000 if i < long else 10) for i in range(100)]
+        parts = bound_parts(workload, constant_cost(1.0), 2, 1 << 20, 256)
+        assert parts.spread_tokens == expected
+        assert parts.spread_floor_s == max(parts.bound_s, float(expected))

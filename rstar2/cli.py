@@ -25,7 +25,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "eval": ("rstar2.commands.eval", "evaluate a model on a problem set (pass@1, tool use)"),
     "chat": ("rstar2.commands.chat", "one tool-using conversation, printed as it happens"),
     "init-model": ("rstar2.commands.init_model", "create the tiny embedded default model locally"),
-    "sandbox": ("rstar2.commands.sandbox", "the isolated Python code executor (exec, serve, bench)"),
+    "sandbox": (
+        "rstar2.commands.sandbox",
+        "the isolated Python code executor (exec, serve, bench)",
+    ),
     "reward": ("rstar2.commands.reward", "answer extraction and verification (verify)"),
     "sim": ("rstar2.commands.sim", "simulate rollout scheduling policies without GPUs"),
     "bench": ("rstar2.commands.bench", "benchmarks: bus, engine, train"),

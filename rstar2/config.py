@@ -47,7 +47,9 @@ def load_file(path: str | Path) -> dict[str, Any]:
         try:
             import yaml  # optional dependency: only YAML users need it
         except ImportError:
-            raise ConfigError("<file>", str(path), "a .toml file (PyYAML is not installed)") from None
+            raise ConfigError(
+                "<file>", str(path), "a .toml file (PyYAML is not installed)"
+            ) from None
         data = yaml.safe_load(text) or {}
         if not isinstance(data, dict):
             raise ConfigError("<file>", str(path), "a mapping at the top level")

@@ -135,7 +135,10 @@ class GraphConfig:
             self.shutdown_timeout_s > 0, "graph.shutdown_timeout_s", self.shutdown_timeout_s, "> 0"
         )
         require(
-            self.node_heartbeat_s >= 0.01, "graph.node_heartbeat_s", self.node_heartbeat_s, ">= 0.01"
+            self.node_heartbeat_s >= 0.01,
+            "graph.node_heartbeat_s",
+            self.node_heartbeat_s,
+            ">= 0.01",
         )
         require(
             self.node_timeout_s > self.node_heartbeat_s,

@@ -84,8 +84,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--overload-factor",
         type=float,
-        help="kv_aware: move a turn off an engine holding more than this x the mean KV in use"
-        " (default 1.1)",
+        help="kv_aware: move a turn off an engine holding more KV than this x the least-used"
+        " engine's + 2%% of its capacity (default 1.3)",
     )
     parser.add_argument("--json", action="store_true", help="machine-readable output")
     parser.add_argument("--out-dir", default="sim-out", help="compare: where the PNGs go")

@@ -31,10 +31,11 @@ class SchedulerConfig:
     simulator, a router in front of engine servers). The live trainer graph routes each
     trajectory once (its rollout worker owns the engine), so there turns never move; set
     false to simulate that."""
-    overload_factor: float = 1.1
+    overload_factor: float = 1.3
     """kv_aware 'predicted' with move_turns: a later turn also moves when its engine holds more
-    than this times the mean KV in use over engines (a heavy-tailed step rebalances at turn
-    grain). 1.1 was chosen on simulated steps (docs/sim.md); larger moves fewer turns."""
+    KV than this times the least-used engine's plus 2% of its capacity (a heavy-tailed step
+    rebalances at turn grain). 1.3 was chosen on simulated steps (docs/sim.md); larger moves
+    fewer turns."""
     sticky_guard: bool = True
     """least_outstanding / prefix_aware: move a turn off its engine when that engine is
     saturated (waiting > 0 or too little free KV). False reproduces pure stickiness (thrash)."""

@@ -26,10 +26,11 @@ engine is
 
 - saturated (`is_saturated`: its free KV does not cover the turn's context for it and for
   every request already waiting there), or
-- overloaded: ``used_e > overload_factor * mean_f used_f`` (factor 1.1 by default), with
-  ``used = capacity - free`` from the last reports: KV in use tracks the step cost
-  ``c * context`` that dominates decode, so an engine holding more than its share runs slower
-  steps and finishes last,
+- overloaded: ``used_e > overload_factor * min_f used_f + capacity_e / 50`` (factor 1.3 by
+  default), with ``used = capacity - free`` from the last reports: KV in use tracks the step
+  cost ``c * context`` that dominates decode, so an engine holding much more than the lightest
+  one runs slower steps and finishes last; as engines drain, the lightest pulls turns from the
+  others. The 2% slack keeps small differences from paying a re-prefill,
 
 and another engine can take its reservation (and `move_turns`, the default, is on): the turn
 then moves to the engine with the most
@@ -72,7 +73,7 @@ class KVAware(Policy):
         predicted_scale: float = 0.5,
         name: str | None = None,
         move_turns: bool = True,
-        overload_factor: float = 1.1,
+        overload_factor: float = 1.3,
     ) -> None:
         super().__init__(num_engines)
         if reservation not in ("max", "predicted"):
@@ -166,9 +167,10 @@ class KVAware(Policy):
         return best
 
     def _overloaded(self, engine: int) -> bool:
-        """KV in use on `engine` exceeds `overload_factor` times the mean over engines."""
+        """KV in use on `engine` exceeds `overload_factor` times the least-used engine's, plus 2%
+        of its capacity."""
         used = [0 if st is None else st.kv_capacity_tokens - st.kv_free_tokens for st in self.stats]
-        return used[engine] > self.overload_factor * sum(used) / len(used)
+        return used[engine] > self.overload_factor * min(used) + self.capacity[engine] // 50
 
     def _can_take(self, engine: int, need: int) -> bool:
         """The ledger has `need` unreserved tokens on `engine` and ('predicted') its last report

@@ -140,17 +140,17 @@ def test_kv_aware_moves_a_turn_off_a_saturated_engine() -> None:
     assert p.reserved == [0, 0]
 
 
-def test_kv_aware_moves_a_turn_off_an_engine_holding_more_than_its_share_of_kv() -> None:
-    p = KVAware(3, reservation="predicted", predicted_scale=1.0, overload_factor=1.1)
+def test_kv_aware_moves_a_turn_off_an_engine_holding_much_more_kv_than_the_lightest() -> None:
+    p = KVAware(3, reservation="predicted", predicted_scale=1.0, overload_factor=1.3)
     for e in range(3):
         p.on_stats(e, Stats(kv_capacity_tokens=1000))
     assert p.assign(TurnRequest("a", "p", 0, 100, 100, 500, 200)) == 0
     assert p.assign(TurnRequest("b", "p", 0, 100, 100, 500, 200)) == 0
-    # KV in use 330 / 300 / 270: mean 300, engine 0 holds exactly 1.1x its share: stays.
-    for e, free in enumerate((670, 700, 730)):
+    # KV in use 371 / 300 / 270: engine 0 holds exactly 1.3 x 270 + 2% of 1000: it stays.
+    for e, free in enumerate((629, 700, 730)):
         p.on_stats(e, Stats(kv_capacity_tokens=1000, kv_free_tokens=free))
     assert p.assign(TurnRequest("a", "p", 1, 150, 100, 500, 200)) == 0 and p.moved == 0
-    # 400 / 300 / 200: engine 0 holds 1.33x: the turn moves to the engine with the most
+    # 400 / 300 / 200: over 1.3 x 200 + 20 = 280: the turn moves to the engine with the most
     # unreserved KV (engines 1 and 2 tie at 1000: the lower id).
     for e, free in enumerate((600, 700, 800)):
         p.on_stats(e, Stats(kv_capacity_tokens=1000, kv_free_tokens=free))

@@ -72,6 +72,7 @@ from rstar2.engine.vllm_broadcast import (
     transfer_backend,
 )
 from rstar2.engine.weight_buckets import WeightManifest
+from rstar2.engine.weight_group import GroupPlace
 
 log = logging.getLogger(__name__)
 
@@ -331,18 +332,10 @@ class VLLMEngine:
         pc = self._llm.vllm_config.parallel_config
         return int(pc.world_size * pc.data_parallel_size)
 
-    async def join_weight_group(
-        self,
-        host: str,
-        port: int,
-        world_size: int,
-        first_rank: int,
-        bucket_bytes: int,
-        timeout_s: float,
-    ) -> None:
-        """weight_sync "external": every worker joins the group rooted at host:port as ranks
-        `first_rank ..`; returns once the whole group has formed."""
-        await self._group_member().join(host, port, world_size, first_rank, bucket_bytes, timeout_s)
+    async def join_weight_group(self, place: GroupPlace) -> None:
+        """weight_sync "external": every worker joins the group rooted at `place`'s rendezvous
+        as ranks `place.first_rank ..`; returns once the whole group has formed."""
+        await self._group_member().join(place)
 
     async def receive_weights(self, manifest: WeightManifest) -> None:
         """weight_sync "external": receive the update the group's root broadcasts (described by

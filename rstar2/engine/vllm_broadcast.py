@@ -66,7 +66,7 @@ from vllm.v1.engine.async_llm import AsyncLLM
 from rstar2.engine.loop_thread import LoopThread
 from rstar2.engine.vllm_worker import GLOO_TRANSFER
 from rstar2.engine.weight_buckets import WeightManifest, manifest_of
-from rstar2.engine.weight_group import WeightSender
+from rstar2.engine.weight_group import GroupPlace, WeightSender
 
 log = logging.getLogger(__name__)
 
@@ -294,31 +294,19 @@ class GroupMember:
     def joined(self) -> bool:
         return self.first_rank > 0
 
-    async def join(
-        self,
-        host: str,
-        port: int,
-        world_size: int,
-        first_rank: int,
-        bucket_bytes: int,
-        timeout_s: float,
-    ) -> None:
-        """Have every worker join the group at host:port as ranks `first_rank ..`; returns
+    async def join(self, place: GroupPlace) -> None:
+        """Have every worker join the group at `place` as ranks `place.first_rank ..`; returns
         once the whole group (the root and every other engine's workers) has formed."""
         if self._closed or self.joined:
             raise RuntimeError("this engine already joined a weight group (or closed)")
-        if first_rank < 1 or first_rank + self.workers > world_size:
-            raise ValueError(
-                f"ranks {first_rank} .. {first_rank + self.workers - 1} do not fit a weight "
-                f"group of {world_size} with its root at rank 0"
-            )
+        place.check(self.workers)
         info = {
-            "host": host,
-            "port": port,
-            "world_size": world_size,
-            "rank_offset": first_rank,
-            "bucket_bytes": bucket_bytes,
-            "timeout_s": timeout_s,
+            "host": place.host,
+            "port": place.port,
+            "world_size": place.world_size,
+            "rank_offset": place.first_rank,
+            "bucket_bytes": place.bucket_bytes,
+            "timeout_s": place.timeout_s,
         }
         try:
             await self._loop.call(
@@ -327,14 +315,14 @@ class GroupMember:
         except BaseException as e:
             self._broken = e
             raise
-        self.first_rank = first_rank
+        self.first_rank = place.first_rank
         log.info(
             "joined the weight group at %s:%d: ranks %d .. %d of %d",
-            host,
-            port,
-            first_rank,
-            first_rank + self.workers - 1,
-            world_size,
+            place.host,
+            place.port,
+            place.first_rank,
+            place.first_rank + self.workers - 1,
+            place.world_size,
         )
 
     async def receive(self, manifest: WeightManifest) -> None:

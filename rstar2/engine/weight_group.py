@@ -16,6 +16,8 @@ one is a `ProcessGroupGloo` over its own `TCPStore` and is used through the grou
   (`weight_buckets.plan_buckets`) and each bucket is one gloo broadcast from rank 0.
   `receive` yields each bucket's (name, tensor) views as it lands, so a loader can consume
   bucket by bucket.
+- `GroupPlace` says where one engine's workers join: the rendezvous, the group's size, their
+  first rank, the bucket size and the timeout (what a learner sends each engine).
 - Every operation times out after `timeout_s` (a peer that never arrives raises instead of
   hanging forever); after a failure the group is unusable and must be closed.
 
@@ -31,6 +33,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from datetime import timedelta
 
 import torch
@@ -50,6 +53,37 @@ log = logging.getLogger(__name__)
 _PREFIX = "rstar2-weights"  # keys of this group in the store, apart from anyone else's
 _ARRIVED = "arrived/"  # + rank: set by a receiver before it joins the gloo group
 DEFAULT_BUCKET_BYTES = 64 * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class GroupPlace:
+    """Where an engine's workers join a weight group rooted at rank 0: ranks `first_rank ..`."""
+
+    host: str
+    port: int
+    world_size: int
+    first_rank: int
+    bucket_bytes: int
+    timeout_s: float
+
+    def check(self, workers: int) -> None:
+        """ValueError unless `workers` ranks from `first_rank` fit beside the root, at a valid
+        rendezvous, with a positive bucket size and timeout."""
+        if not 1 <= self.port <= 65535:
+            raise ValueError(f"weight group port must be 1 .. 65535, got {self.port}")
+        if not self.host:
+            raise ValueError("weight group host is empty")
+        last = self.first_rank + workers - 1
+        if not (1 <= self.first_rank and last < self.world_size):
+            raise ValueError(
+                f"ranks {self.first_rank} .. {last} do not fit a weight group of "
+                f"{self.world_size} with its root at rank 0"
+            )
+        if self.bucket_bytes < 1 or not self.timeout_s > 0:
+            raise ValueError(
+                f"bucket_bytes must be >= 1 and timeout_s > 0, got {self.bucket_bytes} and "
+                f"{self.timeout_s}"
+            )
 
 
 def _check_world(rank: int, world_size: int) -> None:

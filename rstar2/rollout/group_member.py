@@ -23,6 +23,7 @@ import time
 from typing import Protocol, runtime_checkable
 
 from rstar2.engine.weight_buckets import WeightManifest
+from rstar2.engine.weight_group import GroupPlace
 from rstar2.wire import WeightAck, WeightBroadcast, WeightGroupJoin, WeightGroupJoined
 
 
@@ -35,16 +36,8 @@ class GroupEngine(Protocol):
         """How many ranks the engine's workers take in the group (tensor x pipeline parallel)."""
         ...
 
-    async def join_weight_group(
-        self,
-        host: str,
-        port: int,
-        world_size: int,
-        first_rank: int,
-        bucket_bytes: int,
-        timeout_s: float,
-    ) -> None:
-        """Have every worker join (returns once the whole group has formed)."""
+    async def join_weight_group(self, place: GroupPlace) -> None:
+        """Have every worker join at `place` (returns once the whole group has formed)."""
         ...
 
     async def receive_weights(self, manifest: WeightManifest) -> None:
@@ -52,28 +45,18 @@ class GroupEngine(Protocol):
         ...
 
 
-def check_join(msg: WeightGroupJoin, workers: int) -> None:
-    """ValueError unless `msg` gives an engine of `workers` workers a valid place in the group."""
-    if not 1 <= msg.port <= 65535:
-        raise ValueError(f"weight group port must be 1 .. 65535, got {msg.port}")
-    if not msg.host:
-        raise ValueError("weight group host is empty")
+def check_join(msg: WeightGroupJoin, workers: int) -> GroupPlace:
+    """Where `msg` places an engine of `workers` workers, or a ValueError saying why it cannot."""
     if msg.workers != workers:
         raise ValueError(
             f"the learner expects {msg.workers} worker(s) per engine, this engine has {workers} "
             "(cluster.tp and the engine's tensor_parallel_size disagree)"
         )
-    last = msg.first_rank + msg.workers - 1
-    if not (1 <= msg.first_rank and last < msg.world_size):
-        raise ValueError(
-            f"ranks {msg.first_rank} .. {last} do not fit a weight group of {msg.world_size} "
-            "with the learner at rank 0"
-        )
-    if msg.bucket_bytes < 1 or not msg.timeout_s > 0:
-        raise ValueError(
-            f"bucket_bytes must be >= 1 and timeout_s > 0, got {msg.bucket_bytes} and "
-            f"{msg.timeout_s}"
-        )
+    place = GroupPlace(
+        msg.host, msg.port, msg.world_size, msg.first_rank, msg.bucket_bytes, msg.timeout_s
+    )
+    place.check(workers)
+    return place
 
 
 def group_engine(engine: object) -> GroupEngine:
@@ -90,11 +73,9 @@ def group_engine(engine: object) -> GroupEngine:
 async def join_group(engine: object, msg: WeightGroupJoin, index: int) -> WeightGroupJoined:
     """Answer a `WeightGroupJoin`: the engine's workers join the learner's group."""
     member = group_engine(engine)
-    check_join(msg, member.weight_workers)
+    place = check_join(msg, member.weight_workers)
     start = time.perf_counter()
-    await member.join_weight_group(
-        msg.host, msg.port, msg.world_size, msg.first_rank, msg.bucket_bytes, msg.timeout_s
-    )
+    await member.join_weight_group(place)
     return WeightGroupJoined(
         engine=index,
         first_rank=msg.first_rank,

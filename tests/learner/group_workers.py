@@ -15,7 +15,7 @@ import anyio
 import torch
 
 from rstar2.engine.weight_buckets import WeightManifest
-from rstar2.engine.weight_group import WeightReceiver
+from rstar2.engine.weight_group import GroupPlace, WeightReceiver
 from rstar2.rollout.group_member import join_group, receive_broadcast
 from rstar2.wire import (
     ActorFailed,
@@ -39,20 +39,17 @@ class ReceiverEngine:
         self.receiver: WeightReceiver | None = None
         self.updates: list[dict[str, torch.Tensor]] = []
 
-    async def join_weight_group(
-        self,
-        host: str,
-        port: int,
-        world_size: int,
-        first_rank: int,
-        bucket_bytes: int,
-        timeout_s: float,
-    ) -> None:
+    async def join_weight_group(self, place: GroupPlace) -> None:
         if self.hang_on_join:  # a worker whose engine never comes to the rendezvous
             await anyio.sleep_forever()
         self.receiver = await anyio.to_thread.run_sync(
             lambda: WeightReceiver.connect(
-                host, port, first_rank, world_size, timeout_s=timeout_s, bucket_bytes=bucket_bytes
+                place.host,
+                place.port,
+                place.first_rank,
+                place.world_size,
+                timeout_s=place.timeout_s,
+                bucket_bytes=place.bucket_bytes,
             )
         )
 

@@ -10,6 +10,7 @@ import msgspec
 import pytest
 
 from rstar2.engine.weight_buckets import WeightManifest
+from rstar2.engine.weight_group import GroupPlace
 from rstar2.rollout.group_member import check_join, join_group, receive_broadcast
 from rstar2.wire import WeightAck, WeightBroadcast, WeightGroupJoin, WeightGroupJoined
 from tests.rollout.fakes import CharTokenizer, ScriptedEngine
@@ -28,11 +29,11 @@ class GroupFake:
     weight_workers = 2
 
     def __init__(self) -> None:
-        self.joined: tuple[object, ...] | None = None
+        self.joined: GroupPlace | None = None
         self.manifests: list[WeightManifest] = []
 
-    async def join_weight_group(self, *args: object) -> None:
-        self.joined = args
+    async def join_weight_group(self, place: GroupPlace) -> None:
+        self.joined = place
 
     async def receive_weights(self, manifest: WeightManifest) -> None:
         self.manifests.append(manifest)
@@ -59,7 +60,7 @@ async def test_the_handlers_answer_with_the_workers_index() -> None:
     joined = await join_group(engine, JOIN, 1)
     assert isinstance(joined, WeightGroupJoined)
     assert (joined.engine, joined.first_rank, joined.workers) == (1, 3, 2)
-    assert engine.joined == ("127.0.0.1", 4242, 5, 3, 64, 10.0)
+    assert engine.joined == GroupPlace("127.0.0.1", 4242, 5, 3, 64, 10.0)
     msg = WeightBroadcast(version=7, names=["w"], dtype_names=["bfloat16"], shapes=[[2, 3]])
     ack = await receive_broadcast(engine, msg, 1)
     assert isinstance(ack, WeightAck) and (ack.version, ack.engine) == (7, 1)

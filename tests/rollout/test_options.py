@@ -40,7 +40,9 @@ def test_an_explicit_config_wins_over_the_run(tmp_path: Path) -> None:
     model = _run(tmp_path, {"tool_show_time": False})
     cfg = tmp_path / "eval.toml"
     cfg.write_text("[rollout]\ntool_show_time = true\n")
-    assert resolve_settings(_args("--model", str(model), "--config", str(cfg))).rollout.tool_show_time
+    assert resolve_settings(
+        _args("--model", str(model), "--config", str(cfg))
+    ).rollout.tool_show_time
 
 
 def test_a_model_outside_a_run_gets_the_defaults(tmp_path: Path) -> None:

@@ -33,7 +33,11 @@ def test_each_step_is_appended_and_resume_drops_later_steps(tmp_path: Path) -> N
         assert trace.write(step, [result(f"a{step}", mask, [0.2]), result("b", [0, 0], [])], 8) == 1
     trace.close()
     assert [(r["step"], r["traj_id"]) for r in lines(tmp_path)] == [(1, "a1"), (2, "a2"), (3, "a3")]
-    assert lines(tmp_path)[0]["turns"][0] == {"model_tokens": 2, "tool_tokens": 1, "tool_latency_s": 0.2}
+    assert lines(tmp_path)[0]["turns"][0] == {
+        "model_tokens": 2,
+        "tool_tokens": 1,
+        "tool_latency_s": 0.2,
+    }
     RolloutTrace(tmp_path, resume_step=2).close()
     assert [r["step"] for r in lines(tmp_path)] == [1, 2]
     RolloutTrace(tmp_path).close()  # a fresh run starts a fresh trace

@@ -298,7 +298,8 @@ class RolloutWorker(Actor):
                 yield embedded, TokenCodec(tokenizer), embedded.core.max_model_len
             return
         # vLLM is optional (its own virtual environment): imported only when chosen.
-        from rstar2.engine.vllm_backend import VLLMConfig, open_vllm_engine
+        from rstar2.engine.vllm_backend import open_vllm_engine
+        from rstar2.engine.vllm_config import VLLMConfig
 
         model_config = json.loads((Path(self.model_dir) / "config.json").read_text())
         fields = vllm_fields(self.model_dir, self.engine_cfg, model_config, self.vllm_options)

@@ -24,7 +24,8 @@ import torch  # noqa: E402
 from production.test_vllm_engine import engine_config, greedy  # noqa: E402
 from production.weight_edit import memorise  # noqa: E402
 from rstar2.config import ConfigError  # noqa: E402
-from rstar2.engine.vllm_backend import VLLMConfig, open_vllm_engine  # noqa: E402
+from rstar2.engine.vllm_backend import open_vllm_engine  # noqa: E402
+from rstar2.engine.vllm_config import VLLMConfig  # noqa: E402
 from rstar2.model import init_model, load_model, render_prompt  # noqa: E402
 
 pytestmark = [pytest.mark.anyio, pytest.mark.vllm, pytest.mark.slow]

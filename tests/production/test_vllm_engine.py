@@ -23,7 +23,8 @@ from transformers import AutoConfig  # noqa: E402
 
 from production.weight_edit import memorise  # noqa: E402
 from rstar2.engine.protocol import Engine, SamplingParams  # noqa: E402
-from rstar2.engine.vllm_backend import VLLMConfig, open_vllm_engine  # noqa: E402
+from rstar2.engine.vllm_backend import open_vllm_engine  # noqa: E402
+from rstar2.engine.vllm_config import VLLMConfig  # noqa: E402
 from rstar2.model import init_model, load_model, render_prompt  # noqa: E402
 from rstar2.rollout.agent_loop import run_trajectory  # noqa: E402
 from rstar2.rollout.config import RolloutConfig  # noqa: E402

@@ -26,7 +26,8 @@ import anyio  # noqa: E402
 from production.test_vllm_engine import engine_config, greedy  # noqa: E402
 from production.weight_edit import memorise  # noqa: E402
 from rstar2.config import ConfigError  # noqa: E402
-from rstar2.engine.vllm_backend import VLLMConfig, VLLMEngine, open_vllm_engine  # noqa: E402
+from rstar2.engine.vllm_backend import VLLMEngine, open_vllm_engine  # noqa: E402
+from rstar2.engine.vllm_config import VLLMConfig  # noqa: E402
 from rstar2.learner.weight_broadcast import GroupLayout, LearnerWeightGroup  # noqa: E402
 from rstar2.model import init_model, load_model, render_prompt  # noqa: E402
 from rstar2.rollout.group_member import join_group, receive_broadcast  # noqa: E402

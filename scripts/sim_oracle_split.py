@@ -25,7 +25,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 from rstar2.scheduler.policy import Policy, TurnRequest
-from sim.bound import _trajectory_path, bound_parts
+from sim.bound import bound_parts, trajectory_work
 from sim.config import SimConfig, build
 from sim.cost import CostModel
 from sim.simulator import SimResult, Simulation
@@ -57,13 +57,7 @@ def oracle_split(
     a = cost.step_overhead_s
     items = []
     for spec in workload:
-        _, tokens, sum_l = _trajectory_path(spec, cost)
-        work = (
-            cost.per_seq_s * tokens
-            + cost.per_context_token_s * sum_l
-            + cost.per_prefill_token_s
-            * (spec.prompt_tokens + sum(t.tool_tokens for t in spec.turns))
-        )
+        tokens, work = trajectory_work(spec, cost)
         items.append((tokens, work, spec.total_tokens, spec.traj_id))
     items.sort(key=lambda x: -x[0])
     longest, work_of, long_kv = [0] * num_engines, [0.0] * num_engines, [0] * num_engines

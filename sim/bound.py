@@ -151,6 +151,15 @@ def sticky_bound(
     return max(max(floors), lower_bound(workload, cost, num_engines, kv_tokens, max_num_seqs))
 
 
+def trajectory_work(spec: TrajectorySpec, cost: CostModel) -> tuple[int, float]:
+    """(generated tokens, per-token work in seconds) of one trajectory: ``b*N + c*sum_L +
+    p*(prompt + tool output)``, what it adds to its engine's floor besides the fixed cost."""
+    _, tokens, sum_l = _trajectory_path(spec, cost)
+    work = _Work()
+    work.add(spec, tokens, sum_l)
+    return tokens, work.variable_s(cost, spec.prompt_tokens)
+
+
 def _spread_tokens(lengths_desc: Sequence[int], num_engines: int, risk: float = 0.01) -> int:
     """The g of `BoundParts.spread_tokens`, from generated lengths sorted longest first."""
     total = len(lengths_desc)

@@ -22,7 +22,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from rstar2.scheduler.policy import Policy, TurnRequest
-from sim.bound import lower_bound, sticky_bound
+from sim.bound import bound_parts, sticky_bound
 from sim.cost import CostModel
 from sim.engine import BLOCK, EngineModel, Request
 from sim.events import PRIORITY_ENGINE, PRIORITY_TOOL, EventLoop
@@ -55,6 +55,8 @@ class SimResult:
     engine_of: list[int] = field(default_factory=list, repr=False)
     """The engine that served each trajectory's last turn, in workload order."""
     sticky_bound_s: float | None = None
+    spread_floor_s: float = 0.0
+    """What no even length-blind sticky split beats (`sim.bound.BoundParts.spread_floor_s`)."""
     """Lower bound given where each trajectory ran (`sim.bound.sticky_bound`); None when a
     turn moved to another engine."""
 
@@ -254,10 +256,11 @@ class Simulation:
     def _result(self, wall_s: float) -> SimResult:
         engines = self.engines
         shape = (len(engines), self.kv_tokens, self.max_num_seqs)
+        parts = bound_parts(self.workload, self.cost, *shape)
         return SimResult(
             policy=self.policy.name,
             makespan_s=self._makespan,
-            lower_bound_s=lower_bound(self.workload, self.cost, *shape),
+            lower_bound_s=parts.bound_s,
             preemptions=sum(e.preemptions for e in engines),
             recomputed_tokens=sum(e.recomputed_tokens for e in engines),
             generated_tokens=sum(e.generated_tokens for e in engines),
@@ -275,4 +278,5 @@ class Simulation:
             sticky_bound_s=None
             if self._moved_turns
             else sticky_bound(self.workload, self.cost, self._engine_of, *shape),
+            spread_floor_s=parts.spread_floor_s,
         )

@@ -59,6 +59,7 @@ def test_invariants_hold_for_every_policy(raw, engines, kv_blocks, max_num_seqs,
         policy = make_policy(cfg, engines)
         r = Simulation(policy, workload, engines, kv_blocks * 16, cost, max_num_seqs).run()
         assert r.makespan_s >= r.lower_bound_s * (1 - 1e-9), name
+        assert r.spread_floor_s >= r.lower_bound_s, name
         _check_sticky_bounds(r, workload, cost, engines, kv_blocks * 16, max_num_seqs, name)
         assert r.generated_tokens == expected_tokens, name
         assert max(r.max_used_blocks) <= kv_blocks, name
@@ -76,6 +77,7 @@ def _check_sticky_bounds(r, workload, cost, engines, kv, max_num_seqs, name) -> 
     assert r.makespan_s >= r.sticky_bound_s * (1 - 1e-9), name
     assert r.sticky_bound_s >= r.lower_bound_s * (1 - 1e-9), name
     parts = bound_parts(workload, cost, engines, kv, max_num_seqs)
+    assert r.spread_floor_s == parts.spread_floor_s
     longest = [0] * engines
     for spec, e in zip(workload, r.engine_of, strict=True):
         longest[e] = max(longest[e], spec.model_tokens)

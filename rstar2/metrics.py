@@ -40,6 +40,7 @@ TB_TAGS = {
     "approx_kl": "losses/approx_kl",
     "grad_norm": "losses/grad_norm",
     "mixed_group_fraction": "rollout/mixed_group_fraction",
+    "moved_turns": "rollout/moved_turns",
 }
 
 

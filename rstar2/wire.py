@@ -512,6 +512,8 @@ class TrajectoryResult(Message, tag=71):
     tool_latencies: list[float] = msgspec.field(default_factory=list)
     """Wall seconds of each executed tool call, in turn order (0.0 for a turn whose call was
     answered without running, e.g. malformed): the rollout trace's tool latencies."""
+    moved_turns: int = 0
+    """Turns generated on another engine than `engine` (the scheduler moved them there)."""
 
 
 @register
@@ -590,3 +592,52 @@ class WeightBroadcast(Message, tag=79):
     names: list[str]
     dtype_names: list[str]
     shapes: list[list[int]]
+
+
+@register
+class TurnRoute(Message, tag=80):
+    """Rollout worker -> scheduler, before each later turn of a trajectory (`move_turns`): where
+    should turn `turn` (the one after the `turn`-th tool call) run? `engine` is the engine that
+    ran the previous turn; the KV figures are that engine's, when the asking worker owns it
+    (`engine == -1` otherwise: no fresh report). Answered by `TurnRouted`."""
+
+    traj_id: str
+    prompt_id: str
+    turn: int
+    context_tokens: int
+    prompt_tokens: int
+    max_total_tokens: int
+    engine: int = -1
+    kv_capacity_tokens: int = 0
+    kv_free_tokens: int = 0
+    running: int = 0
+    waiting: int = 0
+    preemptions: int = 0
+
+
+@register
+class TurnRouted(Message, tag=81):
+    engine: int
+
+
+@register
+class PeerGenerate(Message, tag=82):
+    """Rollout worker -> another rollout worker: one turn's generation on that worker's engine
+    (a turn the scheduler moved there). The prompt is the whole trajectory so far. Answered by
+    `PeerGenerated`."""
+
+    request_id: str
+    prompt_ids: list[int]
+    max_tokens: int
+    temperature: float
+    top_p: float
+    stop_token_ids: list[int]
+    seed: int | None = None
+
+
+@register
+class PeerGenerated(Message, tag=83):
+    request_id: str
+    token_ids: list[int]
+    logprobs: list[float]
+    finish_reason: str

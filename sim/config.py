@@ -111,4 +111,7 @@ def build(cfg: SimConfig, progress: ProgressFn | None = None) -> Simulation:
     max_len = max(t.prompt_tokens + t.max_response_tokens for t in trajectories)
     engines, kv, cost = resolve_cluster(cfg, max_len)
     policy = make_policy(cfg.scheduler, engines)
-    return Simulation(policy, trajectories, engines, kv, cost, cfg.max_num_seqs, progress)
+    return Simulation(
+        policy, trajectories, engines, kv, cost, cfg.max_num_seqs, progress,
+        move_turns=cfg.scheduler.move_turns,
+    )  # fmt: skip

@@ -6,7 +6,9 @@ step is ready at time 0 and queued (FIFO) for the policy; a queued request is of
 the first one the policy holds. An assigned turn is submitted to its engine; when the engine
 returns it, its tool call is dispatched at once (asynchronously, for every policy) and its
 result arrives after the trajectory's recorded latency, when the next turn is offered to the
-policy. The step ends when the last trajectory finishes; that time is the makespan.
+policy (with `move_turns` off, it goes straight to the trajectory's engine, as in the live graph
+with `scheduler.move_turns = false`). The step ends when the last trajectory finishes; that time
+is the makespan.
 
 Events: an engine decision (`EngineModel.boundary`) and a tool result. Engines report
 `stats()` to the policy after every decision and every submission, as the live engines'
@@ -117,6 +119,7 @@ class Simulation:
         cost: CostModel,
         max_num_seqs: int = 256,
         progress: ProgressFn | None = None,
+        move_turns: bool = True,
     ) -> None:
         if policy.num_engines != num_engines:
             raise ValueError(f"policy built for {policy.num_engines} engines, not {num_engines}")
@@ -137,6 +140,7 @@ class Simulation:
         self.engines = [EngineModel(e, num_blocks, cost, max_num_seqs) for e in range(num_engines)]
         self.loop = EventLoop()
         self.progress = progress
+        self.move_turns = move_turns
         n = len(self.workload)
         self._turn = [0] * n
         self._engine_of = [-1] * n
@@ -195,7 +199,10 @@ class Simulation:
         held = self._held
         while held:
             i, req = held[0]
-            engine_id = self.policy.assign(req)
+            if req.turn > 0 and not self.move_turns:  # as the live graph: the policy is not asked
+                engine_id: int | None = self._engine_of[i]
+            else:
+                engine_id = self.policy.assign(req)
             if engine_id is None:
                 return
             held.popleft()

@@ -79,7 +79,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--no-turn-moves",
         action="store_true",
-        help="kv_aware: never move a later turn off its engine (what the live trainer graph does)",
+        help="never move a later turn off its engine (scheduler.move_turns = false)",
     )
     parser.add_argument(
         "--overload-factor",

@@ -10,7 +10,13 @@ ports:
 - ``assign`` (`RolloutTask` -> `TrajectoryResult`): roll out one trajectory with
   `run_trajectory`; many run at once as separate tasks over the one engine (continuous
   batching), and each reply is sent the moment its trajectory ends, with the engine's KV stats
-  attached so the scheduler's view stays fresh. All turns of a trajectory stay on this engine.
+  attached so the scheduler's view stays fresh. All turns of a trajectory stay on this engine,
+  unless ``move_turns``: then before each later turn the worker asks the scheduler on
+  ``route`` (`TurnRoute` -> `TurnRouted`) and, when the answer is another engine, has that
+  engine's worker generate the turn over ``peers`` (`_RoutedEngine`); the agent loop, its
+  state and the tool calls stay here.
+- ``generate`` (`PeerGenerate` -> `PeerGenerated`): one turn for another worker's trajectory
+  (a turn the scheduler moved to this engine).
 - ``weights``: new policy weights, pushed by the learner between RL steps, when no trajectory
   is in flight. Over the bus (`WeightUpdate` -> `WeightAck`: the flat tensors, loaded with
   `update_weights`), or, with `cluster.weight_sync = "broadcast"` on vLLM engines, through the
@@ -64,8 +70,12 @@ from rstar2.wire import (
     EngineReportRequest,
     ExecRequest,
     ExecResult,
+    PeerGenerate,
+    PeerGenerated,
     RolloutTask,
     TrajectoryResult,
+    TurnRoute,
+    TurnRouted,
     WeightAck,
     WeightBroadcast,
     WeightGroupJoin,
@@ -154,6 +164,82 @@ class _TracedEngine:
         return self.engine.stats()
 
 
+class _RoutedEngine:
+    """One trajectory's engine with `move_turns`: each later turn runs where the scheduler routes
+    it, on this worker's engine or on another worker's (over the "peers" port, which reaches
+    every rollout worker by index). The first turn runs here: the scheduler chose this engine."""
+
+    def __init__(
+        self,
+        ctx: ActorContext,
+        local: _TracedEngine,
+        index: int,
+        task: RolloutTask,
+        max_response_tokens: int,
+    ) -> None:
+        self.ctx = ctx
+        self.local = local
+        self.index = index
+        self.task = task
+        self.max_total_tokens = len(task.prompt_ids) + max_response_tokens
+        self.max_model_len = local.max_model_len
+        self.turn = 0
+        self.engine = index
+        """The engine of the latest turn."""
+        self.moved_turns = 0
+        """Turns generated on another worker's engine."""
+
+    async def generate(
+        self, request_id: str, prompt_ids: list[int], params: SamplingParams
+    ) -> GenerationOutput:
+        if self.turn > 0:
+            self.engine = await self._route(len(prompt_ids))
+        self.turn += 1
+        if self.engine == self.index:
+            return await self.local.generate(request_id, prompt_ids, params)
+        self.moved_turns += 1
+        msg = PeerGenerate(
+            request_id, prompt_ids, params.max_tokens, params.temperature, params.top_p,
+            list(params.stop_token_ids), params.seed,
+        )  # fmt: skip
+        reply = await self.ctx.request("peers", msg, peer=self.engine, timeout=_PEER_TIMEOUT_S)
+        assert isinstance(reply, PeerGenerated)
+        return GenerationOutput(
+            reply.request_id, list(reply.token_ids), list(reply.logprobs), reply.finish_reason
+        )
+
+    async def _route(self, context_tokens: int) -> int:
+        """Ask the scheduler for this turn's engine, reporting the previous engine's KV when
+        it is this worker's own."""
+        own = self.local.stats() if self.engine == self.index else None
+        msg = TurnRoute(
+            traj_id=self.task.traj_id,
+            prompt_id=self.task.prompt_id,
+            turn=self.turn,
+            context_tokens=context_tokens,
+            prompt_tokens=len(self.task.prompt_ids),
+            max_total_tokens=max(self.max_total_tokens, context_tokens),
+            engine=self.engine if own is not None else -1,
+            kv_capacity_tokens=own.kv_capacity_tokens if own is not None else 0,
+            kv_free_tokens=own.kv_free_tokens if own is not None else 0,
+            running=own.running if own is not None else 0,
+            waiting=own.waiting if own is not None else 0,
+            preemptions=own.preemptions if own is not None else 0,
+        )
+        reply = await self.ctx.request("route", msg, timeout=_PEER_TIMEOUT_S)
+        assert isinstance(reply, TurnRouted)
+        return reply.engine
+
+    async def abort(self, request_id: str) -> None:
+        """Abort a turn on this engine; a turn generating on a peer runs to its end there."""
+        if self.engine == self.index:
+            await self.local.abort(request_id)
+
+    def stats(self) -> EngineStats:
+        return self.local.stats()
+
+
+_PEER_TIMEOUT_S = 3600.0
 ENGINE_BACKENDS = ("embedded", "vllm")
 _DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2}
 
@@ -266,8 +352,13 @@ class RolloutWorker(Actor):
             reply=(WeightAck, WeightGroupJoined, EngineReport),
         ),
         "report": port(EngineReportRequest, reply=EngineReport),
+        "generate": port(PeerGenerate, reply=PeerGenerated),
     }
-    outputs: ClassVar[dict[str, Port]] = {"tools": port(ExecRequest, reply=ExecResult)}
+    outputs: ClassVar[dict[str, Port]] = {
+        "tools": port(ExecRequest, reply=ExecResult),
+        "route": port(TurnRoute, reply=TurnRouted),
+        "peers": port(PeerGenerate, reply=PeerGenerated),
+    }
 
     def __init__(
         self,
@@ -277,6 +368,7 @@ class RolloutWorker(Actor):
         threads: int = 0,
         engine_backend: str = "embedded",
         vllm: dict[str, Any] | None = None,
+        move_turns: bool = False,
     ) -> None:
         if engine_backend not in ENGINE_BACKENDS:
             raise ValueError(
@@ -288,6 +380,7 @@ class RolloutWorker(Actor):
         self.threads = threads
         self.engine_backend = engine_backend
         self.vllm_options = dict(vllm or {})
+        self.move_turns = move_turns
 
     @asynccontextmanager
     async def _open_engine(self) -> AsyncIterator[tuple[Engine, TokenCodec, int]]:
@@ -329,6 +422,8 @@ class RolloutWorker(Actor):
                 incoming = await ctx.recv()
                 if incoming.port == "assign":
                     tg.start_soon(self._rollout, ctx, traced, codec, tools, incoming)
+                elif incoming.port == "generate":
+                    tg.start_soon(self._peer_generate, ctx, traced, incoming)
                 elif incoming.port == "weights" and isinstance(incoming.msg, WeightUpdate):
                     with handling(ctx, "weights"):
                         await self._load(ctx, engine, incoming)
@@ -352,8 +447,11 @@ class RolloutWorker(Actor):
         cfg = self._task_config(task)
         timed = _TimedTools(tools)
         start = time.perf_counter()
+        routed = None
+        if self.move_turns and ctx.peers("peers") > 1:
+            routed = _RoutedEngine(ctx, engine, self.index, task, cfg.max_response_tokens)
         traj = await run_trajectory(
-            engine,
+            routed or engine,
             timed,
             codec,
             list(task.prompt_ids),
@@ -373,7 +471,26 @@ class RolloutWorker(Actor):
             timed.seconds,
             timed.per_turn(traj.turns),
         )
+        if routed is not None:
+            result.moved_turns = routed.moved_turns
         await ctx.reply(incoming, result)
+
+    async def _peer_generate(
+        self, ctx: ActorContext, engine: _TracedEngine, incoming: Incoming
+    ) -> None:
+        """Generate one turn another worker's trajectory moved to this engine."""
+        msg = incoming.msg
+        assert isinstance(msg, PeerGenerate)
+        params = SamplingParams(
+            max_tokens=msg.max_tokens,
+            temperature=msg.temperature,
+            top_p=msg.top_p,
+            stop_token_ids=tuple(msg.stop_token_ids),
+            seed=msg.seed,
+        )
+        out = await engine.generate(msg.request_id, list(msg.prompt_ids), params)
+        reply = PeerGenerated(out.request_id, out.token_ids, out.logprobs, out.finish_reason)
+        await ctx.reply(incoming, reply)
 
     def _task_config(self, task: RolloutTask) -> RolloutConfig:
         return dataclasses.replace(

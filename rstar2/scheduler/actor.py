@@ -4,10 +4,11 @@ It receives a step's trajectories as one `RolloutBatch` on ``tasks``, asks every
 for its KV stats once at start (``report``), and starts each trajectory the `Dispatcher` admits
 as a request on ``assign`` to the chosen worker (`peer=engine`). The reply is the finished
 trajectory: its stats refresh the policy's view, the policy releases it, it goes on to the
-reward actor on ``done``, and queued trajectories are admitted.
+reward actor on ``done``, and queued trajectories are admitted. With `move_turns`, rollout
+workers ask on ``route`` where each later turn should run (`Dispatcher.route`).
 
 Its own work (admitting a batch, releasing a finished trajectory) is recorded for the profiler
-as handle spans (`rstar2.profile.handling`, ports "tasks" and "assign").
+as handle spans (`rstar2.profile.handling`, ports "tasks", "assign" and "route").
 
 What it does not do: any routing decision itself (the policy, through `Dispatcher`).
 """
@@ -31,13 +32,18 @@ from rstar2.wire import (
     RolloutBatch,
     RolloutTask,
     TrajectoryResult,
+    TurnRoute,
+    TurnRouted,
 )
 
 log = logging.getLogger(__name__)
 
 
 class SchedulerActor(Actor):
-    inputs: ClassVar[dict[str, Port]] = {"tasks": port(RolloutBatch)}
+    inputs: ClassVar[dict[str, Port]] = {
+        "tasks": port(RolloutBatch),
+        "route": port(TurnRoute, reply=TurnRouted),
+    }
     outputs: ClassVar[dict[str, Port]] = {
         "assign": port(RolloutTask, reply=TrajectoryResult),
         "report": port(EngineReportRequest, reply=EngineReport),
@@ -65,6 +71,11 @@ class SchedulerActor(Actor):
         async with anyio.create_task_group() as tg:
             while True:
                 incoming = await ctx.recv()
+                if isinstance(incoming.msg, TurnRoute):
+                    with handling(ctx, "route"):
+                        engine = dispatcher.route(incoming.msg)
+                    await ctx.reply(incoming, TurnRouted(engine=engine))
+                    continue
                 assert isinstance(incoming.msg, RolloutBatch)
                 with handling(ctx, "tasks"):
                     admitted = dispatcher.submit(list(incoming.msg.tasks))

@@ -27,10 +27,11 @@ class SchedulerConfig:
     """kv_aware 'predicted': factor on the predicted response length. Below 1 over-commits on
     purpose: trajectories on one engine reach their full length at different times."""
     move_turns: bool = True
-    """kv_aware 'predicted': a later turn may move off a saturated or overloaded engine (the
-    simulator, a router in front of engine servers). The live trainer graph routes each
-    trajectory once (its rollout worker owns the engine), so there turns never move; set
-    false to simulate that."""
+    """Ask the policy about every later turn, which may then run on another engine (kv_aware
+    'predicted': off a saturated or overloaded engine; round_robin: always). In the live graph
+    the rollout worker asks the scheduler before each later turn and has another worker's
+    engine generate it when told to. False: every turn stays on its trajectory's first engine,
+    without asking (live and in `rstar2 sim --no-turn-moves`)."""
     overload_factor: float = 1.3
     """kv_aware 'predicted' with move_turns: a later turn also moves when its engine holds more
     KV than this times the least-used engine's plus 2% of its capacity (a heavy-tailed step

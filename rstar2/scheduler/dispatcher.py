@@ -5,10 +5,15 @@
 - `submit(batch)` queues a step's trajectories (calling the policy's `prepare` first) and
   returns the ones that can start now, each with its engine;
 - `finish(result)` records the engine stats that came back with a finished trajectory,
-  releases the trajectory in the policy (`on_finish`) and returns what can start now.
+  releases the trajectory in the policy (`on_finish`) and returns what can start now;
+- `route(msg)` answers a rollout worker asking, before a later turn, where it should run
+  (`move_turns`): the policy's `assign` for that turn, never held (a running trajectory
+  continues on the engine of its previous turn when the policy would hold it).
 
-A trajectory is routed once, at its first turn: all its later turns run on the same engine
-inside the rollout worker's agent loop (prefix cache). The queue is strictly FIFO: it stops at
+A trajectory is admitted once, at its first turn, to the rollout worker that owns the engine
+the policy chose; that worker runs its agent loop to the end. With `move_turns` the worker asks
+`route` before each later turn and, when the answer is another engine, has that engine's
+worker generate the turn (the whole context is prefilled there). The queue is strictly FIFO: it stops at
 the first trajectory the policy holds back (no overtaking), as the policy interface requires.
 A trajectory the policy holds while some engine has nothing in flight goes to that engine, so a
 reservation bigger than a whole KV pool cannot deadlock the step. For the KV-aware policy's
@@ -25,7 +30,7 @@ from collections import deque
 from dataclasses import dataclass
 
 from rstar2.scheduler.policy import Policy, TurnRequest
-from rstar2.wire import EngineReport, RolloutTask, TrajectoryResult
+from rstar2.wire import EngineReport, RolloutTask, TrajectoryResult, TurnRoute
 
 
 @dataclass
@@ -81,6 +86,39 @@ class Dispatcher:
         self._finished_count += 1
         return self._admit()
 
+    def route(self, msg: TurnRoute) -> int:
+        """The engine for a later turn of a running trajectory (see the module docstring)."""
+        if msg.turn < 1:
+            raise ValueError(f"route is for later turns (turn >= 1), got turn {msg.turn}")
+        previous = self.in_flight.get(msg.traj_id)
+        if previous is None:
+            raise ValueError(f"trajectory {msg.traj_id!r} is not in flight")
+        if msg.engine >= 0:
+            self.policy.on_stats(
+                msg.engine,
+                _Load(
+                    msg.kv_capacity_tokens,
+                    msg.kv_free_tokens,
+                    msg.running,
+                    msg.waiting,
+                    msg.preemptions,
+                ),
+            )
+        req = TurnRequest(
+            traj_id=msg.traj_id,
+            prompt_id=msg.prompt_id,
+            turn=msg.turn,
+            context_tokens=msg.context_tokens,
+            prompt_tokens=msg.prompt_tokens,
+            max_total_tokens=max(msg.max_total_tokens, msg.context_tokens),
+            predicted_total_tokens=self._predicted(msg.prompt_tokens, msg.max_total_tokens),
+        )
+        engine = self.policy.assign(req)
+        if engine is None:
+            engine = previous
+        self.in_flight[msg.traj_id] = engine
+        return engine
+
     def _admit(self) -> list[tuple[int, RolloutTask]]:
         started = []
         while self.queue:
@@ -112,10 +150,7 @@ class Dispatcher:
     def _request(self, task: RolloutTask) -> TurnRequest:
         budget = task.max_response_tokens or self.max_response_tokens
         prompt = len(task.prompt_ids)
-        predicted = None
-        if self._finished_count:
-            mean = self._finished_tokens / self._finished_count
-            predicted = int(min(max(mean, prompt + 1), prompt + budget))
+        predicted = self._predicted(prompt, prompt + budget)
         return TurnRequest(
             traj_id=task.traj_id,
             prompt_id=task.prompt_id,
@@ -125,3 +160,10 @@ class Dispatcher:
             max_total_tokens=prompt + budget,
             predicted_total_tokens=predicted,
         )
+
+    def _predicted(self, prompt: int, max_total: int) -> int | None:
+        """The running mean length of finished trajectories, within (prompt, max_total]."""
+        if not self._finished_count:
+            return None
+        mean = self._finished_tokens / self._finished_count
+        return int(min(max(mean, prompt + 1), max_total))

@@ -147,6 +147,7 @@ def train_graph(cfg: TrainConfig, run_dir: Path, model_dir: Path, resume: bool) 
                 "threads": g.engine_threads,
                 "engine_backend": cfg.cluster.engine_backend,
                 "vllm": vllm_options(cfg.cluster),
+                "move_turns": cfg.scheduler.move_turns,
             },
         },
         {
@@ -168,6 +169,8 @@ def train_graph(cfg: TrainConfig, run_dir: Path, model_dir: Path, resume: bool) 
         "learner.weights -> rollout.weights",
         "scheduler.assign -> rollout.assign",
         "scheduler.report -> rollout.report",
+        "rollout.route -> scheduler.route",
+        "rollout.peers -> rollout.generate",
         "scheduler.done -> reward.trajectories",
         "rollout.tools -> sandbox.exec",
         "reward.scored -> learner.scored",

@@ -5,6 +5,8 @@
   in the correct trajectories only (the paper's Figure 9 quantity, before RoC selection);
 - `mixed_group_fraction`: share of prompts whose rollouts have both rewards (groups with signal);
 - `gen_tokens`: tokens the policy sampled in the step (loss-mask 1), tool and prompt tokens excluded;
+- `moved_turns`: turns generated on another engine than their trajectory's first (the
+  scheduler moved them; `scheduler.move_turns` with several engines);
 - `stage_split`: how the rollout phase's wall time divides into generation, tool and reward
   time. These overlap (many trajectories run at once), so the wall time is split in proportion
   to the summed per-trajectory times: t_gen = wall * G / (G + T + R), and so on.
@@ -30,6 +32,7 @@ class Scored(Protocol):
     gen_s: float
     tool_s: float
     reward_s: float
+    moved_turns: int
 
 
 def _mean(xs: Sequence[float]) -> float:
@@ -50,6 +53,7 @@ def rollout_metrics(trajs: Sequence[Scored]) -> dict[str, float]:
         "tool_error_ratio_correct": failed / calls if calls else 0.0,
         "mixed_group_fraction": _mean([len(v) > 1 for v in groups.values()]),
         "gen_tokens": float(sum(sum(t.loss_mask) for t in trajs)),
+        "moved_turns": float(sum(t.moved_turns for t in trajs)),
     }
 
 

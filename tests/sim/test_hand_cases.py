@@ -97,3 +97,12 @@ def test_spread_tokens_is_the_length_an_even_blind_split_puts_on_every_engine() 
         parts = bound_parts(workload, constant_cost(1.0), 2, 1 << 20, 256)
         assert parts.spread_tokens == expected
         assert parts.spread_floor_s == max(parts.bound_s, float(expected))
+
+
+def test_without_turn_moves_a_later_turn_stays_without_asking_the_policy() -> None:
+    # Round robin would send turn 1 to engine 1; with move_turns off it is not asked (as the live
+    # graph with scheduler.move_turns = false): both turns run on engine 0, 5 + 5 steps.
+    sim = Simulation(RoundRobin(2), [traj(0, 4, 5, 5)], 2, 1024, constant_cost(1.0), 256,
+                     move_turns=False)  # fmt: skip
+    r = sim.run()
+    assert r.engine_of == [0] and r.sticky_bound_s == 10.0 and r.makespan_s == 10.0

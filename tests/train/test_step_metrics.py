@@ -22,6 +22,7 @@ class T:
     gen_s: float = 1.0
     tool_s: float = 0.0
     reward_s: float = 0.0
+    moved_turns: int = 0
 
 
 def test_rollout_metrics_exact() -> None:
@@ -29,7 +30,7 @@ def test_rollout_metrics_exact() -> None:
         T("a", 1.0, tool_calls=4, tool_errors=1),
         T("a", 0.0, tool_calls=3, tool_errors=3),
         T("b", 1.0, tool_calls=2, tool_timeouts=1),
-        T("b", 1.0, tool_calls=2),
+        T("b", 1.0, tool_calls=2, moved_turns=2),
     ]
     m = rollout_metrics(trajs)
     assert m["reward_mean"] == 0.75
@@ -39,6 +40,7 @@ def test_rollout_metrics_exact() -> None:
     assert m["tool_error_ratio_correct"] == pytest.approx(2 / 8)
     assert m["mixed_group_fraction"] == 0.5
     assert m["gen_tokens"] == 4.0
+    assert m["moved_turns"] == 2.0
     assert accuracy(trajs) == 0.75
 
 

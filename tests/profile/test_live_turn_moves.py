@@ -31,7 +31,10 @@ def _step(tmp_path: Path, capsys: pytest.CaptureFixture[str], policy: ToolPolicy
 def test_round_robin_moves_every_later_turn_to_the_other_engine(
     tool_policy: ToolPolicy, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    doc, row = _step(tmp_path, capsys, tool_policy, 'scheduler.policy="round_robin"')
+    # two processes: the route requests cross from the engines' process to the scheduler's
+    doc, row = _step(
+        tmp_path, capsys, tool_policy, 'scheduler.policy="round_robin"', "graph.processes=2"
+    )
     assert row["tool_calls_mean"] >= 0.5, row
     # 16 rollouts; each with a tool call has a second turn, and round robin moves it
     assert row["moved_turns"] >= 8, row

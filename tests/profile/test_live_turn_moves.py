@@ -1,7 +1,8 @@
 """Turn moves in the live trainer graph: with two engines and `scheduler.move_turns`, a later
 turn runs where the scheduler routes it, on the other rollout worker's engine
-(`rstar2.rollout.worker._RoutedEngine`, `Dispatcher.route`). Round robin sends every later turn
-to the other engine, so every trajectory that calls the tool moves at least one turn."""
+(`rstar2.rollout.worker._RoutedEngine`, `Dispatcher.route`). Round robin hands each request,
+first turns and later turns alike, to the next engine in one cycle, so about half of the later
+turns land on the other engine (none moving among ~16 has probability ~2^-16)."""
 
 from __future__ import annotations
 
@@ -28,7 +29,7 @@ def _step(tmp_path: Path, capsys: pytest.CaptureFixture[str], policy: ToolPolicy
 
 
 @pytest.mark.slow
-def test_round_robin_moves_every_later_turn_to_the_other_engine(
+def test_round_robin_moves_later_turns_to_the_other_engine(
     tool_policy: ToolPolicy, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     # two processes: the route requests cross from the engines' process to the scheduler's
@@ -36,8 +37,8 @@ def test_round_robin_moves_every_later_turn_to_the_other_engine(
         tmp_path, capsys, tool_policy, 'scheduler.policy="round_robin"', "graph.processes=2"
     )
     assert row["tool_calls_mean"] >= 0.5, row
-    # 16 rollouts; each with a tool call has a second turn, and round robin moves it
-    assert row["moved_turns"] >= 8, row
+    later_turns = row["tool_calls_mean"] * 16  # 16 rollouts; a turn follows each tool call
+    assert 1 <= row["moved_turns"] <= later_turns, row
     assert row["reward_mean"] > 0, row  # moved turns still reach answers the reward accepts
     assert doc["steps"] == 1
 

@@ -13,7 +13,7 @@ ports:
   attached so the scheduler's view stays fresh. All turns of a trajectory stay on this engine,
   unless ``move_turns``: then before each later turn the worker asks the scheduler on
   ``route`` (`TurnRoute` -> `TurnRouted`) and, when the answer is another engine, has that
-  engine's worker generate the turn over ``peers`` (`_RoutedEngine`); the agent loop, its
+  engine's worker generate the turn over ``peers`` (`RoutedEngine`); the agent loop, its
   state and the tool calls stay here.
 - ``generate`` (`PeerGenerate` -> `PeerGenerated`): one turn for another worker's trajectory
   (a turn the scheduler moved to this engine).
@@ -65,6 +65,7 @@ from rstar2.rollout.config import RolloutConfig
 from rstar2.rollout.group_member import join_group, receive_broadcast
 from rstar2.rollout.token_codec import TokenCodec
 from rstar2.rollout.trajectory import Trajectory
+from rstar2.rollout.turn_router import RoutedEngine
 from rstar2.wire import (
     EngineReport,
     EngineReportRequest,
@@ -164,82 +165,6 @@ class _TracedEngine:
         return self.engine.stats()
 
 
-class _RoutedEngine:
-    """One trajectory's engine with `move_turns`: each later turn runs where the scheduler routes
-    it, on this worker's engine or on another worker's (over the "peers" port, which reaches
-    every rollout worker by index). The first turn runs here: the scheduler chose this engine."""
-
-    def __init__(
-        self,
-        ctx: ActorContext,
-        local: _TracedEngine,
-        index: int,
-        task: RolloutTask,
-        max_response_tokens: int,
-    ) -> None:
-        self.ctx = ctx
-        self.local = local
-        self.index = index
-        self.task = task
-        self.max_total_tokens = len(task.prompt_ids) + max_response_tokens
-        self.max_model_len = local.max_model_len
-        self.turn = 0
-        self.engine = index
-        """The engine of the latest turn."""
-        self.moved_turns = 0
-        """Turns generated on another worker's engine."""
-
-    async def generate(
-        self, request_id: str, prompt_ids: list[int], params: SamplingParams
-    ) -> GenerationOutput:
-        if self.turn > 0:
-            self.engine = await self._route(len(prompt_ids))
-        self.turn += 1
-        if self.engine == self.index:
-            return await self.local.generate(request_id, prompt_ids, params)
-        self.moved_turns += 1
-        msg = PeerGenerate(
-            request_id, prompt_ids, params.max_tokens, params.temperature, params.top_p,
-            list(params.stop_token_ids), params.seed,
-        )  # fmt: skip
-        reply = await self.ctx.request("peers", msg, peer=self.engine, timeout=_PEER_TIMEOUT_S)
-        assert isinstance(reply, PeerGenerated)
-        return GenerationOutput(
-            reply.request_id, list(reply.token_ids), list(reply.logprobs), reply.finish_reason
-        )
-
-    async def _route(self, context_tokens: int) -> int:
-        """Ask the scheduler for this turn's engine, reporting the previous engine's KV when
-        it is this worker's own."""
-        own = self.local.stats() if self.engine == self.index else None
-        msg = TurnRoute(
-            traj_id=self.task.traj_id,
-            prompt_id=self.task.prompt_id,
-            turn=self.turn,
-            context_tokens=context_tokens,
-            prompt_tokens=len(self.task.prompt_ids),
-            max_total_tokens=max(self.max_total_tokens, context_tokens),
-            engine=self.engine if own is not None else -1,
-            kv_capacity_tokens=own.kv_capacity_tokens if own is not None else 0,
-            kv_free_tokens=own.kv_free_tokens if own is not None else 0,
-            running=own.running if own is not None else 0,
-            waiting=own.waiting if own is not None else 0,
-            preemptions=own.preemptions if own is not None else 0,
-        )
-        reply = await self.ctx.request("route", msg, timeout=_PEER_TIMEOUT_S)
-        assert isinstance(reply, TurnRouted)
-        return reply.engine
-
-    async def abort(self, request_id: str) -> None:
-        """Abort a turn on this engine; a turn generating on a peer runs to its end there."""
-        if self.engine == self.index:
-            await self.local.abort(request_id)
-
-    def stats(self) -> EngineStats:
-        return self.local.stats()
-
-
-_PEER_TIMEOUT_S = 3600.0
 ENGINE_BACKENDS = ("embedded", "vllm")
 _DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2}
 
@@ -449,7 +374,7 @@ class RolloutWorker(Actor):
         start = time.perf_counter()
         routed = None
         if self.move_turns and ctx.peers("peers") > 1:
-            routed = _RoutedEngine(ctx, engine, self.index, task, cfg.max_response_tokens)
+            routed = RoutedEngine(ctx, engine, self.index, task, cfg.max_response_tokens)
         traj = await run_trajectory(
             routed or engine,
             timed,

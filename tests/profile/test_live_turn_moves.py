@@ -1,6 +1,6 @@
 """Turn moves in the live trainer graph: with two engines and `scheduler.move_turns`, a later
 turn runs where the scheduler routes it, on the other rollout worker's engine
-(`rstar2.rollout.worker._RoutedEngine`, `Dispatcher.route`). Round robin hands each request,
+(`rstar2.rollout.turn_router.RoutedEngine`, `Dispatcher.route`). Round robin hands each request,
 first turns and later turns alike, to the next engine in one cycle, so about half of the later
 turns land on the other engine (none moving among ~16 has probability ~2^-16)."""
 

@@ -43,6 +43,13 @@ class _Load:
     waiting: int
     preemptions: int
 
+    @classmethod
+    def of(cls, msg: EngineReport | TrajectoryResult | TurnRoute) -> _Load:
+        """The KV figures a report, a finished trajectory or a route request carries."""
+        return cls(
+            msg.kv_capacity_tokens, msg.kv_free_tokens, msg.running, msg.waiting, msg.preemptions
+        )
+
 
 class Dispatcher:
     """FIFO admission of trajectories to engines through a scheduling policy."""
@@ -58,10 +65,7 @@ class Dispatcher:
         self._finished_count = 0
 
     def report(self, r: EngineReport) -> None:
-        self.policy.on_stats(
-            r.engine,
-            _Load(r.kv_capacity_tokens, r.kv_free_tokens, r.running, r.waiting, r.preemptions),
-        )
+        self.policy.on_stats(r.engine, _Load.of(r))
 
     def submit(self, tasks: list[RolloutTask]) -> list[tuple[int, RolloutTask]]:
         self.policy.prepare([self._request(t) for t in tasks])
@@ -71,16 +75,7 @@ class Dispatcher:
     def finish(self, result: TrajectoryResult) -> list[tuple[int, RolloutTask]]:
         self.in_flight.pop(result.traj_id, None)
         if result.engine >= 0:
-            self.policy.on_stats(
-                result.engine,
-                _Load(
-                    result.kv_capacity_tokens,
-                    result.kv_free_tokens,
-                    result.running,
-                    result.waiting,
-                    result.preemptions,
-                ),
-            )
+            self.policy.on_stats(result.engine, _Load.of(result))
         self.policy.on_finish(result.traj_id)
         self._finished_tokens += len(result.token_ids)
         self._finished_count += 1
@@ -94,16 +89,7 @@ class Dispatcher:
         if previous is None:
             raise ValueError(f"trajectory {msg.traj_id!r} is not in flight")
         if msg.engine >= 0:
-            self.policy.on_stats(
-                msg.engine,
-                _Load(
-                    msg.kv_capacity_tokens,
-                    msg.kv_free_tokens,
-                    msg.running,
-                    msg.waiting,
-                    msg.preemptions,
-                ),
-            )
+            self.policy.on_stats(msg.engine, _Load.of(msg))
         req = TurnRequest(
             traj_id=msg.traj_id,
             prompt_id=msg.prompt_id,

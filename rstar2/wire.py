@@ -597,9 +597,9 @@ class WeightBroadcast(Message, tag=79):
 @register
 class TurnRoute(Message, tag=80):
     """Rollout worker -> scheduler, before each later turn of a trajectory (`move_turns`): where
-    should turn `turn` (the one after the `turn`-th tool call) run? `engine` is the engine that
-    ran the previous turn; the KV figures are that engine's, when the asking worker owns it
-    (`engine == -1` otherwise: no fresh report). Answered by `TurnRouted`."""
+    should turn `turn` (the one after the `turn`-th tool call) run? `report` is the asking
+    worker's engine report when that engine ran the previous turn (None when a peer's did: no
+    fresh report). Answered by `TurnRouted`."""
 
     traj_id: str
     prompt_id: str
@@ -607,12 +607,7 @@ class TurnRoute(Message, tag=80):
     context_tokens: int
     prompt_tokens: int
     max_total_tokens: int
-    engine: int = -1
-    kv_capacity_tokens: int = 0
-    kv_free_tokens: int = 0
-    running: int = 0
-    waiting: int = 0
-    preemptions: int = 0
+    report: EngineReport | None = None
 
 
 @register

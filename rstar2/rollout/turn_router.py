@@ -7,6 +7,8 @@ worker's "route" port (`TurnRoute` -> `TurnRouted`, carrying the worker's engine
 report when that engine ran the previous turn) and runs the turn there: on its own engine, or
 on another worker's over the "peers" port (`PeerGenerate` -> `PeerGenerated`; "peers" reaches
 every rollout worker by index, and the whole context is prefilled on the peer).
+`peer_request` / `peer_params` map sampling parameters to and from that message, and
+`engine_report` is the worker's engine report, here and on its "report" port.
 
 What it does not do: decide where a turn goes (the scheduler's policy), or keep any trajectory
 state (the agent loop does; only tokens cross to the peer).
@@ -18,10 +20,50 @@ from typing import Any, Protocol
 
 from rstar2.actors import ActorContext
 from rstar2.engine.protocol import EngineStats, GenerationOutput, SamplingParams
-from rstar2.wire import PeerGenerate, PeerGenerated, RolloutTask, TurnRoute, TurnRouted
+from rstar2.wire import (
+    EngineReport,
+    PeerGenerate,
+    PeerGenerated,
+    RolloutTask,
+    TurnRoute,
+    TurnRouted,
+)
 
 PEER_TIMEOUT_S = 3600.0
 """Longest wait for the scheduler's answer or for a peer's turn."""
+
+
+def engine_report(engine: int, stats: Any) -> EngineReport:
+    """Engine `engine`'s KV stats (an `EngineStats`) as the scheduler reads them."""
+    return EngineReport(
+        engine=engine,
+        kv_capacity_tokens=stats.kv_capacity_tokens,
+        kv_free_tokens=stats.kv_free_tokens,
+        running=stats.running,
+        waiting=stats.waiting,
+        preemptions=stats.preemptions,
+        recomputed_tokens=stats.recomputed_tokens,
+        generated_tokens=stats.generated_tokens,
+    )
+
+
+def peer_request(request_id: str, prompt_ids: list[int], params: SamplingParams) -> PeerGenerate:
+    """One turn's generation for a peer's engine (`peer_params` reads it back)."""
+    return PeerGenerate(
+        request_id, prompt_ids, params.max_tokens, params.temperature, params.top_p,
+        list(params.stop_token_ids), params.seed,
+    )  # fmt: skip
+
+
+def peer_params(msg: PeerGenerate) -> SamplingParams:
+    """The sampling parameters a `PeerGenerate` carries."""
+    return SamplingParams(
+        max_tokens=msg.max_tokens,
+        temperature=msg.temperature,
+        top_p=msg.top_p,
+        stop_token_ids=tuple(msg.stop_token_ids),
+        seed=msg.seed,
+    )
 
 
 class LocalEngine(Protocol):
@@ -70,10 +112,7 @@ class RoutedEngine:
         if self.engine == self.index:
             return await self.local.generate(request_id, prompt_ids, params)
         self.moved_turns += 1
-        msg = PeerGenerate(
-            request_id, prompt_ids, params.max_tokens, params.temperature, params.top_p,
-            list(params.stop_token_ids), params.seed,
-        )  # fmt: skip
+        msg = peer_request(request_id, prompt_ids, params)
         reply = await self.ctx.request("peers", msg, peer=self.engine, timeout=PEER_TIMEOUT_S)
         assert isinstance(reply, PeerGenerated)
         return GenerationOutput(
@@ -83,25 +122,15 @@ class RoutedEngine:
     async def _route(self, context_tokens: int) -> int:
         """Ask the scheduler for this turn's engine, with the previous engine's KV report when
         it is this worker's own."""
-        report: dict[str, Any] = {}
-        if self.engine == self.index:
-            st = self.local.stats()
-            report = {
-                "engine": self.index,
-                "kv_capacity_tokens": st.kv_capacity_tokens,
-                "kv_free_tokens": st.kv_free_tokens,
-                "running": st.running,
-                "waiting": st.waiting,
-                "preemptions": st.preemptions,
-            }
+        own = self.engine == self.index
         msg = TurnRoute(
             traj_id=self.task.traj_id,
             prompt_id=self.task.prompt_id,
             turn=self.turn,
             context_tokens=context_tokens,
             prompt_tokens=len(self.task.prompt_ids),
-            max_total_tokens=max(self.max_total_tokens, context_tokens),
-            **report,
+            max_total_tokens=self.max_total_tokens,
+            report=engine_report(self.index, self.local.stats()) if own else None,
         )
         reply = await self.ctx.request("route", msg, timeout=PEER_TIMEOUT_S)
         assert isinstance(reply, TurnRouted)

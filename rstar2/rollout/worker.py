@@ -65,7 +65,7 @@ from rstar2.rollout.config import RolloutConfig
 from rstar2.rollout.group_member import join_group, receive_broadcast
 from rstar2.rollout.token_codec import TokenCodec
 from rstar2.rollout.trajectory import Trajectory
-from rstar2.rollout.turn_router import RoutedEngine
+from rstar2.rollout.turn_router import RoutedEngine, engine_report, peer_params
 from rstar2.wire import (
     EngineReport,
     EngineReportRequest,
@@ -222,6 +222,7 @@ def to_result(
     gen_s: float,
     tool_s: float,
     tool_latencies: list[float] | None = None,
+    moved_turns: int = 0,
 ) -> TrajectoryResult:
     """The wire form of a finished trajectory, with the engine's stats attached."""
     return TrajectoryResult(
@@ -251,19 +252,7 @@ def to_result(
         waiting=stats.waiting,
         preemptions=stats.preemptions,
         tool_latencies=tool_latencies or [],
-    )
-
-
-def engine_report(engine: int, stats: Any) -> EngineReport:
-    return EngineReport(
-        engine=engine,
-        kv_capacity_tokens=stats.kv_capacity_tokens,
-        kv_free_tokens=stats.kv_free_tokens,
-        running=stats.running,
-        waiting=stats.waiting,
-        preemptions=stats.preemptions,
-        recomputed_tokens=stats.recomputed_tokens,
-        generated_tokens=stats.generated_tokens,
+        moved_turns=moved_turns,
     )
 
 
@@ -395,9 +384,8 @@ class RolloutWorker(Actor):
             wall - timed.seconds,
             timed.seconds,
             timed.per_turn(traj.turns),
+            routed.moved_turns if routed is not None else 0,
         )
-        if routed is not None:
-            result.moved_turns = routed.moved_turns
         await ctx.reply(incoming, result)
 
     async def _peer_generate(
@@ -406,14 +394,7 @@ class RolloutWorker(Actor):
         """Generate one turn another worker's trajectory moved to this engine."""
         msg = incoming.msg
         assert isinstance(msg, PeerGenerate)
-        params = SamplingParams(
-            max_tokens=msg.max_tokens,
-            temperature=msg.temperature,
-            top_p=msg.top_p,
-            stop_token_ids=tuple(msg.stop_token_ids),
-            seed=msg.seed,
-        )
-        out = await engine.generate(msg.request_id, list(msg.prompt_ids), params)
+        out = await engine.generate(msg.request_id, list(msg.prompt_ids), peer_params(msg))
         reply = PeerGenerated(out.request_id, out.token_ids, out.logprobs, out.finish_reason)
         await ctx.reply(incoming, reply)
 

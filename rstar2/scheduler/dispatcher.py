@@ -44,8 +44,8 @@ class _Load:
     preemptions: int
 
     @classmethod
-    def of(cls, msg: EngineReport | TrajectoryResult | TurnRoute) -> _Load:
-        """The KV figures a report, a finished trajectory or a route request carries."""
+    def of(cls, msg: EngineReport | TrajectoryResult) -> _Load:
+        """The KV figures an engine report or a finished trajectory carries."""
         return cls(
             msg.kv_capacity_tokens, msg.kv_free_tokens, msg.running, msg.waiting, msg.preemptions
         )
@@ -88,16 +88,17 @@ class Dispatcher:
         previous = self.in_flight.get(msg.traj_id)
         if previous is None:
             raise ValueError(f"trajectory {msg.traj_id!r} is not in flight")
-        if msg.engine >= 0:
-            self.policy.on_stats(msg.engine, _Load.of(msg))
+        if msg.report is not None:
+            self.report(msg.report)
+        max_total = max(msg.max_total_tokens, msg.context_tokens)
         req = TurnRequest(
             traj_id=msg.traj_id,
             prompt_id=msg.prompt_id,
             turn=msg.turn,
             context_tokens=msg.context_tokens,
             prompt_tokens=msg.prompt_tokens,
-            max_total_tokens=max(msg.max_total_tokens, msg.context_tokens),
-            predicted_total_tokens=self._predicted(msg.prompt_tokens, msg.max_total_tokens),
+            max_total_tokens=max_total,
+            predicted_total_tokens=self._predicted(msg.prompt_tokens, max_total),
         )
         engine = self.policy.assign(req)
         if engine is None:

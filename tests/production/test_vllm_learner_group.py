@@ -31,7 +31,7 @@ from rstar2.engine.vllm_config import VLLMConfig  # noqa: E402
 from rstar2.learner.weight_broadcast import GroupLayout, LearnerWeightGroup  # noqa: E402
 from rstar2.model import init_model, load_model, render_prompt  # noqa: E402
 from rstar2.rollout.group_member import join_group, receive_broadcast  # noqa: E402
-from rstar2.rollout.worker import engine_report  # noqa: E402
+from rstar2.rollout.turn_router import engine_report  # noqa: E402
 from rstar2.wire import (  # noqa: E402
     EngineReportRequest,
     Message,

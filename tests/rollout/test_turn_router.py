@@ -65,7 +65,9 @@ async def test_later_turns_run_where_the_scheduler_routes_them() -> None:
         3,
         23,
     )
-    assert (route.engine, route.kv_free_tokens, route.running, route.waiting) == (0, 60, 2, 1)
+    assert route.report is not None
+    assert (route.report.engine, route.report.kv_free_tokens) == (0, 60)
+    assert (route.report.running, route.report.waiting) == (2, 1)
     assert (peer_port, peer) == ("peers", 1) and isinstance(gen, PeerGenerate)
     assert (gen.prompt_ids, gen.max_tokens, gen.temperature, gen.top_p) == ([1, 2, 3, 7, 4, 4],
                                                                             5, 0.7, 0.9)  # fmt: skip
@@ -76,5 +78,5 @@ async def test_later_turns_run_where_the_scheduler_routes_them() -> None:
 
     await engine.generate("p/0/t2", [1] * 10, PARAMS)  # back home; no fresh report of engine 1
     route = ctx.sent[2][1]
-    assert isinstance(route, TurnRoute) and route.engine == -1 and route.kv_capacity_tokens == 0
+    assert isinstance(route, TurnRoute) and route.report is None
     assert local.generated == ["p/0/t0", "p/0/t2"] and engine.moved_turns == 1

@@ -100,10 +100,10 @@ def test_oversized_reservation_goes_to_an_idle_engine_instead_of_waiting_forever
 
 
 def route(t: RolloutTask, turn: int, context: int, engine: int = -1, free: int = 0) -> TurnRoute:
+    report = EngineReport(engine, 100, free, 0, 0, 0, 0, 0) if engine >= 0 else None
     return TurnRoute(
         traj_id=t.traj_id, prompt_id=t.prompt_id, turn=turn, context_tokens=context,
-        prompt_tokens=len(t.prompt_ids), max_total_tokens=50, engine=engine,
-        kv_capacity_tokens=100 if engine >= 0 else 0, kv_free_tokens=free,
+        prompt_tokens=len(t.prompt_ids), max_total_tokens=50, report=report,
     )  # fmt: skip
 
 

@@ -1,8 +1,8 @@
 """Lower bounds on the makespan of one rollout step.
 
 Cost model ``a + b*batch + c*context + p*prefill`` per step, E engines of K KV tokens and at
-most S running sequences each. `lower_bound` is valid for every scheduling policy and is the
-larger of:
+most S running sequences each. The lower bound (`bound_parts(...).bound_s`) is valid for every
+scheduling policy and is the larger of:
 
 1. Critical path of the slowest trajectory. A sequence gets at most one token per step, and a
    step containing it costs at least ``a + b + c*L`` where L is its own resident length. A turn
@@ -26,7 +26,8 @@ Two more figures explain the gap between a policy and that bound when turns do n
 - `sticky_bound`: given where each trajectory ran, engine e ran at least as many steps as its
   longest trajectory has tokens (m_e), so its busy time is at least
   ``a*max(m_e, N_e/S, sum_L_e/K) + b*N_e + c*sum_L_e + p*prefill_e``; the makespan is at least
-  the largest of these (and at least `lower_bound`).
+  the largest of these (combine it with the lower bound by max: the critical path may
+  be longer).
 - `BoundParts.spread_floor_s`: averaging that over engines, any sticky run is at least
   ``a*mean(m_e) + (b*N + c*sum_L + p*prefill)/E``, so ``a*g + variable/E`` when every engine
   serves a trajectory of at least g tokens. A split that does not know the lengths cannot pick
@@ -48,7 +49,7 @@ from sim.workload import TrajectorySpec
 
 @dataclass(frozen=True)
 class BoundParts:
-    """The terms of `lower_bound` and the spread floor, in seconds unless named otherwise."""
+    """The terms of the lower bound and the spread floor, in seconds unless named otherwise."""
 
     path_s: float
     """Critical path of the slowest trajectory."""
@@ -110,17 +111,6 @@ def bound_parts(
     )
 
 
-def lower_bound(
-    workload: Sequence[TrajectorySpec],
-    cost: CostModel,
-    num_engines: int,
-    kv_tokens: int,
-    max_num_seqs: int,
-) -> float:
-    """max(critical path, total work / engines); see the module docstring."""
-    return bound_parts(workload, cost, num_engines, kv_tokens, max_num_seqs).bound_s
-
-
 def sticky_bound(
     workload: Sequence[TrajectorySpec],
     cost: CostModel,
@@ -129,11 +119,9 @@ def sticky_bound(
     kv_tokens: int,
     max_num_seqs: int,
 ) -> float:
-    """A lower bound on a run in which trajectory i ran all its turns on engine `engine_of[i]`.
-
-    The largest engine floor ``a*max(m_e, N_e/S, sum_L_e/K) + variable_e`` (module docstring),
-    and never below `lower_bound`.
-    """
+    """A lower bound on a run in which trajectory i ran all its turns on engine `engine_of[i]`:
+    the largest engine floor ``a*max(m_e, N_e/S, sum_L_e/K) + variable_e`` (module docstring).
+    It can be below the lower bound (a long critical path); callers take the max."""
     if len(engine_of) != len(workload):
         raise ValueError(f"{len(engine_of)} engines given for {len(workload)} trajectories")
     work = [_Work() for _ in range(num_engines)]
@@ -148,7 +136,7 @@ def sticky_bound(
         for w, specs in zip(work, members, strict=True)
         if specs
     ]
-    return max(max(floors), lower_bound(workload, cost, num_engines, kv_tokens, max_num_seqs))
+    return max(floors)
 
 
 def trajectory_work(spec: TrajectorySpec, cost: CostModel) -> tuple[int, float]:

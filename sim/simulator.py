@@ -57,10 +57,10 @@ class SimResult:
     engine_of: list[int] = field(default_factory=list, repr=False)
     """The engine that served each trajectory's last turn, in workload order."""
     sticky_bound_s: float | None = None
+    """Lower bound given where each trajectory ran (`sim.bound.sticky_bound`, never below
+    `lower_bound_s`); None when a turn moved to another engine."""
     spread_floor_s: float = 0.0
     """What no even length-blind sticky split beats (`sim.bound.BoundParts.spread_floor_s`)."""
-    """Lower bound given where each trajectory ran (`sim.bound.sticky_bound`); None when a
-    turn moved to another engine."""
 
     @property
     def ratio_to_bound(self) -> float:
@@ -284,6 +284,8 @@ class Simulation:
             engine_of=list(self._engine_of),
             sticky_bound_s=None
             if self._moved_turns
-            else sticky_bound(self.workload, self.cost, self._engine_of, *shape),
+            else max(
+                parts.bound_s, sticky_bound(self.workload, self.cost, self._engine_of, *shape)
+            ),
             spread_floor_s=parts.spread_floor_s,
         )

@@ -63,9 +63,12 @@ def add_rollout_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seed", type=int, default=0, help="sampling seed (default 0)")
 
 
-def training_run_config(model_dir: str | Path, levels: int = 3) -> Path | None:
-    """The `config.json` of the training run that wrote `model_dir`, if any: the nearest one
-    among its parents (up to `levels` up) holding a train config (`rollout` and `stages`)."""
+def training_run_config(
+    model_dir: str | Path, levels: int = 3
+) -> tuple[Path, dict[str, Any]] | None:
+    """The `config.json` of the training run that wrote `model_dir`, and its contents, if any:
+    the nearest one among its parents (up to `levels` up) holding a train config (`rollout`
+    and `stages`)."""
     for parent in list(Path(model_dir).resolve().parents)[:levels]:
         path = parent / "config.json"
         try:
@@ -73,7 +76,7 @@ def training_run_config(model_dir: str | Path, levels: int = 3) -> Path | None:
         except (OSError, ValueError):
             continue
         if isinstance(data, dict) and "rollout" in data and "stages" in data:
-            return path
+            return path, data
     return None
 
 
@@ -84,8 +87,9 @@ def resolve_settings(args: argparse.Namespace) -> RunSettings:
     if not args.config and getattr(args, "model", None):
         run_config = training_run_config(args.model)
         if run_config is not None:
-            data = {"rollout": json.loads(run_config.read_text())["rollout"]}
-            log.info("rollout settings of the training run %s (--config overrides)", run_config)
+            path, run = run_config
+            data = {"rollout": run["rollout"]}
+            log.info("rollout settings of the training run %s (--config overrides)", path)
     rollout = from_dict(RolloutConfig, data.get("rollout", {}), "rollout")
     for dest, key in _FLAG_KEYS.items():
         value = getattr(args, dest, None)

@@ -29,7 +29,9 @@ def _run(tmp_path: Path, rollout: dict) -> Path:
 
 def test_a_trained_model_gets_its_runs_rollout_settings(tmp_path: Path) -> None:
     model = _run(tmp_path, {"tool_show_time": False, "max_response_tokens": 192})
-    assert training_run_config(model) == (tmp_path / "config.json").resolve()
+    found = training_run_config(model)
+    assert found is not None and found[0] == (tmp_path / "config.json").resolve()
+    assert found[1]["rollout"]["max_response_tokens"] == 192
     settings = resolve_settings(_args("--model", str(model), "--max-turns", "3"))
     assert settings.rollout.tool_show_time is False
     assert settings.rollout.max_response_tokens == 192

@@ -118,18 +118,20 @@ class _TimedTools:
 
     def __init__(self, inner: GraphTools) -> None:
         self.inner = inner
-        self.seconds = 0.0
         self.latencies: dict[str, float] = {}
-        """Request id ("<traj>/t<turn>") -> wall seconds of that call."""
+        """Request id ("<traj>/t<turn>") -> wall seconds of that call (one call per turn)."""
 
     async def run(self, req: ExecRequest) -> ExecResult:
         start = time.perf_counter()
         try:
             return await self.inner.run(req)
         finally:
-            elapsed = time.perf_counter() - start
-            self.seconds += elapsed
-            self.latencies[req.id] = elapsed
+            self.latencies[req.id] = time.perf_counter() - start
+
+    @property
+    def seconds(self) -> float:
+        """Wall time spent waiting on tools, all calls together."""
+        return sum(self.latencies.values())
 
     def per_turn(self, turns: int) -> list[float]:
         """Latency of turn k's call for k < turns (0.0 where the turn ran none)."""
@@ -376,13 +378,14 @@ class RolloutWorker(Actor):
             context_limit=engine.max_model_len,
         )
         wall = time.perf_counter() - start
+        tool_s = timed.seconds
         result = to_result(
             task,
             traj,
             self.index,
             engine.stats(),
-            wall - timed.seconds,
-            timed.seconds,
+            wall - tool_s,
+            tool_s,
             timed.per_turn(traj.turns),
             routed.moved_turns if routed is not None else 0,
         )

@@ -21,6 +21,11 @@ def task(i: int, prompt_len: int = 10) -> RolloutTask:
     )
 
 
+def report(engine: int, free: int) -> EngineReport:
+    """A report of an engine of 100 KV tokens with nothing running or waiting."""
+    return EngineReport(engine, 100, free, 0, 0, 0, 0, 0)
+
+
 def finished(t: RolloutTask, engine: int, free: int) -> TrajectoryResult:
     return TrajectoryResult(
         traj_id=t.traj_id,
@@ -52,18 +57,7 @@ def finished(t: RolloutTask, engine: int, free: int) -> TrajectoryResult:
 def test_kv_aware_holds_until_room_and_keeps_fifo() -> None:
     policy = make_policy(SchedulerConfig(policy="kv_aware", reservation="max"), 1)
     d = Dispatcher(policy, max_response_tokens=40)
-    d.report(
-        EngineReport(
-            engine=0,
-            kv_capacity_tokens=100,
-            kv_free_tokens=100,
-            running=0,
-            waiting=0,
-            preemptions=0,
-            recomputed_tokens=0,
-            generated_tokens=0,
-        )
-    )
+    d.report(report(0, free=100))
     started = d.submit([task(i) for i in range(4)])
     # each reservation is 10 + 40 = 50 tokens: two fit in 100
     assert [t.traj_id for _, t in started] == ["t0", "t1"]
@@ -82,28 +76,17 @@ def test_round_robin_spreads() -> None:
 def test_oversized_reservation_goes_to_an_idle_engine_instead_of_waiting_forever() -> None:
     policy = make_policy(SchedulerConfig(policy="kv_aware", reservation="max"), 1)
     d = Dispatcher(policy, max_response_tokens=500)
-    d.report(
-        EngineReport(
-            engine=0,
-            kv_capacity_tokens=100,
-            kv_free_tokens=100,
-            running=0,
-            waiting=0,
-            preemptions=0,
-            recomputed_tokens=0,
-            generated_tokens=0,
-        )
-    )
+    d.report(report(0, free=100))
     started = d.submit([task(0), task(1)])
     assert [t.traj_id for _, t in started] == ["t0"]  # the idle engine takes one, not both
     assert [t.traj_id for _, t in d.finish(finished(started[0][1], 0, free=100))] == ["t1"]
 
 
 def route(t: RolloutTask, turn: int, context: int, engine: int = -1, free: int = 0) -> TurnRoute:
-    report = EngineReport(engine, 100, free, 0, 0, 0, 0, 0) if engine >= 0 else None
     return TurnRoute(
         traj_id=t.traj_id, prompt_id=t.prompt_id, turn=turn, context_tokens=context,
-        prompt_tokens=len(t.prompt_ids), max_total_tokens=50, report=report,
+        prompt_tokens=len(t.prompt_ids), max_total_tokens=50,
+        report=report(engine, free) if engine >= 0 else None,
     )  # fmt: skip
 
 
@@ -120,7 +103,7 @@ def test_route_moves_a_kv_aware_turn_off_an_engine_holding_much_more_kv() -> Non
     policy = make_policy(SchedulerConfig(policy="kv_aware", predicted_scale=1.0), 2)
     d = Dispatcher(policy, max_response_tokens=40)
     for e in (0, 1):
-        d.report(EngineReport(e, 100, 100, 0, 0, 0, 0, 0))
+        d.report(report(e, free=100))
     t = task(0)
     assert d.submit([t]) == [(0, t)]
     # The worker reports its engine with each question: 1 token of KV in use is within

@@ -75,8 +75,8 @@ def oracle_split(
     return engine_of, max(a * m + w for m, w in zip(longest, work_of, strict=True))
 
 
-def simulate(cfg: SimConfig, long_engines: int, threshold: int) -> tuple[SimResult, float]:
-    base = build(cfg)
+def simulate(base: Simulation, long_engines: int, threshold: int) -> tuple[SimResult, float]:
+    """Run `base`'s workload and cluster under the oracle split (`base` itself is not run)."""
     engines = len(base.engines)
     engine_of, predicted = oracle_split(
         base.workload, base.cost, engines, base.kv_tokens, long_engines, threshold
@@ -128,7 +128,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         candidates = [(args.long_engines, args.threshold)]
     rows = []
     for k, t in candidates:
-        r, predicted = simulate(cfg, k, t)
+        r, predicted = simulate(base, k, t)
         rows.append({
             "long_engines": k,
             "threshold": t,

@@ -9,7 +9,6 @@ Public API (commands: `rstar2 profile`, `rstar2 top`):
 - `actor_loads`, `ActorLoad`: busy / idle / blocked / other shares, rates, queue depths;
 - `find_bottleneck`, `Bottleneck`: the rule (see `bottleneck.py`);
 - `build_report`, `report_json`, `format_report`, `Report`;
-- `handling(ctx, port)`: record a custom `serve()`'s work as a handle span;
 - `measure_overhead_blocking`, `Overhead`: tracing on vs off;
 - `poll_stats`, `live_rows`: what `rstar2 top` shows;
 - `synthetic_graph`: a sleep-based train-shaped graph with a chosen actor slowed.
@@ -18,7 +17,6 @@ Public API (commands: `rstar2 profile`, `rstar2 top`):
 from rstar2.profile.actor_load import ActorLoad, actor_loads
 from rstar2.profile.bottleneck import Bottleneck, find_bottleneck
 from rstar2.profile.chrome_trace import check_chrome_trace, chrome_trace, write_chrome_trace
-from rstar2.profile.handling import handling
 from rstar2.profile.live_view import live_rows, poll_stats
 from rstar2.profile.overhead import Overhead, measure_overhead_blocking
 from rstar2.profile.recording import Counter, Edge, Recording, extras_from_result
@@ -41,7 +39,6 @@ __all__ = [
     "extras_from_result",
     "find_bottleneck",
     "format_report",
-    "handling",
     "live_rows",
     "measure_overhead_blocking",
     "poll_stats",

@@ -30,7 +30,7 @@ import anyio
 from rstar2.actors.actor import Actor, Port, port
 from rstar2.actors.context import ActorContext
 from rstar2.actors.graph_config import GraphConfig, graph_config
-from rstar2.profile.handling import handling
+from rstar2.actors.handling import handling
 from rstar2.wire import Item
 
 _MODULE = "rstar2.profile.synthetic"

@@ -7,7 +7,7 @@ time it took. A truncated rollout (budget or turn limit) gets 0 without verifica
 the paper. Tool responses are cut out of the text before extraction, so a `\boxed{}` printed
 by the model's own code never counts as its answer.
 
-Each scoring is recorded for the profiler (`rstar2.profile.handling.BusyTrack`, port
+Each scoring is recorded for the profiler (`rstar2.actors.handling.BusyTrack`, port
 "trajectories"): the instance counts as busy while any trajectory is being scored.
 
 What it does not do: extract or verify itself (the pool does), or decide what to train on.
@@ -23,8 +23,8 @@ import anyio
 import msgspec
 
 from rstar2.actors import Actor, ActorContext, Port, port
+from rstar2.actors.handling import BusyTrack
 from rstar2.config import from_dict
-from rstar2.profile.handling import BusyTrack
 from rstar2.reward.reward_config import RewardConfig
 from rstar2.reward.reward_pool import RewardPool, open_reward_pool
 from rstar2.rollout.trajectory import TRUNCATED_REASONS

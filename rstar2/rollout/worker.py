@@ -29,7 +29,7 @@ ports:
 Tool calls leave through the ``tools`` client port to the sandbox service instances, each to
 the instance with the fewest of this worker's calls outstanding.
 
-For the profiler (`rstar2.profile.handling`), the instance counts as busy while its engine
+For the profiler (`rstar2.actors.handling`), the instance counts as busy while its engine
 generates for any trajectory (port "generate", queue depth = the engine's waiting requests) or
 loads weights (port "weights"); time a trajectory spends waiting on a tool call is not busy.
 
@@ -53,13 +53,13 @@ import anyio.abc
 import torch
 
 from rstar2.actors import Actor, ActorContext, Incoming, Port, port
+from rstar2.actors.handling import BusyTrack, handling
 from rstar2.config import from_dict
 from rstar2.engine.async_engine import open_engine
 from rstar2.engine.config import EngineConfig
 from rstar2.engine.protocol import Engine, EngineStats, GenerationOutput, SamplingParams
 from rstar2.learner.policy_update import unflatten_weights
 from rstar2.model.loader import load_model, load_tokenizer
-from rstar2.profile.handling import BusyTrack, handling
 from rstar2.rollout.agent_loop import run_trajectory
 from rstar2.rollout.config import RolloutConfig
 from rstar2.rollout.group_member import join_group, receive_broadcast

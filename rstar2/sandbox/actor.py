@@ -4,7 +4,7 @@ Each `ExecRequest` is run by the executor (`executor.py`: warm zygote, isolation
 bounded queue) in its own task, and answered the moment it finishes, so a slow call never holds
 back the others; a full queue answers `rejected` at once. Every request gets exactly one reply.
 
-Each run is recorded for the profiler (`rstar2.profile.handling.BusyTrack`, port "exec"): the
+Each run is recorded for the profiler (`rstar2.actors.handling.BusyTrack`, port "exec"): the
 instance counts as busy while any request is in the executor.
 
 What it does not do: spread work over several services (the caller picks a peer; see
@@ -18,8 +18,8 @@ from typing import ClassVar
 import anyio
 
 from rstar2.actors import Actor, ActorContext, Incoming, Port, port
+from rstar2.actors.handling import BusyTrack
 from rstar2.config import from_dict
-from rstar2.profile.handling import BusyTrack
 from rstar2.sandbox.config import SandboxConfig
 from rstar2.sandbox.executor import Executor, open_executor
 from rstar2.wire import ExecRequest, ExecResult

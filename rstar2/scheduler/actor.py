@@ -8,7 +8,7 @@ reward actor on ``done``, and queued trajectories are admitted. With `move_turns
 workers ask on ``route`` where each later turn should run (`Dispatcher.route`).
 
 Its own work (admitting a batch, releasing a finished trajectory) is recorded for the profiler
-as handle spans (`rstar2.profile.handling`, ports "tasks", "assign" and "route").
+as handle spans (`rstar2.actors.handling`, ports "tasks", "assign" and "route").
 
 What it does not do: any routing decision itself (the policy, through `Dispatcher`).
 """
@@ -22,8 +22,8 @@ import anyio
 import anyio.abc
 
 from rstar2.actors import Actor, ActorContext, Port, port
+from rstar2.actors.handling import handling
 from rstar2.config import from_dict
-from rstar2.profile.handling import handling
 from rstar2.scheduler import SchedulerConfig, make_policy
 from rstar2.scheduler.dispatcher import Dispatcher
 from rstar2.wire import (

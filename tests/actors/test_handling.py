@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from rstar2.actors.context import ActorContext, ContextSockets
+from rstar2.actors.handling import BusyTrack, handling
 from rstar2.actors.trace import Tracer
-from rstar2.profile.handling import BusyTrack, handling
 
 
 def _ctx() -> ActorContext:

@@ -3,8 +3,9 @@
 Each subcommand lives in `rstar2/commands/<name>.py` and exposes `HELP` (one line),
 `add_arguments(parser)` and `run(args) -> int`. Only the chosen subcommand's module is imported,
 so `rstar2 --help` stays fast and a heavy dependency (torch) is loaded only by commands that use
-it. Logging is configured here and nowhere else. A `ConfigError` (bad config key or value)
-becomes a one-line message and exit code 2, never a traceback.
+it. Logging is configured here (`rstar2.log_format`), and alike in the graph's spawned
+processes, nowhere else. A `ConfigError` (bad config key or value) becomes a one-line
+message and exit code 2, never a traceback.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import sys
 from types import ModuleType
 
 from rstar2.config import ConfigError
+from rstar2.log_format import setup_logging
 
 # name -> (module, one-line help). Help strings live here so `--help` imports nothing heavy.
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -66,16 +68,6 @@ def build_parser(selected: str | None = None) -> argparse.ArgumentParser:
         if name == selected:
             _load(name).add_arguments(p)
     return parser
-
-
-def setup_logging(verbose: int, quiet: bool) -> None:
-    level = logging.WARNING if quiet else (logging.DEBUG if verbose else logging.INFO)
-    logging.basicConfig(
-        level=level,
-        format="%(asctime)s %(levelname).1s %(name)s: %(message)s",
-        datefmt="%H:%M:%S",
-        stream=sys.stderr,
-    )
 
 
 def main(argv: list[str] | None = None) -> int:

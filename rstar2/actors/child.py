@@ -27,7 +27,7 @@ from rstar2.actors.backend import backend_options
 from rstar2.actors.plan import GraphPlan
 from rstar2.actors.sockets import AsyncSocket, CurveKeys, SocketFactory
 from rstar2.actors.supervisor import GraphEvents, Supervisor
-from rstar2.cli import setup_logging
+from rstar2.log_format import setup_logging
 from rstar2.wire import (
     ActorFinished,
     Hello,

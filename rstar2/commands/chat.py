@@ -15,6 +15,7 @@ from typing import TextIO
 
 import anyio
 
+from rstar2.commands.rollout_options import RunSettings, add_rollout_arguments, resolve_settings
 from rstar2.engine.async_engine import open_engine
 from rstar2.model import load_model, render_prompt
 from rstar2.reward import extract_answer
@@ -25,7 +26,6 @@ from rstar2.rollout.agent_loop import (
     TurnEvent,
     run_trajectory,
 )
-from rstar2.rollout.options import RunSettings, add_rollout_arguments, resolve_settings
 from rstar2.rollout.tool_call import TOOL_NAME, MalformedCall
 from rstar2.rollout.trajectory import Trajectory
 from rstar2.sandbox.executor import open_executor

@@ -22,12 +22,12 @@ from typing import TextIO
 
 import anyio
 
+from rstar2.commands.rollout_options import RunSettings, add_rollout_arguments, resolve_settings
 from rstar2.data import Problem, load_problems
 from rstar2.engine.async_engine import open_engine
 from rstar2.model import load_model, render_prompt
 from rstar2.reward import open_reward_pool
 from rstar2.rollout.evaluation import EvalItem, EvalSummary, evaluate, summarize
-from rstar2.rollout.options import RunSettings, add_rollout_arguments, resolve_settings
 from rstar2.rollout.token_codec import TokenCodec
 from rstar2.rollout.trajectory import Trajectory
 from rstar2.sandbox.executor import open_executor

@@ -9,8 +9,12 @@ from pathlib import Path
 
 import pytest
 
+from rstar2.commands.rollout_options import (
+    add_rollout_arguments,
+    resolve_settings,
+    training_run_config,
+)
 from rstar2.config import ConfigError
-from rstar2.rollout.options import add_rollout_arguments, resolve_settings, training_run_config
 
 
 def _args(*argv: str) -> argparse.Namespace:

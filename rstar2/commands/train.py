@@ -14,9 +14,9 @@ import logging
 import time
 from pathlib import Path
 
+from rstar2.commands.train_plan import print_plan
 from rstar2.config import ConfigError, require
 from rstar2.train.config import TrainConfig, config_dict, load_train_config
-from rstar2.train.plan import print_plan
 from rstar2.train.runner import TrainingFailed, load_run_config, run_training
 
 HELP = "run the full trainer (SFT then GRPO-RoC RL stages)"

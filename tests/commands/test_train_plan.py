@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from rstar2.commands.train_plan import memory_plan
 from rstar2.train.config import load_train_config
-from rstar2.train.plan import memory_plan
 from sim.config import SimConfig, resolve_cluster
 
 PAPER = Path(__file__).resolve().parents[2] / "configs" / "paper_qwen3_14b_mi300x.toml"

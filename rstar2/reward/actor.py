@@ -25,9 +25,9 @@ import msgspec
 from rstar2.actors import Actor, ActorContext, Port, port
 from rstar2.actors.handling import BusyTrack
 from rstar2.config import from_dict
+from rstar2.finish_reason import TRUNCATED_REASONS
 from rstar2.reward.reward_config import RewardConfig
 from rstar2.reward.reward_pool import RewardPool, open_reward_pool
-from rstar2.rollout.trajectory import TRUNCATED_REASONS
 from rstar2.wire import TrajectoryResult
 
 _TOOL_RESPONSE = re.compile(r"<tool_response>.*?(</tool_response>|$)", re.DOTALL)

@@ -3,7 +3,7 @@
 `TrajectoryState` is plain synchronous logic, tested without an engine: it accumulates token
 ids, the loss mask (1 for sampled tokens, 0 for prompt and forced/tool tokens), logprobs (0.0
 where masked), turn and tool counters, and decides after every turn whether the rollout goes on
-(a tool call to answer) or ends, and why:
+(a tool call to answer) or ends, and why (the vocabulary: `rstar2.finish_reason`):
 
 - "answer":       a turn ended without a tool call and contains an `<answer>` tag;
 - "no_tool_call": a turn ended without a tool call and without an `<answer>` tag;
@@ -25,9 +25,7 @@ import enum
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-FINISH_REASONS = ("answer", "no_tool_call", "budget", "turns", "abort")
-TRUNCATED_REASONS = frozenset({"budget", "turns", "abort"})
-"""Finish reasons of rollouts that did not end on their own; reward scores them 0."""
+from rstar2.finish_reason import TRUNCATED_REASONS
 
 ANSWER_TAG = "<answer>"
 

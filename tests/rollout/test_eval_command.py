@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from rstar2.finish_reason import FINISH_REASONS
 from rstar2.model import TinyModelConfig, init_model
-from rstar2.rollout.trajectory import FINISH_REASONS
 from rstar2.tasks.arithmetic import TaskConfig, generate_problems, write_jsonl
 
 pytestmark = pytest.mark.slow

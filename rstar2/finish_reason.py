@@ -1,0 +1,20 @@
+"""Why a rollout ended: the values of `TrajectoryResult.finish_reason`.
+
+The rollout loop sets them (`rstar2.rollout.trajectory`, whose docstring says when each one
+applies); the reward actor and evaluation read them, scoring a truncated rollout 0 without
+verifying its answer, as in the paper:
+
+- ended on its own: "answer" (an `<answer>` tag), "no_tool_call" (a turn without a tool call
+  and without an answer tag);
+- truncated: "budget" (the token budget ran out), "turns" (the turn limit), "abort" (the engine
+  aborted the request).
+
+What it does not do: decide the reason (`TrajectoryState` does), or score (`rstar2.reward`).
+"""
+
+from __future__ import annotations
+
+FINISH_REASONS = ("answer", "no_tool_call", "budget", "turns", "abort")
+"""Every finish reason of a rollout."""
+TRUNCATED_REASONS = frozenset({"budget", "turns", "abort"})
+"""Finish reasons of rollouts that did not end on their own; reward scores them 0."""

@@ -19,10 +19,10 @@
   whose K/V came from the old weights. Two ways, by `weight_sync`:
   "file" (the default, one host): write the state dict to a safetensors file in `weight_dir`
   and have every worker load it (`collective_rpc` into
-  `rstar2.engine.vllm_worker.WeightFileLoader`); tensors given to `collective_rpc` directly are
+  `rstar2.weights.vllm_worker.WeightFileLoader`); tensors given to `collective_rpc` directly are
   not preserved by vLLM's serialisation, a path is.
   "broadcast": this process and the engine's workers share one extra process group, opened
-  with the engine, and each update is broadcast from here (`rstar2.engine.vllm_broadcast`;
+  with the engine, and each update is broadcast from here (`rstar2.weights.vllm_broadcast`;
   gloo on host memory, or NCCL between GPUs by `weight_sync_backend`).
   "external" (gloo): the engine's workers join a group rooted in another process (the train
   graph's learner, which broadcasts once to every engine): `join_weight_group` once, then
@@ -33,7 +33,7 @@ vLLM's `AsyncLLM` needs an asyncio loop of its own; it runs in a daemon thread
 works under asyncio and trio alike.
 
 What it does not do: tokenise, schedule across engines (`rstar2/scheduler/`), or root a weight
-group over several engines (`rstar2.learner.weight_broadcast` does, with "external" engines).
+group over several engines (`rstar2.weights.learner_group` does, with "external" engines).
 """
 
 from __future__ import annotations
@@ -60,10 +60,10 @@ from vllm.v1.metrics.stats import IterationStats, SchedulerStats
 
 from rstar2.engine.loop_thread import LoopThread
 from rstar2.engine.protocol import EngineStats, GenerationOutput, SamplingParams
-from rstar2.engine.vllm_broadcast import BroadcastSync, GroupMember
 from rstar2.engine.vllm_config import VLLMConfig
-from rstar2.engine.weight_buckets import WeightManifest
-from rstar2.engine.weight_group import GroupPlace
+from rstar2.weights.buckets import WeightManifest
+from rstar2.weights.gloo_group import GroupPlace
+from rstar2.weights.vllm_broadcast import BroadcastSync, GroupMember
 
 log = logging.getLogger(__name__)
 

@@ -13,10 +13,10 @@ from typing import Any
 from vllm.engine.arg_utils import AsyncEngineArgs
 
 from rstar2.config import require
-from rstar2.engine.vllm_broadcast import BROADCAST_BACKENDS, BroadcastSettings, transfer_backend
+from rstar2.weights.vllm_broadcast import BROADCAST_BACKENDS, BroadcastSettings, transfer_backend
 
 WEIGHT_SYNCS = ("file", "broadcast", "external")
-WORKER_EXTENSION = "rstar2.engine.vllm_worker.WeightFileLoader"
+WORKER_EXTENSION = "rstar2.weights.vllm_worker.WeightFileLoader"
 
 
 @dataclass

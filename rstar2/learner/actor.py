@@ -54,13 +54,13 @@ import torch
 from rstar2.actors import Actor, ActorContext, Port, port
 from rstar2.actors.handling import handling
 from rstar2.config import from_dict
-from rstar2.learner.policy_update import flatten_weights
 from rstar2.learner.run_state import RunState, group_results
-from rstar2.learner.weight_broadcast import LearnerWeightGroup, layout_for
 from rstar2.metrics import MetricsLog
 from rstar2.train.config import TrainConfig
 from rstar2.train.rollout_trace import RolloutTrace
 from rstar2.train.step_metrics import accuracy, rollout_metrics, stage_split
+from rstar2.weights.flat_codec import flatten_weights
+from rstar2.weights.learner_group import LearnerWeightGroup, layout_for
 from rstar2.wire import (
     EngineReport,
     EngineReportRequest,

@@ -236,26 +236,3 @@ def even_chunks(items: Sequence[int], parts: int) -> list[list[int]]:
         out.append(list(items[start:end]))
         start = end
     return out
-
-
-def flatten_weights(model: nn.Module) -> tuple[list[str], list[list[int]], torch.Tensor]:
-    """Every parameter and buffer in one contiguous float32 buffer (for the weight push)."""
-    state = model.state_dict()
-    names = list(state)
-    shapes = [list(state[k].shape) for k in names]
-    flat = torch.cat([state[k].detach().reshape(-1).float() for k in names])
-    return names, shapes, flat
-
-
-def unflatten_weights(
-    names: Sequence[str], shapes: Sequence[Sequence[int]], flat: torch.Tensor
-) -> dict[str, torch.Tensor]:
-    out: dict[str, torch.Tensor] = {}
-    offset = 0
-    for name, shape in zip(names, shapes, strict=True):
-        size = math.prod(shape)
-        out[name] = flat[offset : offset + size].view(*shape)
-        offset += size
-    if offset != flat.numel():
-        raise ValueError(f"weight buffer has {flat.numel()} values, the names cover {offset}")
-    return out

@@ -20,7 +20,7 @@ ports:
 - ``weights``: new policy weights, pushed by the learner between RL steps, when no trajectory
   is in flight. Over the bus (`WeightUpdate` -> `WeightAck`: the flat tensors, loaded with
   `update_weights`), or, with `cluster.weight_sync = "broadcast"` on vLLM engines, through the
-  learner's weight group (`rstar2.rollout.group_member`): `EngineReportRequest` first (answered
+  learner's weight group (`rstar2.weights.group_member`): `EngineReportRequest` first (answered
   once the engine is up), `WeightGroupJoin` -> `WeightGroupJoined` once, then per update
   `WeightBroadcast` (the manifest) -> `WeightAck` once the engine has received and loaded the
   tensors; these run as tasks, so the worker keeps answering while its engine receives.
@@ -58,14 +58,14 @@ from rstar2.config import from_dict
 from rstar2.engine.async_engine import open_engine
 from rstar2.engine.config import EngineConfig
 from rstar2.engine.protocol import Engine, EngineStats, GenerationOutput, SamplingParams
-from rstar2.learner.policy_update import unflatten_weights
 from rstar2.model.loader import load_model, load_tokenizer
 from rstar2.rollout.agent_loop import run_trajectory
 from rstar2.rollout.config import RolloutConfig
-from rstar2.rollout.group_member import join_group, receive_broadcast
 from rstar2.rollout.token_codec import TokenCodec
 from rstar2.rollout.trajectory import Trajectory
 from rstar2.rollout.turn_router import RoutedEngine, engine_report, peer_params
+from rstar2.weights.flat_codec import unflatten_weights
+from rstar2.weights.group_member import join_group, receive_broadcast
 from rstar2.wire import (
     EngineReport,
     EngineReportRequest,

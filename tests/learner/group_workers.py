@@ -1,7 +1,7 @@
 """Fake rollout workers for the learner's weight-group tests (spawned processes import this).
 
 Each fake worker answers the learner's control messages with the real handlers of
-`rstar2.rollout.group_member`, over an engine whose one "worker" is a real `WeightReceiver`:
+`rstar2.weights.group_member`, over an engine whose one "worker" is a real `WeightReceiver`:
 only vLLM is missing. `PipeRequest` is the learner's `Request` over multiprocessing pipes, each
 message and reply encoded with the real wire codec.
 """
@@ -14,9 +14,9 @@ from multiprocessing.connection import Connection
 import anyio
 import torch
 
-from rstar2.engine.weight_buckets import WeightManifest
-from rstar2.engine.weight_group import GroupPlace, WeightReceiver
-from rstar2.rollout.group_member import join_group, receive_broadcast
+from rstar2.weights.buckets import WeightManifest
+from rstar2.weights.gloo_group import GroupPlace, WeightReceiver
+from rstar2.weights.group_member import join_group, receive_broadcast
 from rstar2.wire import (
     ActorFailed,
     EngineReport,

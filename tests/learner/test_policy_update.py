@@ -11,12 +11,10 @@ from torch import nn
 
 from rstar2.learner.policy_update import (
     LearnerConfig,
-    flatten_weights,
     make_lr_schedule,
     make_optimizer,
     pad_batch,
     token_logprobs,
-    unflatten_weights,
     update_policy,
 )
 from rstar2.rl import RLConfig, TrainingBatch
@@ -126,16 +124,6 @@ def test_empty_batch_is_a_no_op() -> None:
     opt = make_optimizer(model, cfg)
     m = update_policy(model, opt, make_lr_schedule(opt, cfg), TrainingBatch(), cfg, RLConfig())
     assert m["loss"] == 0.0 and torch.count_nonzero(model.table) == 0
-
-
-def test_flatten_roundtrip() -> None:
-    model = nn.Linear(3, 2)
-    names, shapes, flat = flatten_weights(model)
-    back = unflatten_weights(names, shapes, flat)
-    for k, v in model.state_dict().items():
-        assert torch.equal(back[k], v)
-    with pytest.raises(ValueError):
-        unflatten_weights(names, shapes, torch.cat([flat, flat[:1]]))
 
 
 def test_warmup_schedule() -> None:

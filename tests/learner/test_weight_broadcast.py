@@ -1,6 +1,6 @@
 """The learner-rooted weight group: rank layout, control messages, and the learner's code path
 (`LearnerWeightGroup`) against fake rollout workers that use the real `WeightReceiver` and the
-real worker-side handlers (`rstar2.rollout.group_member`), spawned or in this process."""
+real worker-side handlers (`rstar2.weights.group_member`), spawned or in this process."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import pytest
 import torch
 from group_workers import LocalRequest, PipeRequest, ReceiverEngine, serve_pipe
 
-from rstar2.learner.weight_broadcast import (
+from rstar2.weights.learner_group import (
     GroupLayout,
     LearnerWeightGroup,
     WeightGroupError,

@@ -2,7 +2,7 @@
 
 This process plays the learner (rank 0, `LearnerWeightGroup`) and both rollout workers: each
 engine opens with weight_sync "external", and the worker-side handlers
-(`rstar2.rollout.group_member`) have its worker join the learner's group at rank 1 + index.
+(`rstar2.weights.group_member`) have its worker join the learner's group at rank 1 + index.
 Each update goes out once and lands in both engines: a closed-form weight edit teaches the
 model an exact greedy answer, then the original weights bring the original output back.
 Skipped where vLLM does not import.
@@ -28,10 +28,10 @@ from production.weight_edit import memorise  # noqa: E402
 from rstar2.config import ConfigError  # noqa: E402
 from rstar2.engine.vllm_backend import VLLMEngine, open_vllm_engine  # noqa: E402
 from rstar2.engine.vllm_config import VLLMConfig  # noqa: E402
-from rstar2.learner.weight_broadcast import GroupLayout, LearnerWeightGroup  # noqa: E402
 from rstar2.model import init_model, load_model, render_prompt  # noqa: E402
-from rstar2.rollout.group_member import join_group, receive_broadcast  # noqa: E402
 from rstar2.rollout.turn_router import engine_report  # noqa: E402
+from rstar2.weights.group_member import join_group, receive_broadcast  # noqa: E402
+from rstar2.weights.learner_group import GroupLayout, LearnerWeightGroup  # noqa: E402
 from rstar2.wire import (  # noqa: E402
     EngineReportRequest,
     Message,

@@ -9,9 +9,9 @@ from __future__ import annotations
 import msgspec
 import pytest
 
-from rstar2.engine.weight_buckets import WeightManifest
-from rstar2.engine.weight_group import GroupPlace
-from rstar2.rollout.group_member import check_join, join_group, receive_broadcast
+from rstar2.weights.buckets import WeightManifest
+from rstar2.weights.gloo_group import GroupPlace
+from rstar2.weights.group_member import check_join, join_group, receive_broadcast
 from rstar2.wire import WeightAck, WeightBroadcast, WeightGroupJoin, WeightGroupJoined
 from tests.rollout.fakes import CharTokenizer, ScriptedEngine
 

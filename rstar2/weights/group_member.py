@@ -1,7 +1,7 @@
 """A rollout worker's side of the learner's weight group: its engine's workers as members.
 
 With `cluster.weight_sync = "broadcast"` on vLLM engines the learner is rank 0 of one group
-whose other ranks are the workers of every rollout engine (`rstar2.learner.weight_broadcast`).
+whose other ranks are the workers of every rollout engine (`rstar2.weights.learner_group`).
 A rollout worker answers the learner's two control messages with these functions:
 
 - `join_group(engine, msg, index)` for `WeightGroupJoin`: checks the message (`check_join`: a
@@ -13,7 +13,7 @@ A rollout worker answers the learner's two control messages with these functions
 The engine must be a `GroupEngine` (the vLLM backend with weight_sync "external"); any other
 engine is refused with a TypeError naming what to configure.
 
-What it does not do: move bytes (the engine's workers, `rstar2.engine.vllm_worker`), or decide
+What it does not do: move bytes (the engine's workers, `rstar2.weights.vllm_worker`), or decide
 ranks (the learner's `GroupLayout`; this side only checks them).
 """
 
@@ -22,8 +22,8 @@ from __future__ import annotations
 import time
 from typing import Protocol, runtime_checkable
 
-from rstar2.engine.weight_buckets import WeightManifest
-from rstar2.engine.weight_group import GroupPlace
+from rstar2.weights.buckets import WeightManifest
+from rstar2.weights.gloo_group import GroupPlace
 from rstar2.wire import WeightAck, WeightBroadcast, WeightGroupJoin, WeightGroupJoined
 
 

@@ -20,7 +20,7 @@ The bus side is a `Request` callable (the learner actor passes `ctx.request` on 
 port), so tests drive the same code with their own peers.
 
 What it does not do: decide when to push (the learner actor), load weights (the engines, through
-`rstar2.rollout.group_member`), or NCCL (gloo only: host memory over TCP).
+`rstar2.weights.group_member`), or NCCL (gloo only: host memory over TCP).
 """
 
 from __future__ import annotations
@@ -33,8 +33,8 @@ from dataclasses import dataclass
 import anyio
 import torch
 
-from rstar2.engine.weight_buckets import WeightManifest, manifest_of
-from rstar2.engine.weight_group import DEFAULT_BUCKET_BYTES, WeightSender
+from rstar2.weights.buckets import WeightManifest, manifest_of
+from rstar2.weights.gloo_group import DEFAULT_BUCKET_BYTES, WeightSender
 from rstar2.wire import (
     EngineReportRequest,
     Message,

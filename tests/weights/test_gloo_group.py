@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 import torch
+from weight_ranks import receive_updates
 
-from engine.weight_ranks import receive_updates
-from rstar2.engine.weight_buckets import manifest_of
-from rstar2.engine.weight_group import WeightReceiver, WeightSender
+from rstar2.weights.buckets import manifest_of
+from rstar2.weights.gloo_group import WeightReceiver, WeightSender
 
 
 def updates() -> list[dict[str, torch.Tensor]]:

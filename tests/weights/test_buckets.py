@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from rstar2.engine.weight_buckets import (
+from rstar2.weights.buckets import (
     ALIGN,
     Bucket,
     WeightManifest,

@@ -1,6 +1,6 @@
 """What a broadcast weight update sends: the manifest of the tensors and their byte buckets.
 
-A broadcast update (`rstar2.engine.weight_group`) ships the metadata first, as plain Python
+A broadcast update (`rstar2.weights.gloo_group`) ships the metadata first, as plain Python
 values (`WeightManifest.to_payload()`: names, dtype names, shapes, the schema of vLLM's NCCL
 weight-transfer engine), then the tensor bytes. Both ends cut the same byte buckets from the
 manifest with `plan_buckets`, so only the bucket bytes travel in the collective:
@@ -14,7 +14,7 @@ manifest with `plan_buckets`, so only the bucket bytes travel in the collective:
 Fewer, larger collectives cost less than one per tensor; the bucket bound caps the extra memory
 (one packed bucket on the sender, the received buckets until the model has loaded them).
 
-What it does not do: move bytes (`weight_group.py`) or load them into a model (the vLLM worker).
+What it does not do: move bytes (`gloo_group.py`) or load them into a model (the vLLM worker).
 """
 
 from __future__ import annotations

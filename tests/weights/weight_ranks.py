@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import torch
 
-from rstar2.engine.weight_buckets import WeightManifest
-from rstar2.engine.weight_group import WeightReceiver
+from rstar2.weights.buckets import WeightManifest
+from rstar2.weights.gloo_group import WeightReceiver
 
 
 def receive_updates(

@@ -117,7 +117,7 @@ def test_two_rl_steps_on_vllm_engines(
     probe = PolicyProbe(monkeypatch)
     cfg = from_dict(TrainConfig, {**CONFIG, **SYNC[weight_sync]})
     cfg.validate()
-    for logger in ("rstar2.engine.vllm_backend", "rstar2.learner"):
+    for logger in ("rstar2.engine.vllm_backend", "rstar2.learner", "rstar2.weights"):
         caplog.set_level(logging.INFO, logger=logger)
     summary = run_training(cfg, tmp_path / "run")
     assert summary["steps"] == 2

@@ -1,1 +1,2 @@
-"""The learner: SFT (stage 0) and the GRPO-RoC RL learner with its checkpoints."""
+"""The learner: SFT (stage 0), the GRPO-RoC policy update (one process or FSDP ranks) and
+checkpoints. The RL controller that drives it through the graph is `rstar2.train.learner_actor`."""

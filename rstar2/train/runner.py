@@ -119,7 +119,7 @@ def train_graph(cfg: TrainConfig, run_dir: Path, model_dir: Path, resume: bool) 
     actors = [
         {
             "name": "learner",
-            "cls": "rstar2.learner.actor:LearnerActor",
+            "cls": "rstar2.train.learner_actor:LearnerActor",
             "params": {
                 "config": data,
                 "run_dir": str(run_dir),

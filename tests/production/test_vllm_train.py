@@ -27,10 +27,10 @@ import torch  # noqa: E402
 
 from rstar2.config import from_dict  # noqa: E402
 from rstar2.learner.policy_update import pad_batch, token_logprobs  # noqa: E402
-from rstar2.learner.run_state import RunState  # noqa: E402
 from rstar2.metrics import read_metrics  # noqa: E402
 from rstar2.model import load_model  # noqa: E402
 from rstar2.train.config import TrainConfig  # noqa: E402
+from rstar2.train.run_state import RunState  # noqa: E402
 from rstar2.train.runner import run_training  # noqa: E402
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]
@@ -117,7 +117,7 @@ def test_two_rl_steps_on_vllm_engines(
     probe = PolicyProbe(monkeypatch)
     cfg = from_dict(TrainConfig, {**CONFIG, **SYNC[weight_sync]})
     cfg.validate()
-    for logger in ("rstar2.engine.vllm_backend", "rstar2.learner", "rstar2.weights"):
+    for logger in ("rstar2.engine.vllm_backend", "rstar2.train", "rstar2.weights"):
         caplog.set_level(logging.INFO, logger=logger)
     summary = run_training(cfg, tmp_path / "run")
     assert summary["steps"] == 2

@@ -13,7 +13,7 @@ One RL step, all on the live actor graph:
    (on-policy: the next step samples from the updated policy): over the bus, the flat
    tensors to each worker (`WeightUpdate`), or, with `cluster.weight_sync = "broadcast"` on
    vLLM engines, once by broadcast through the learner's weight group over every engine's
-   workers (`weight_broadcast.py`; the bus carries only the manifest). The step's metrics
+   workers (`rstar2.weights.learner_group`; the bus carries only the manifest). The step's metrics
    say which: `weights_broadcast_bytes` (through the group, once) and `weights_bus_bytes`
    (over the bus, all workers together);
 5. evaluate held-out accuracy when due, write the metrics row and a progress line, and
@@ -38,7 +38,7 @@ KV cache could not hold a second one), and the engine's "waiting" requests, stam
 "window": the wall-clock start and end of the RL steps.
 
 What it does not do: generate, execute or score (other actors), or the RL math (rstar2.rl,
-policy_update.py).
+rstar2.learner.policy_update).
 """
 
 from __future__ import annotations
@@ -54,10 +54,10 @@ import torch
 from rstar2.actors import Actor, ActorContext, Port, port
 from rstar2.actors.handling import handling
 from rstar2.config import from_dict
-from rstar2.learner.run_state import RunState, group_results
 from rstar2.metrics import MetricsLog
 from rstar2.train.config import TrainConfig
 from rstar2.train.rollout_trace import RolloutTrace
+from rstar2.train.run_state import RunState, group_results
 from rstar2.train.step_metrics import accuracy, rollout_metrics, stage_split
 from rstar2.weights.flat_codec import flatten_weights
 from rstar2.weights.learner_group import LearnerWeightGroup, layout_for

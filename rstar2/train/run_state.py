@@ -13,7 +13,7 @@ without sockets:
   summary values. (Sampling and RoC use seeds derived from (seed, step, ...), so no global RNG
   stream is consumed by RL; the RNG states are saved for anything that does.)
 
-What it does not do: talk to other actors (`actor.py`) or decide stage order (the actor
+What it does not do: talk to other actors (`learner_actor.py`) or decide stage order (the actor
 follows `cfg.stages`).
 """
 

@@ -1,4 +1,5 @@
-# Quick start: `make train` (install + the embedded default run), `make test` (install + tests).
+# Quick start: `make train` (install + the embedded default run), `make test` (install + lint,
+# the import layering of pyproject.toml's [tool.importlinter], tests).
 .PHONY: install install-test train test lint
 
 install:
@@ -12,4 +13,5 @@ train: install
 
 test: install-test
 	.venv/bin/ruff check rstar2 sim tests scripts
+	.venv/bin/lint-imports
 	.venv/bin/python -m pytest -q

@@ -1,6 +1,6 @@
 """A rollout worker's side of the learner's weight group: message checks and engine refusal.
 
-The handlers' happy path runs against real receivers in tests/learner/test_weight_broadcast.py
+The handlers' happy path runs against real receivers in tests/weights/test_learner_group.py
 and against vLLM in tests/production/test_vllm_train.py.
 """
 

@@ -460,6 +460,27 @@ class RewardResult(Message, tag=63):
 # --- train: learner <-> scheduler <-> rollout workers <-> reward (tags 70-89) -----------------
 
 
+class EngineLoad(msgspec.Struct, array_like=True, frozen=True):
+    """A snapshot of one rollout engine's load: the one record every engine (embedded, vLLM,
+    simulated) reports and every scheduling policy reads. Not a message of its own: it travels
+    inside `EngineReport`, `TurnEnded` and `TrajectoryResult`."""
+
+    kv_capacity_tokens: int
+    """Tokens the engine's KV cache holds when full."""
+    kv_free_tokens: int
+    """Tokens of KV cache free right now."""
+    running: int
+    """Requests decoding."""
+    waiting: int
+    """Requests queued for KV blocks (submitted, not yet running)."""
+    preemptions: int = 0
+    """Cumulative count of requests evicted from the KV cache."""
+    recomputed_tokens: int = 0
+    """Cumulative tokens prefilled again because their request had been preempted."""
+    generated_tokens: int = 0
+    """Cumulative sampled tokens."""
+
+
 @register
 class RolloutTask(Message, tag=70):
     """One trajectory to roll out (learner -> scheduler -> a rollout worker)."""
@@ -504,11 +525,8 @@ class TrajectoryResult(Message, tag=71):
     reward: float = 0.0
     reward_status: str = ""
     reward_s: float = 0.0
-    kv_capacity_tokens: int = 0
-    kv_free_tokens: int = 0
-    running: int = 0
-    waiting: int = 0
-    preemptions: int = 0
+    load: EngineLoad | None = None
+    """The serving engine's load when the trajectory finished (None: no engine reported)."""
     tool_latencies: list[float] = msgspec.field(default_factory=list)
     """Wall seconds of each executed tool call, in turn order (0.0 for a turn whose call was
     answered without running, e.g. malformed): the rollout trace's tool latencies."""
@@ -523,14 +541,10 @@ class EngineReportRequest(Message, tag=72):
 
 @register
 class EngineReport(Message, tag=73):
+    """Engine `engine`'s load, as the scheduler reads it."""
+
     engine: int
-    kv_capacity_tokens: int
-    kv_free_tokens: int
-    running: int
-    waiting: int
-    preemptions: int
-    recomputed_tokens: int
-    generated_tokens: int
+    load: EngineLoad
 
 
 @register
@@ -602,17 +616,26 @@ class TurnRoute(Message, tag=80):
     fresh report). Answered by `TurnRouted`."""
 
     traj_id: str
-    prompt_id: str
     turn: int
     context_tokens: int
-    prompt_tokens: int
-    max_total_tokens: int
     report: EngineReport | None = None
 
 
 @register
 class TurnRouted(Message, tag=81):
     engine: int
+
+
+@register
+class TurnEnded(Message, tag=84):
+    """Rollout worker -> scheduler, when a turn of trajectory `traj_id` ended in a tool call
+    (its engine is free of it while the tool runs): the scheduler's policy closes the turn
+    (`on_turn_end`). `report` is the worker's engine report when its own engine ran the turn
+    (None when a peer's did). Fire and forget; a late or duplicate one is ignored."""
+
+    traj_id: str
+    turn: int
+    report: EngineReport | None = None
 
 
 @register

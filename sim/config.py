@@ -13,6 +13,7 @@ from typing import Literal
 
 from rstar2.config import require
 from rstar2.scheduler import SchedulerConfig, make_policy
+from rstar2.scheduler.length_predictor import LengthPredictor
 from sim.cost import (
     GPUS,
     MODELS,
@@ -25,7 +26,13 @@ from sim.cost import (
     roofline,
 )
 from sim.simulator import ProgressFn, Simulation
-from sim.workload import SCENARIOS, WorkloadConfig, generate
+from sim.workload import (
+    SCENARIOS,
+    WorkloadConfig,
+    generate,
+    mean_response_tokens,
+    previous_step,
+)
 
 
 @dataclass
@@ -58,6 +65,11 @@ class SimConfig:
     """The RL step's trajectories (P prompts x N rollouts, or a trace)."""
     scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
     """The routing policy and its knobs."""
+    warm_predictor: bool = True
+    """Start the scheduler's length predictor from the mean response of the step before
+    (`sim.workload.previous_step`: an independent draw of the same workload, or a trace's
+    earlier step), as a live scheduler knows it from the second RL step on. False: a cold
+    first step (no prediction until trajectories finish; kv_aware reserves the maximum)."""
 
     def validate(self) -> None:
         require(self.gpus >= 1, "gpus", self.gpus, ">= 1")
@@ -113,5 +125,13 @@ def build(cfg: SimConfig, progress: ProgressFn | None = None) -> Simulation:
     policy = make_policy(cfg.scheduler, engines)
     return Simulation(
         policy, trajectories, engines, kv, cost, cfg.max_num_seqs, progress,
-        move_turns=cfg.scheduler.move_turns,
+        move_turns=cfg.scheduler.move_turns, predictor=predictor(cfg, wl),
     )  # fmt: skip
+
+
+def predictor(cfg: SimConfig, wl: WorkloadConfig) -> LengthPredictor:
+    """The length predictor a run starts with (see `SimConfig.warm_predictor`)."""
+    before = previous_step(wl, cfg.seed) if cfg.warm_predictor else None
+    if not before:
+        return LengthPredictor()
+    return LengthPredictor(mean_response_tokens(before), len(before))

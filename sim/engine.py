@@ -31,8 +31,8 @@ from __future__ import annotations
 import heapq
 import math
 from collections import OrderedDict, deque
-from dataclasses import dataclass
 
+from rstar2.wire import EngineLoad
 from sim.cost import CostModel
 
 BLOCK = 16
@@ -78,19 +78,6 @@ class Request:
         self.off = 0  # L = off + engine step, while running
         self.target = 0  # engine step at which the turn is complete
         self.admit_no = -1
-
-
-@dataclass(frozen=True, slots=True)
-class SimEngineStats:
-    """An engine report, with the fields of `rstar2.engine.protocol.EngineStats`."""
-
-    kv_capacity_tokens: int
-    kv_free_tokens: int
-    running: int
-    waiting: int
-    preemptions: int
-    recomputed_tokens: int
-    generated_tokens: int
 
 
 class EngineModel:
@@ -140,8 +127,8 @@ class EngineModel:
 
     # --- public -----------------------------------------------------------------------------
 
-    def stats(self) -> SimEngineStats:
-        return SimEngineStats(
+    def stats(self) -> EngineLoad:
+        return EngineLoad(
             self.num_blocks * BLOCK,
             self.free_blocks * BLOCK,
             len(self.running),

@@ -1,19 +1,20 @@
-"""One simulated rollout step: trajectories, a scheduling policy and engines on a virtual clock.
+"""One simulated rollout step: trajectories, the dispatch core and engines on a virtual clock.
 
-The simulator plays the part of the live rollout and scheduler actors. Every trajectory of the
-step is ready at time 0 and queued (FIFO) for the policy; a queued request is offered to
-`policy.assign` whenever something may have changed (an engine decision, a finish), stopping at
-the first one the policy holds. An assigned turn is submitted to its engine; when the engine
-returns it, its tool call is dispatched at once (asynchronously, for every policy) and its
-result arrives after the trajectory's recorded latency, when the next turn is offered to the
-policy (with `move_turns` off, it goes straight to the trajectory's engine, as in the live graph
-with `scheduler.move_turns = false`). The step ends when the last trajectory finishes; that time
-is the makespan.
+The simulator plays the part of the live rollout workers and scheduler actor and keeps only
+timing: every routing decision is the dispatch core's (`rstar2.scheduler.dispatcher.Dispatcher`,
+the same object the live scheduler drives), fed the events the live graph sends, in the order
+the virtual clock produces them. Every trajectory of the step is submitted at time 0. A placed
+turn is submitted to its engine model; when the engine returns a turn that ends in a tool call
+the core hears ``turn_end`` and the call is dispatched at once; its result arrives after the
+trajectory's recorded latency, when the core is asked where the next turn runs (``next_turn``,
+with `move_turns` and more than one engine; otherwise the turn stays on its engine unasked, as
+in the live graph). A returned last turn is a ``finish``. Engines report their load to the core
+after every decision and every submission, as the live workers' reports (with turn ends,
+routes and finished trajectories) would, here without delay. The length predictor starts from
+what a live scheduler would know (`sim.config.predictor`), never from the step being played.
+The step ends when the last trajectory finishes; that time is the makespan.
 
-Events: an engine decision (`EngineModel.boundary`) and a tool result. Engines report
-`stats()` to the policy after every decision and every submission, as the live engines'
-periodic reports would (here without delay). What it does not do: model the learner, the
-network, or delay in stats reports.
+What it does not do: model the learner, the network, or delay in stats reports.
 """
 
 from __future__ import annotations
@@ -23,7 +24,9 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from rstar2.scheduler.policy import Policy, TurnRequest
+from rstar2.scheduler.dispatcher import Dispatcher, NewTrajectory, Placement
+from rstar2.scheduler.length_predictor import LengthPredictor
+from rstar2.scheduler.policy import Policy
 from sim.bound import bound_parts, sticky_bound
 from sim.cost import CostModel
 from sim.engine import BLOCK, EngineModel, Request
@@ -120,6 +123,8 @@ class Simulation:
         max_num_seqs: int = 256,
         progress: ProgressFn | None = None,
         move_turns: bool = True,
+        predictor: LengthPredictor | None = None,
+        record: bool = False,
     ) -> None:
         if policy.num_engines != num_engines:
             raise ValueError(f"policy built for {policy.num_engines} engines, not {num_engines}")
@@ -133,6 +138,9 @@ class Simulation:
                     f" tokens, more than one engine's KV ({num_blocks * BLOCK} tokens)"
                 )
         self.policy = policy
+        self.core = Dispatcher(
+            policy, move_turns=move_turns, predictor=predictor or LengthPredictor(), record=record
+        )
         self.workload = list(workload)
         self.cost = cost
         self.kv_tokens = num_blocks * BLOCK
@@ -140,32 +148,29 @@ class Simulation:
         self.engines = [EngineModel(e, num_blocks, cost, max_num_seqs) for e in range(num_engines)]
         self.loop = EventLoop()
         self.progress = progress
-        self.move_turns = move_turns
         n = len(self.workload)
+        self._index = {spec.traj_id: i for i, spec in enumerate(self.workload)}
+        if len(self._index) != n:
+            raise ValueError("trajectory ids in the workload are not unique")
         self._turn = [0] * n
         self._engine_of = [-1] * n
         self._moved_turns = 0
         self._context = [s.prompt_tokens for s in self.workload]
-        self._held: deque[tuple[int, TurnRequest]] = deque()
-        self._held_since: deque[float] = deque()
         self._finished = 0
         self._makespan = 0.0
         self._tool_wait = 0.0
         self._queue_wait = 0.0
         self._report_every = max(1, n // 100)
-        # Stands in for the previous step's mean response length, which a live scheduler knows;
-        # it is the same number for every trajectory (no per-trajectory oracle).
-        self._mean_response = round(sum(s.total_tokens - s.prompt_tokens for s in workload) / n)
 
     def run(self) -> SimResult:
         start = time.perf_counter()
         for engine in self.engines:
-            self.policy.on_stats(engine.engine_id, engine.stats())
-        first = [self._request(i) for i in range(len(self.workload))]
-        self.policy.prepare(first)
-        self._held.extend(enumerate(first))
-        self._held_since.extend([0.0] * len(first))
-        self._dispatch(0.0)
+            self._place(self.core.report(engine.engine_id, engine.stats()), 0.0)
+        new = [
+            NewTrajectory(s.traj_id, s.prompt_id, s.prompt_tokens, s.prompt_tokens + s.max_response_tokens)
+            for s in self.workload
+        ]
+        self._place(self.core.submit(new), 0.0)
         while (event := self.loop.pop()) is not None:
             now, priority, payload = event
             if priority == PRIORITY_TOOL:
@@ -176,40 +181,22 @@ class Simulation:
                 if version != engine.version:
                     continue
                 self._engine_decides(engine, now)
-            self._dispatch(now)
         if self._finished != len(self.workload):
             raise RuntimeError(f"stalled: {self._finished}/{len(self.workload)} finished")
         if self.progress is not None and self._finished % self._report_every != 0:
             self.progress(self._finished, self._finished, self._makespan)
         return self._result(time.perf_counter() - start)
 
-    def _request(self, i: int) -> TurnRequest:
-        spec = self.workload[i]
-        return TurnRequest(
-            traj_id=spec.traj_id,
-            prompt_id=spec.prompt_id,
-            turn=self._turn[i],
-            context_tokens=self._context[i],
-            prompt_tokens=spec.prompt_tokens,
-            max_total_tokens=spec.prompt_tokens + spec.max_response_tokens,
-            predicted_total_tokens=spec.prompt_tokens + self._mean_response,
-        )
+    def _place(self, placements: list[Placement], now: float) -> None:
+        """Submit each placed turn to its engine; the engine's fresh report may place more."""
+        todo = deque(placements)
+        while todo:
+            p = todo.popleft()
+            if p.turn == 0:
+                self._queue_wait += now  # every trajectory is ready at time 0
+            todo.extend(self._submit(self._index[p.traj_id], p.engine, now))
 
-    def _dispatch(self, now: float) -> None:
-        held = self._held
-        while held:
-            i, req = held[0]
-            if req.turn > 0 and not self.move_turns:  # as the live graph: the policy is not asked
-                engine_id: int | None = self._engine_of[i]
-            else:
-                engine_id = self.policy.assign(req)
-            if engine_id is None:
-                return
-            held.popleft()
-            self._queue_wait += now - self._held_since.popleft()
-            self._submit(i, engine_id, now)
-
-    def _submit(self, i: int, engine_id: int, now: float) -> None:
+    def _submit(self, i: int, engine_id: int, now: float) -> list[Placement]:
         spec = self.workload[i]
         turn = self._turn[i]
         req = Request(
@@ -228,37 +215,38 @@ class Simulation:
         wake = engine.submit(req, now)
         if wake is not None:
             self.loop.schedule(wake, PRIORITY_ENGINE, (engine_id, engine.version))
-        self.policy.on_stats(engine_id, engine.stats())
+        return self.core.report(engine_id, engine.stats())
 
     def _engine_decides(self, engine: EngineModel, now: float) -> None:
         for req in engine.boundary(now):
-            self._turn_done(req.traj, engine, now)
+            self._place(self._turn_done(req.traj, engine, now), now)
         if engine.wake_at is not None:
             self.loop.schedule(engine.wake_at, PRIORITY_ENGINE, (engine.engine_id, engine.version))
-        self.policy.on_stats(engine.engine_id, engine.stats())
+        self._place(self.core.report(engine.engine_id, engine.stats()), now)
 
-    def _turn_done(self, i: int, engine: EngineModel, now: float) -> None:
+    def _turn_done(self, i: int, engine: EngineModel, now: float) -> list[Placement]:
         spec = self.workload[i]
-        self.policy.on_turn_end(spec.traj_id)
         turn = spec.turns[self._turn[i]]
         if self._turn[i] == len(spec.turns) - 1:
-            self.policy.on_finish(spec.traj_id)
             engine.drop_cache(i)
             self._finished += 1
             self._makespan = now
             if self.progress is not None and self._finished % self._report_every == 0:
                 self.progress(self._finished, len(self.workload), now)
-            return
+            return self.core.finish(spec.traj_id, spec.total_tokens - spec.prompt_tokens)
         self._context[i] += turn.model_tokens
         self._tool_wait += turn.tool_latency_s
         self.loop.schedule(now + turn.tool_latency_s, PRIORITY_TOOL, i)
+        return self.core.turn_end(spec.traj_id, self._turn[i])
 
     def _tool_done(self, i: int, now: float) -> None:
         spec = self.workload[i]
         self._context[i] += spec.turns[self._turn[i]].tool_tokens
         self._turn[i] += 1
-        self._held.appendleft((i, self._request(i)))  # a running trajectory goes first
-        self._held_since.appendleft(now)
+        if self.core.asks_later_turns:  # as the live graph: the worker asks the scheduler
+            self._place(self.core.next_turn(spec.traj_id, self._turn[i], self._context[i]), now)
+        else:  # the turn stays on its engine, nobody is asked
+            self._place(self._submit(i, self._engine_of[i], now), now)
 
     def _result(self, wall_s: float) -> SimResult:
         engines = self.engines

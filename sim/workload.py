@@ -205,6 +205,27 @@ def generate(cfg: WorkloadConfig, seed: int) -> list[TrajectorySpec]:
     return out
 
 
+PREVIOUS_STEP_SEED = 1_000_003
+"""Offset of the seed of the step before a generated one (`previous_step`)."""
+
+
+def previous_step(cfg: WorkloadConfig, seed: int) -> list[TrajectorySpec] | None:
+    """The step before the one `generate(cfg, seed)` plays, as a live scheduler has seen it:
+    an independent draw of the same distributions (seed + `PREVIOUS_STEP_SEED`), or for a trace
+    the step recorded before the replayed one (None when the trace holds no earlier step)."""
+    if cfg.trace is None:
+        return generate(cfg, seed + PREVIOUS_STEP_SEED)
+    steps = sorted({obj.get("step") for _, obj in _records(cfg.trace) if isinstance(obj, dict)} - {None})
+    played = cfg.trace_step if cfg.trace_step is not None else (steps[-1] if steps else None)
+    earlier = [s for s in steps if played is not None and s < played]
+    return load_trace(cfg.trace, earlier[-1]) if earlier else None
+
+
+def mean_response_tokens(trajectories: list[TrajectorySpec]) -> float:
+    """Mean tokens after the prompt (model and tool tokens) of a step's trajectories."""
+    return sum(t.total_tokens - t.prompt_tokens for t in trajectories) / len(trajectories)
+
+
 def _turn_from(obj: object, where: str) -> Turn:
     if not isinstance(obj, dict):
         raise ValueError(f"{where}: a turn must be an object, got {obj!r}")

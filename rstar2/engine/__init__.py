@@ -3,7 +3,7 @@
 from rstar2.engine.async_engine import AsyncEngine, EngineClosedError, open_engine
 from rstar2.engine.config import EngineConfig
 from rstar2.engine.core import EngineCore, load_causal_lm
-from rstar2.engine.protocol import Engine, EngineStats, GenerationOutput, SamplingParams
+from rstar2.engine.protocol import Engine, GenerationOutput, SamplingParams
 
 __all__ = [
     "AsyncEngine",
@@ -11,7 +11,6 @@ __all__ = [
     "EngineClosedError",
     "EngineConfig",
     "EngineCore",
-    "EngineStats",
     "GenerationOutput",
     "SamplingParams",
     "load_causal_lm",

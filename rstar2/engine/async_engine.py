@@ -23,13 +23,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import anyio
+import msgspec
 import torch
 from anyio.abc import TaskStatus
 from torch import nn
 
 from rstar2.engine.config import EngineConfig
 from rstar2.engine.core import EngineCore, load_causal_lm
-from rstar2.engine.protocol import EngineStats, GenerationOutput, SamplingParams
+from rstar2.engine.protocol import GenerationOutput, SamplingParams
+from rstar2.wire import EngineLoad
 
 
 class EngineClosedError(RuntimeError):
@@ -115,12 +117,12 @@ class AsyncEngine:
         if waiter.error is not None:
             raise waiter.error
 
-    def stats(self) -> EngineStats:
+    def stats(self) -> EngineLoad:
         """The core's stats, with requests posted but not yet handed to it counted as waiting."""
         stats = self.core.stats()
         with self._lock:
-            stats.waiting += sum(isinstance(op, _Add) for op in self._inbox)
-        return stats
+            posted = sum(isinstance(op, _Add) for op in self._inbox)
+        return msgspec.structs.replace(stats, waiting=stats.waiting + posted)
 
     async def serve(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         """Run the step loop until cancelled."""

@@ -21,12 +21,13 @@ from transformers import AutoModelForCausalLM
 
 from rstar2.engine.config import EngineConfig
 from rstar2.engine.kv_cache import KVCache
-from rstar2.engine.protocol import EngineStats, GenerationOutput, SamplingParams
+from rstar2.engine.protocol import GenerationOutput, SamplingParams
 from rstar2.engine.request import Request
 from rstar2.engine.sampler import sample
 from rstar2.engine.scheduler import Scheduler
 from rstar2.engine.step_batch import build_step_batch
 from rstar2.engine.transformer import Transformer
+from rstar2.wire import EngineLoad
 
 log = logging.getLogger(__name__)
 
@@ -129,9 +130,9 @@ class EngineCore:
             del self._requests[req.request_id]
         return [req.to_output() for req in finished]
 
-    def stats(self) -> EngineStats:
+    def stats(self) -> EngineLoad:
         s = self.scheduler
-        return EngineStats(
+        return EngineLoad(
             kv_capacity_tokens=s.pool.num_blocks * s.block_size,
             kv_free_tokens=s.num_free_blocks * s.block_size,
             running=len(s.running),

@@ -1,6 +1,7 @@
 """The engine protocol: what rollout and the scheduler call, whatever backend serves it.
 
-`SamplingParams`, `GenerationOutput` and `EngineStats` are plain data; `Engine` is the async
+`SamplingParams` and `GenerationOutput` are plain data (an engine's load is
+`rstar2.wire.EngineLoad`, the record the scheduler reads); `Engine` is the async
 interface (anyio: works under asyncio and trio) that the embedded CPU engine implements and a
 vLLM backend implements too. It is request/response on purpose: one `generate` call per
 assistant turn, the whole turn back with its logprobs, which maps onto vLLM's
@@ -16,6 +17,8 @@ from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
 import torch
+
+from rstar2.wire import EngineLoad
 
 FINISH_REASONS = ("stop", "length", "abort")
 
@@ -67,22 +70,6 @@ class GenerationOutput:
     """"stop" | "length" | "abort"."""
 
 
-@dataclass
-class EngineStats:
-    """A snapshot of the engine's load, read by the cache-aware scheduler."""
-
-    kv_capacity_tokens: int
-    kv_free_tokens: int
-    running: int
-    waiting: int
-    preemptions: int
-    """Cumulative count of requests evicted from the KV cache."""
-    recomputed_tokens: int
-    """Cumulative tokens prefilled again because their request had been preempted."""
-    generated_tokens: int
-    """Cumulative sampled tokens."""
-
-
 @runtime_checkable
 class Engine(Protocol):
     """What rollout and the scheduler use; the embedded and the vLLM backends implement it."""
@@ -101,6 +88,6 @@ class Engine(Protocol):
         """Load new policy weights (HF parameter names); later tokens use them."""
         ...
 
-    def stats(self) -> EngineStats:
+    def stats(self) -> EngineLoad:
         """Current KV occupancy and queue lengths (cheap, non-blocking)."""
         ...

@@ -59,11 +59,12 @@ from vllm.v1.metrics.loggers import StatLoggerBase
 from vllm.v1.metrics.stats import IterationStats, SchedulerStats
 
 from rstar2.engine.loop_thread import LoopThread
-from rstar2.engine.protocol import EngineStats, GenerationOutput, SamplingParams
+from rstar2.engine.protocol import GenerationOutput, SamplingParams
 from rstar2.engine.vllm_config import VLLMConfig
 from rstar2.weights.buckets import WeightManifest
 from rstar2.weights.gloo_group import GroupPlace
 from rstar2.weights.vllm_broadcast import BroadcastSync, GroupMember
+from rstar2.wire import EngineLoad
 
 log = logging.getLogger(__name__)
 
@@ -107,10 +108,10 @@ class _KVTap:
                 self.preemptions += it.num_preempted_reqs
                 self.generated += it.num_generation_tokens
 
-    def snapshot(self, capacity: int) -> EngineStats:
+    def snapshot(self, capacity: int) -> EngineLoad:
         with self._lock:
             free = round(capacity * (1.0 - self.usage))
-            return EngineStats(
+            return EngineLoad(
                 kv_capacity_tokens=capacity,
                 kv_free_tokens=max(0, min(capacity, free)),
                 running=self.running,
@@ -288,7 +289,7 @@ class VLLMEngine:
             path.unlink(missing_ok=True)
         return f"from a file, tensors loaded per worker {counts}"
 
-    def stats(self) -> EngineStats:
+    def stats(self) -> EngineLoad:
         return self._tap.snapshot(self.kv_capacity_tokens)
 
 

@@ -18,7 +18,7 @@ What it does not do: scheduling across engines, reward, or retrying a failed eng
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -78,6 +78,8 @@ class ToolResultEvent:
 
 RolloutEvent = TurnEvent | ToolCallEvent | ToolResultEvent
 EventSink = Callable[[RolloutEvent], None]
+TurnHook = Callable[[int], Awaitable[None]]
+"""Awaited with the turn index when a turn ended in a tool call, before the call is answered."""
 
 
 def turn_seed(seed: int | None, turn: int) -> int | None:
@@ -111,6 +113,7 @@ async def run_trajectory(
     seed: int | None = None,
     context_limit: int | None = None,
     on_event: EventSink | None = None,
+    on_tool_turn: TurnHook | None = None,
 ) -> Trajectory:
     """Roll out one trajectory from `prompt_ids` (rendered up to `<|im_start|>assistant\\n`).
 
@@ -118,7 +121,8 @@ async def run_trajectory(
     pass it when running many rollouts). `context_limit` is the engine's longest sequence
     (prompt + output); when given, the budget shrinks so no turn is ever asked past it.
     `on_event` sees each turn, call and tool response as it happens (for `rstar2 chat`); it
-    must not block.
+    must not block. `on_tool_turn` is awaited when a turn ends in a tool call (the live graph
+    tells its scheduler that the engine is done with the turn).
     """
     codec = tok if isinstance(tok, TokenCodec) else TokenCodec(tok)
     budget = response_budget(len(prompt_ids), cfg.max_response_tokens, context_limit)
@@ -128,6 +132,8 @@ async def run_trajectory(
     while not state.finished:
         turn_text = await _generate_turn(engine, codec, state, cfg, base_id, seed, emit)
         if state.awaiting_tool:
+            if on_tool_turn is not None:
+                await on_tool_turn(state.turns - 1)
             await _answer_call(tools, codec, state, cfg, turn_text, base_id, emit)
     response_text = codec.decode(state.token_ids[state.prompt_len :])
     return state.to_trajectory(prompt_id, sample, response_text)

@@ -1,8 +1,11 @@
-"""`RoutedEngine`: one trajectory's engine when the scheduler may move its later turns.
+"""`RoutedEngine`: one trajectory's engine as the scheduler sees it.
 
 The rollout worker that runs a trajectory's agent loop hands it this object instead of its own
-engine (`scheduler.move_turns` with more than one engine). The first turn runs on the worker's
-own engine (the scheduler chose it). Before each later turn it asks the scheduler on the
+engine. When a turn ends in a tool call it tells the scheduler on the worker's "turns" port
+(`TurnEnded`, with the engine's KV report), so the scheduler's policy closes the turn while the
+tool runs. The first turn runs on the worker's own engine (the scheduler chose it). With
+`scheduler.move_turns` and more than one engine (`route`), before each later turn it asks the
+scheduler on the
 worker's "route" port (`TurnRoute` -> `TurnRouted`, carrying the worker's engine's fresh KV
 report when that engine ran the previous turn) and runs the turn there: on its own engine, or
 on another worker's over the "peers" port (`PeerGenerate` -> `PeerGenerated`; "peers" reaches
@@ -16,15 +19,17 @@ state (the agent loop does; only tokens cross to the peer).
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from typing import Protocol
 
 from rstar2.actors import ActorContext
-from rstar2.engine.protocol import EngineStats, GenerationOutput, SamplingParams
+from rstar2.engine.protocol import GenerationOutput, SamplingParams
 from rstar2.wire import (
+    EngineLoad,
     EngineReport,
     PeerGenerate,
     PeerGenerated,
     RolloutTask,
+    TurnEnded,
     TurnRoute,
     TurnRouted,
 )
@@ -33,18 +38,9 @@ PEER_TIMEOUT_S = 3600.0
 """Longest wait for the scheduler's answer or for a peer's turn."""
 
 
-def engine_report(engine: int, stats: Any) -> EngineReport:
-    """Engine `engine`'s KV stats (an `EngineStats`) as the scheduler reads them."""
-    return EngineReport(
-        engine=engine,
-        kv_capacity_tokens=stats.kv_capacity_tokens,
-        kv_free_tokens=stats.kv_free_tokens,
-        running=stats.running,
-        waiting=stats.waiting,
-        preemptions=stats.preemptions,
-        recomputed_tokens=stats.recomputed_tokens,
-        generated_tokens=stats.generated_tokens,
-    )
+def engine_report(engine: int, stats: EngineLoad) -> EngineReport:
+    """Engine `engine`'s load as the scheduler reads it."""
+    return EngineReport(engine, stats)
 
 
 def peer_request(request_id: str, prompt_ids: list[int], params: SamplingParams) -> PeerGenerate:
@@ -77,11 +73,12 @@ class LocalEngine(Protocol):
 
     async def abort(self, request_id: str) -> None: ...
 
-    def stats(self) -> EngineStats: ...
+    def stats(self) -> EngineLoad: ...
 
 
 class RoutedEngine:
-    """One trajectory's engine: each later turn where the scheduler routes it."""
+    """One trajectory's engine as the scheduler sees it: tells it when a turn ends in a tool
+    call and, when `route`, runs each later turn where the scheduler says."""
 
     def __init__(
         self,
@@ -89,13 +86,13 @@ class RoutedEngine:
         local: LocalEngine,
         index: int,
         task: RolloutTask,
-        max_response_tokens: int,
+        route: bool,
     ) -> None:
         self.ctx = ctx
         self.local = local
         self.index = index
         self.task = task
-        self.max_total_tokens = len(task.prompt_ids) + max_response_tokens
+        self.route = route
         self.max_model_len = local.max_model_len
         self.turn = 0
         self.engine = index
@@ -106,7 +103,7 @@ class RoutedEngine:
     async def generate(
         self, request_id: str, prompt_ids: list[int], params: SamplingParams
     ) -> GenerationOutput:
-        if self.turn > 0:
+        if self.turn > 0 and self.route:
             self.engine = await self._route(len(prompt_ids))
         self.turn += 1
         if self.engine == self.index:
@@ -119,27 +116,28 @@ class RoutedEngine:
             reply.request_id, list(reply.token_ids), list(reply.logprobs), reply.finish_reason
         )
 
+    async def turn_ended(self, turn: int) -> None:
+        """Turn `turn` ended in a tool call: tell the scheduler (`TurnEnded`), with this worker's
+        engine report when its own engine ran the turn."""
+        await self.ctx.send("turns", TurnEnded(self.task.traj_id, turn, self._own_report()))
+
     async def _route(self, context_tokens: int) -> int:
         """Ask the scheduler for this turn's engine, with the previous engine's KV report when
         it is this worker's own."""
-        own = self.engine == self.index
-        msg = TurnRoute(
-            traj_id=self.task.traj_id,
-            prompt_id=self.task.prompt_id,
-            turn=self.turn,
-            context_tokens=context_tokens,
-            prompt_tokens=len(self.task.prompt_ids),
-            max_total_tokens=self.max_total_tokens,
-            report=engine_report(self.index, self.local.stats()) if own else None,
-        )
+        msg = TurnRoute(self.task.traj_id, self.turn, context_tokens, self._own_report())
         reply = await self.ctx.request("route", msg, timeout=PEER_TIMEOUT_S)
         assert isinstance(reply, TurnRouted)
         return reply.engine
+
+    def _own_report(self) -> EngineReport | None:
+        if self.engine != self.index:
+            return None
+        return engine_report(self.index, self.local.stats())
 
     async def abort(self, request_id: str) -> None:
         """Abort a turn on this engine; a turn generating on a peer runs to its end there."""
         if self.engine == self.index:
             await self.local.abort(request_id)
 
-    def stats(self) -> EngineStats:
+    def stats(self) -> EngineLoad:
         return self.local.stats()

@@ -10,7 +10,8 @@ ports:
 - ``assign`` (`RolloutTask` -> `TrajectoryResult`): roll out one trajectory with
   `run_trajectory`; many run at once as separate tasks over the one engine (continuous
   batching), and each reply is sent the moment its trajectory ends, with the engine's KV stats
-  attached so the scheduler's view stays fresh. All turns of a trajectory stay on this engine,
+  attached so the scheduler's view stays fresh; a turn that ends in a tool call is reported on
+  ``turns`` (`TurnEnded`, `RoutedEngine`). All turns of a trajectory stay on this engine,
   unless ``move_turns``: then before each later turn the worker asks the scheduler on
   ``route`` (`TurnRoute` -> `TurnRouted`) and, when the answer is another engine, has that
   engine's worker generate the turn over ``peers`` (`RoutedEngine`); the agent loop, its
@@ -57,7 +58,7 @@ from rstar2.actors.handling import BusyTrack, handling
 from rstar2.config import from_dict
 from rstar2.engine.async_engine import open_engine
 from rstar2.engine.config import EngineConfig
-from rstar2.engine.protocol import Engine, EngineStats, GenerationOutput, SamplingParams
+from rstar2.engine.protocol import Engine, GenerationOutput, SamplingParams
 from rstar2.model.loader import load_model, load_tokenizer
 from rstar2.rollout.agent_loop import run_trajectory
 from rstar2.rollout.config import RolloutConfig
@@ -67,6 +68,7 @@ from rstar2.rollout.turn_router import RoutedEngine, engine_report, peer_params
 from rstar2.weights.flat_codec import unflatten_weights
 from rstar2.weights.group_member import join_group, receive_broadcast
 from rstar2.wire import (
+    EngineLoad,
     EngineReport,
     EngineReportRequest,
     ExecRequest,
@@ -75,6 +77,7 @@ from rstar2.wire import (
     PeerGenerated,
     RolloutTask,
     TrajectoryResult,
+    TurnEnded,
     TurnRoute,
     TurnRouted,
     WeightAck,
@@ -163,7 +166,7 @@ class _TracedEngine:
     async def update_weights(self, state_dict: dict[str, torch.Tensor]) -> None:
         await self.engine.update_weights(state_dict)
 
-    def stats(self) -> EngineStats:
+    def stats(self) -> EngineLoad:
         return self.engine.stats()
 
 
@@ -248,11 +251,7 @@ def to_result(
         engine=engine,
         gen_s=gen_s,
         tool_s=tool_s,
-        kv_capacity_tokens=stats.kv_capacity_tokens,
-        kv_free_tokens=stats.kv_free_tokens,
-        running=stats.running,
-        waiting=stats.waiting,
-        preemptions=stats.preemptions,
+        load=stats,
         tool_latencies=tool_latencies or [],
         moved_turns=moved_turns,
     )
@@ -274,6 +273,7 @@ class RolloutWorker(Actor):
         "tools": port(ExecRequest, reply=ExecResult),
         "route": port(TurnRoute, reply=TurnRouted),
         "peers": port(PeerGenerate, reply=PeerGenerated),
+        "turns": port(TurnEnded),
     }
 
     def __init__(
@@ -363,9 +363,8 @@ class RolloutWorker(Actor):
         cfg = self._task_config(task)
         timed = _TimedTools(tools)
         start = time.perf_counter()
-        routed = None
-        if self.move_turns and ctx.peers("peers") > 1:
-            routed = RoutedEngine(ctx, engine, self.index, task, cfg.max_response_tokens)
+        route = self.move_turns and ctx.peers("peers") > 1
+        routed = RoutedEngine(ctx, engine, self.index, task, route)
         traj = await run_trajectory(
             routed or engine,
             timed,
@@ -376,6 +375,7 @@ class RolloutWorker(Actor):
             sample=task.sample,
             seed=task.seed,
             context_limit=engine.max_model_len,
+            on_tool_turn=routed.turn_ended,
         )
         wall = time.perf_counter() - start
         tool_s = timed.seconds
@@ -387,7 +387,7 @@ class RolloutWorker(Actor):
             wall - tool_s,
             tool_s,
             timed.per_turn(traj.turns),
-            routed.moved_turns if routed is not None else 0,
+            routed.moved_turns,
         )
         await ctx.reply(incoming, result)
 

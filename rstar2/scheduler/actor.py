@@ -4,13 +4,15 @@ It receives a step's trajectories as one `RolloutBatch` on ``tasks``, asks every
 for its KV stats once at start (``report``), and starts each trajectory the `Dispatcher` admits
 as a request on ``assign`` to the chosen worker (`peer=engine`). The reply is the finished
 trajectory: its stats refresh the policy's view, the policy releases it, it goes on to the
-reward actor on ``done``, and queued trajectories are admitted. With `move_turns`, rollout
-workers ask on ``route`` where each later turn should run (`Dispatcher.route`).
+reward actor on ``done``, and queued trajectories are admitted. Rollout workers tell it on
+``turns`` when a turn ended in a tool call and, with `move_turns`, ask on ``route`` where each
+later turn should run. Every decision is `LiveDispatch`'s (the dispatch core's, shared with the
+simulator); this module only moves messages.
 
 Its own work (admitting a batch, releasing a finished trajectory) is recorded for the profiler
-as handle spans (`rstar2.actors.handling`, ports "tasks", "assign" and "route").
+as handle spans (`rstar2.actors.handling`, ports "tasks", "assign", "route" and "turns").
 
-What it does not do: any routing decision itself (the policy, through `Dispatcher`).
+What it does not do: any routing decision itself (the policy, through the dispatch core).
 """
 
 from __future__ import annotations
@@ -26,12 +28,14 @@ from rstar2.actors.handling import handling
 from rstar2.config import from_dict
 from rstar2.scheduler import SchedulerConfig, make_policy
 from rstar2.scheduler.dispatcher import Dispatcher
+from rstar2.scheduler.live import LiveDispatch, Start
 from rstar2.wire import (
     EngineReport,
     EngineReportRequest,
     RolloutBatch,
     RolloutTask,
     TrajectoryResult,
+    TurnEnded,
     TurnRoute,
     TurnRouted,
 )
@@ -43,6 +47,7 @@ class SchedulerActor(Actor):
     inputs: ClassVar[dict[str, Port]] = {
         "tasks": port(RolloutBatch),
         "route": port(TurnRoute, reply=TurnRouted),
+        "turns": port(TurnEnded),
     }
     outputs: ClassVar[dict[str, Port]] = {
         "assign": port(RolloutTask, reply=TrajectoryResult),
@@ -62,38 +67,48 @@ class SchedulerActor(Actor):
 
     async def serve(self, ctx: ActorContext) -> None:
         engines = ctx.peers("assign")
-        dispatcher = Dispatcher(make_policy(self.cfg, engines), self.max_response_tokens)
+        policy = make_policy(self.cfg, engines)
+        core = Dispatcher(policy, move_turns=self.cfg.move_turns)
+        live = LiveDispatch(core, self.max_response_tokens)
         for engine in range(engines):
             report = await ctx.request("report", EngineReportRequest(), peer=engine, timeout=120.0)
             assert isinstance(report, EngineReport)
-            dispatcher.report(report)
+            live.report(report)
         log.info("scheduler: policy %s over %d engine(s)", self.cfg.policy, engines)
         async with anyio.create_task_group() as tg:
             while True:
                 incoming = await ctx.recv()
-                if isinstance(incoming.msg, TurnRoute):
+                msg = incoming.msg
+                if isinstance(msg, TurnRoute):
                     with handling(ctx, "route"):
-                        engine = dispatcher.route(incoming.msg)
+                        engine, starts = live.route(msg)
                     await ctx.reply(incoming, TurnRouted(engine=engine))
-                    continue
-                assert isinstance(incoming.msg, RolloutBatch)
-                with handling(ctx, "tasks"):
-                    admitted = dispatcher.submit(list(incoming.msg.tasks))
-                for engine, task in admitted:
-                    tg.start_soon(self._run, ctx, tg, dispatcher, engine, task)
+                elif isinstance(msg, TurnEnded):
+                    with handling(ctx, "turns"):
+                        starts = live.turn_ended(msg)
+                else:
+                    assert isinstance(msg, RolloutBatch)
+                    with handling(ctx, "tasks"):
+                        starts = live.batch(msg)
+                self._start(ctx, tg, live, starts)
+
+    def _start(
+        self, ctx: ActorContext, tg: anyio.abc.TaskGroup, live: LiveDispatch, starts: list[Start]
+    ) -> None:
+        for engine, task in starts:
+            tg.start_soon(self._run, ctx, tg, live, engine, task)
 
     async def _run(
         self,
         ctx: ActorContext,
         tg: anyio.abc.TaskGroup,
-        dispatcher: Dispatcher,
+        live: LiveDispatch,
         engine: int,
         task: RolloutTask,
     ) -> None:
         result = await ctx.request("assign", task, peer=engine, timeout=self.rollout_timeout_s)
         assert isinstance(result, TrajectoryResult)
         with handling(ctx, "assign"):
-            admitted = dispatcher.finish(result)
-        for next_engine, next_task in admitted:
-            tg.start_soon(self._run, ctx, tg, dispatcher, next_engine, next_task)
+            starts = live.finished(result)
+        self._start(ctx, tg, live, starts)
         await ctx.send("done", result)

@@ -1,156 +1,224 @@
-"""The live scheduler's bookkeeping: a FIFO of waiting trajectories in front of a policy.
+"""The dispatch core: the one caller of a scheduling policy, live and simulated.
 
-`Dispatcher` is the synchronous core of the scheduler actor (the actor only moves messages):
+`Dispatcher` is synchronous and does no I/O. It takes events and returns decisions; the live
+scheduler actor (`rstar2.scheduler.live`, messages in and out) and the simulator's event loop
+(`sim.simulator`, a virtual clock) both drive it, so a policy sees the same calls in the same
+order whichever drives it. The events, and what each returns:
 
-- `submit(batch)` queues a step's trajectories (calling the policy's `prepare` first) and
-  returns the ones that can start now, each with its engine;
-- `finish(result)` records the engine stats that came back with a finished trajectory,
-  releases the trajectory in the policy (`on_finish`) and returns what can start now;
-- `route(msg)` answers a rollout worker asking, before a later turn, where it should run
-  (`move_turns`): the policy's `assign` for that turn, never held (a running trajectory
-  continues on the engine of its previous turn when the policy would hold it).
+- ``submit(trajectories)``: a step's new trajectories; the policy's ``prepare`` sees them all,
+  then they queue (FIFO) for admission;
+- ``report(engine, load)``: an engine's latest load (`rstar2.wire.EngineLoad`);
+- ``turn_end(traj_id, turn)``: the engine returned turn `turn` and a tool call follows (the
+  policy's ``on_turn_end``; a late or repeated one is ignored);
+- ``next_turn(traj_id, turn, context_tokens)``: the tool answered; where does turn `turn` run?
+  Asked only when `asks_later_turns` (``move_turns`` and more than one engine): otherwise every
+  turn stays on the trajectory's engine and nobody asks;
+- ``finish(traj_id, response_tokens)``: the trajectory is complete (its last turn ends, the
+  policy's ``on_finish``, the length predictor learns its length).
 
-A trajectory is admitted once, at its first turn, to the rollout worker that owns the engine
-the policy chose; that worker runs its agent loop to the end. With `move_turns` the worker asks
-`route` before each later turn and, when the answer is another engine, has that engine's
-worker generate the turn (the whole context is prefilled there). The queue is strictly FIFO: it stops at
-the first trajectory the policy holds back (no overtaking), as the policy interface requires.
-A trajectory the policy holds while some engine has nothing in flight goes to that engine, so a
-reservation bigger than a whole KV pool cannot deadlock the step. For the KV-aware policy's
-"predicted" reservation it passes the running mean of finished
-trajectories' lengths (prompt + response) as the prediction, capped at the maximum.
+Every event returns a list of `Placement`s: for ``next_turn`` its own turn first, then every
+queued trajectory that can start now (any event may have made room). A trajectory starts on the
+engine the policy's ``assign`` names; when the policy holds it (None) and some engine has no
+trajectory at all, it starts there (a reservation bigger than a whole KV pool cannot deadlock a
+step); otherwise the queue stops at it (no overtaking). A later turn is never held: when the
+policy would hold it, it continues on its engine.
 
-What it does not do: send anything (the actor does), or decide where a trajectory goes (the
+The policy's ``on_turn_end`` is called exactly once for each turn it assigned, at that turn's
+``turn_end``, or at the next event of the trajectory when the turn end came late or not at all,
+so per-engine counters (``LeastOutstanding.outstanding``, ``PrefixAware.load``) return to zero
+when a step's trajectories have all finished.
+
+With `record=True` every event and its decisions are appended to `events` (an `Event` list),
+which can be replayed through another driver (`replay`).
+
+What it does not do: send anything, time anything, or decide where a trajectory goes (the
 policy does).
 """
 
 from __future__ import annotations
 
 from collections import deque
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 
+from rstar2.scheduler.length_predictor import LengthPredictor
 from rstar2.scheduler.policy import Policy, TurnRequest
-from rstar2.wire import EngineReport, RolloutTask, TrajectoryResult, TurnRoute
+from rstar2.wire import EngineLoad
+
+
+@dataclass(frozen=True)
+class NewTrajectory:
+    """A trajectory to admit, as the dispatch core sees it."""
+
+    traj_id: str
+    prompt_id: str
+    prompt_tokens: int
+    max_total_tokens: int
+    """Prompt plus the whole response budget."""
+
+    def __post_init__(self) -> None:
+        if not 0 < self.prompt_tokens <= self.max_total_tokens:
+            raise ValueError(
+                f"trajectory {self.traj_id!r}: need 0 < prompt_tokens <= max_total_tokens, got "
+                f"{self.prompt_tokens}, {self.max_total_tokens}"
+            )
+
+
+@dataclass(frozen=True)
+class Placement:
+    """A decision: turn `turn` of trajectory `traj_id` runs on engine `engine` (turn 0: the
+    trajectory starts there)."""
+
+    traj_id: str
+    engine: int
+    turn: int
+
+
+@dataclass(frozen=True)
+class Event:
+    """One recorded call: its name, its arguments and the placements it returned."""
+
+    kind: str
+    args: tuple[object, ...]
+    placements: tuple[Placement, ...]
 
 
 @dataclass
-class _Load:
-    """An engine's last reported KV state (duck-types `EngineLoad`)."""
-
-    kv_capacity_tokens: int
-    kv_free_tokens: int
-    running: int
-    waiting: int
-    preemptions: int
-
-    @classmethod
-    def of(cls, msg: EngineReport | TrajectoryResult) -> _Load:
-        """The KV figures an engine report or a finished trajectory carries."""
-        return cls(
-            msg.kv_capacity_tokens, msg.kv_free_tokens, msg.running, msg.waiting, msg.preemptions
-        )
+class _Running:
+    traj: NewTrajectory
+    engine: int
+    turn: int = 0
+    open_turn: bool = True
+    """The policy assigned the current turn and has not been told it ended."""
 
 
+@dataclass
 class Dispatcher:
-    """FIFO admission of trajectories to engines through a scheduling policy."""
+    """FIFO admission of trajectories to engines through a policy (see the module docstring)."""
 
-    def __init__(self, policy: Policy, max_response_tokens: int) -> None:
-        if max_response_tokens < 1:
-            raise ValueError(f"max_response_tokens must be >= 1, got {max_response_tokens}")
-        self.policy = policy
-        self.max_response_tokens = max_response_tokens
-        self.queue: deque[RolloutTask] = deque()
-        self.in_flight: dict[str, int] = {}
-        self._finished_tokens = 0
-        self._finished_count = 0
+    policy: Policy
+    move_turns: bool = True
+    predictor: LengthPredictor = field(default_factory=LengthPredictor)
+    record: bool = False
+    queue: deque[NewTrajectory] = field(default_factory=deque, init=False)
+    running: dict[str, _Running] = field(default_factory=dict, init=False)
+    events: list[Event] = field(default_factory=list, init=False)
 
-    def report(self, r: EngineReport) -> None:
-        self.policy.on_stats(r.engine, _Load.of(r))
+    @property
+    def asks_later_turns(self) -> bool:
+        """Whether later turns are routed through the policy (else they stay where they are)."""
+        return self.move_turns and self.policy.num_engines > 1
 
-    def submit(self, tasks: list[RolloutTask]) -> list[tuple[int, RolloutTask]]:
-        self.policy.prepare([self._request(t) for t in tasks])
-        self.queue.extend(tasks)
-        return self._admit()
+    def engine_of(self, traj_id: str) -> int | None:
+        """The engine of a running trajectory's latest turn (None when not running)."""
+        running = self.running.get(traj_id)
+        return None if running is None else running.engine
 
-    def finish(self, result: TrajectoryResult) -> list[tuple[int, RolloutTask]]:
-        self.in_flight.pop(result.traj_id, None)
-        if result.engine >= 0:
-            self.policy.on_stats(result.engine, _Load.of(result))
-        self.policy.on_finish(result.traj_id)
-        self._finished_tokens += len(result.token_ids)
-        self._finished_count += 1
-        return self._admit()
+    # --- events -------------------------------------------------------------------------------
 
-    def route(self, msg: TurnRoute) -> int:
-        """The engine for a later turn of a running trajectory (see the module docstring)."""
-        if msg.turn < 1:
-            raise ValueError(f"route is for later turns (turn >= 1), got turn {msg.turn}")
-        previous = self.in_flight.get(msg.traj_id)
-        if previous is None:
-            raise ValueError(f"trajectory {msg.traj_id!r} is not in flight")
-        if msg.report is not None:
-            self.report(msg.report)
-        max_total = max(msg.max_total_tokens, msg.context_tokens)
-        req = TurnRequest(
-            traj_id=msg.traj_id,
-            prompt_id=msg.prompt_id,
-            turn=msg.turn,
-            context_tokens=msg.context_tokens,
-            prompt_tokens=msg.prompt_tokens,
-            max_total_tokens=max_total,
-            predicted_total_tokens=self._predicted(msg.prompt_tokens, max_total),
-        )
-        engine = self.policy.assign(req)
-        if engine is None:
-            engine = previous
-        self.in_flight[msg.traj_id] = engine
-        return engine
+    def submit(self, trajectories: Sequence[NewTrajectory]) -> list[Placement]:
+        known = {t.traj_id for t in self.queue} | self.running.keys()
+        for t in trajectories:
+            if t.traj_id in known:
+                raise ValueError(f"trajectory {t.traj_id!r} submitted twice")
+            known.add(t.traj_id)
+        self.policy.prepare([self._first_turn(t) for t in trajectories])
+        self.queue.extend(trajectories)
+        return self._done("submit", (tuple(trajectories),), self._admit())
 
-    def _admit(self) -> list[tuple[int, RolloutTask]]:
+    def report(self, engine: int, load: EngineLoad) -> list[Placement]:
+        self.policy.on_stats(engine, load)
+        return self._done("report", (engine, load), self._admit())
+
+    def turn_end(self, traj_id: str, turn: int) -> list[Placement]:
+        running = self.running.get(traj_id)
+        if running is not None and running.turn == turn:
+            self._close_turn(traj_id, running)
+        return self._done("turn_end", (traj_id, turn), self._admit())
+
+    def next_turn(self, traj_id: str, turn: int, context_tokens: int) -> list[Placement]:
+        running = self.running.get(traj_id)
+        if running is None:
+            raise ValueError(f"trajectory {traj_id!r} is not running")
+        if turn != running.turn + 1:
+            raise ValueError(f"trajectory {traj_id!r} is at turn {running.turn}, not {turn - 1}")
+        self._close_turn(traj_id, running)
+        running.turn = turn
+        if self.asks_later_turns:
+            engine = self.policy.assign(self._later_turn(running, context_tokens))
+            running.engine = running.engine if engine is None else engine
+            running.open_turn = True
+        placed = [Placement(traj_id, running.engine, turn)]
+        return self._done("next_turn", (traj_id, turn, context_tokens), placed + self._admit())
+
+    def finish(self, traj_id: str, response_tokens: int) -> list[Placement]:
+        running = self.running.get(traj_id)
+        if running is None:
+            raise ValueError(f"trajectory {traj_id!r} is not running")
+        self._close_turn(traj_id, running)
+        del self.running[traj_id]
+        self.policy.on_finish(traj_id)
+        self.predictor.observe(response_tokens)
+        return self._done("finish", (traj_id, response_tokens), self._admit())
+
+    # --- internals ----------------------------------------------------------------------------
+
+    def _close_turn(self, traj_id: str, running: _Running) -> None:
+        if running.open_turn:
+            running.open_turn = False
+            self.policy.on_turn_end(traj_id)
+
+    def _admit(self) -> list[Placement]:
         started = []
         while self.queue:
-            task = self.queue[0]
-            engine = self.policy.assign(self._request(task))
+            traj = self.queue[0]
+            engine = self.policy.assign(self._first_turn(traj))
             if engine is None:
                 engine = self._idle_engine()
             if engine is None:
                 break
             self.queue.popleft()
-            self.in_flight[task.traj_id] = engine
-            started.append((engine, task))
+            self.running[traj.traj_id] = _Running(traj, engine)
+            started.append(Placement(traj.traj_id, engine, 0))
         return started
 
     def _idle_engine(self) -> int | None:
-        """An engine with no trajectory in flight, for a task the policy holds back.
-
-        A reservation larger than an engine's whole KV pool would otherwise wait forever; an
-        idle engine takes it anyway (the engine truncates it at its context limit). This only
-        fires when some engine is completely idle, so it never overrides a busy engine's KV
-        budget.
-        """
-        busy = set(self.in_flight.values())
+        """An engine with no running trajectory, for a trajectory the policy holds back."""
+        busy = {r.engine for r in self.running.values()}
         for engine in range(self.policy.num_engines):
             if engine not in busy:
                 return engine
         return None
 
-    def _request(self, task: RolloutTask) -> TurnRequest:
-        budget = task.max_response_tokens or self.max_response_tokens
-        prompt = len(task.prompt_ids)
-        predicted = self._predicted(prompt, prompt + budget)
+    def _first_turn(self, traj: NewTrajectory) -> TurnRequest:
         return TurnRequest(
-            traj_id=task.traj_id,
-            prompt_id=task.prompt_id,
+            traj_id=traj.traj_id,
+            prompt_id=traj.prompt_id,
             turn=0,
-            context_tokens=prompt,
-            prompt_tokens=prompt,
-            max_total_tokens=prompt + budget,
-            predicted_total_tokens=predicted,
+            context_tokens=traj.prompt_tokens,
+            prompt_tokens=traj.prompt_tokens,
+            max_total_tokens=traj.max_total_tokens,
+            predicted_total_tokens=self.predictor.predict(
+                traj.prompt_tokens, traj.max_total_tokens
+            ),
         )
 
-    def _predicted(self, prompt: int, max_total: int) -> int | None:
-        """The running mean length of finished trajectories, within (prompt, max_total]."""
-        if not self._finished_count:
-            return None
-        mean = self._finished_tokens / self._finished_count
-        return int(min(max(mean, prompt + 1), max_total))
+    def _later_turn(self, running: _Running, context_tokens: int) -> TurnRequest:
+        traj = running.traj
+        max_total = max(traj.max_total_tokens, context_tokens)
+        return TurnRequest(
+            traj_id=traj.traj_id,
+            prompt_id=traj.prompt_id,
+            turn=running.turn,
+            context_tokens=context_tokens,
+            prompt_tokens=traj.prompt_tokens,
+            max_total_tokens=max_total,
+            predicted_total_tokens=self.predictor.predict(traj.prompt_tokens, max_total),
+        )
+
+    def _done(
+        self, kind: str, args: tuple[object, ...], placements: list[Placement]
+    ) -> list[Placement]:
+        if self.record:
+            self.events.append(Event(kind, args, tuple(placements)))
+        return placements

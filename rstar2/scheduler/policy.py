@@ -13,35 +13,21 @@ The calls, in the order a caller makes them:
   ``req.turn > 0`` the next turn of one already placed (after its tool call returned). ``None``
   means "hold it": the caller keeps the request in a FIFO queue and asks again later (after an
   ``on_finish`` or ``on_stats``). A caller stops at the first held request (no overtaking).
-- ``on_stats(engine_id, stats)``: the latest engine report (any object with the `EngineLoad`
-  attributes, e.g. ``rstar2.engine.protocol.EngineStats``).
+- ``on_stats(engine_id, stats)``: the latest engine report (`rstar2.wire.EngineLoad`).
 - ``on_turn_end(traj_id)``: the engine returned the turn's tokens (a tool call may follow).
 - ``on_finish(traj_id)``: the trajectory is complete; release whatever was held for it.
 
-What it does not do: talk to engines, queue requests, or time anything. Those belong to the
-caller (the scheduler actor or `sim.simulator.Simulation`).
+What it does not do: talk to engines, queue requests, or time anything. Its one caller is
+`rstar2.scheduler.dispatcher.Dispatcher`, the dispatch core that the scheduler actor and the
+simulator (`sim.simulator.Simulation`) both drive.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol
 
-
-class EngineLoad(Protocol):
-    """What a policy reads from an engine report (a subset of `EngineStats`)."""
-
-    @property
-    def kv_capacity_tokens(self) -> int: ...
-    @property
-    def kv_free_tokens(self) -> int: ...
-    @property
-    def running(self) -> int: ...
-    @property
-    def waiting(self) -> int: ...
-    @property
-    def preemptions(self) -> int: ...
+from rstar2.wire import EngineLoad
 
 
 @dataclass(frozen=True)

@@ -286,18 +286,19 @@ class LearnerActor(Actor):
         return results
 
     def _sample_kv(self, msg: TrajectoryResult) -> None:
-        if msg.engine < 0 or msg.kv_capacity_tokens <= 0:
+        load = msg.load
+        if msg.engine < 0 or load is None or load.kv_capacity_tokens <= 0:
             return
         track, t = f"rollout.{msg.engine}/engine", time.time()
         block = self.cfg.engine.block_size
         own = -(-len(msg.token_ids) // block) * block
         used = min(
-            1.0, (msg.kv_capacity_tokens - msg.kv_free_tokens + own) / msg.kv_capacity_tokens
+            1.0, (load.kv_capacity_tokens - load.kv_free_tokens + own) / load.kv_capacity_tokens
         )
-        room = (msg.kv_free_tokens - own) / own if own else 0.0
+        room = (load.kv_free_tokens - own) / own if own else 0.0
         self.kv_samples.append([track, "kv_used", t, used])
         self.kv_samples.append([track, "kv_room", t, max(0.0, room)])
-        self.kv_samples.append([track, "waiting", t, float(msg.waiting)])
+        self.kv_samples.append([track, "waiting", t, float(load.waiting)])
 
     async def _open_group(self, ctx: ActorContext) -> None:
         """With a learner-rooted weight group configured: open it and bring every engine in."""

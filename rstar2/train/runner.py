@@ -170,6 +170,7 @@ def train_graph(cfg: TrainConfig, run_dir: Path, model_dir: Path, resume: bool) 
         "scheduler.assign -> rollout.assign",
         "scheduler.report -> rollout.report",
         "rollout.route -> scheduler.route",
+        "rollout.turns -> scheduler.turns",
         "rollout.peers -> rollout.generate",
         "scheduler.done -> reward.trajectories",
         "rollout.tools -> sandbox.exec",

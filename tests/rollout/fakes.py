@@ -8,8 +8,8 @@ from typing import Any
 
 import anyio
 
-from rstar2.engine.protocol import EngineStats, GenerationOutput, SamplingParams
-from rstar2.wire import ExecRequest, ExecResult
+from rstar2.engine.protocol import GenerationOutput, SamplingParams
+from rstar2.wire import EngineLoad, ExecRequest, ExecResult
 
 SPECIALS = (
     "<|endoftext|>", "<|im_start|>", "<|im_end|>", "<tool_call>", "</tool_call>",
@@ -105,8 +105,8 @@ class ScriptedEngine:
     async def update_weights(self, state_dict: dict[str, Any]) -> None:
         del state_dict
 
-    def stats(self) -> EngineStats:
-        return EngineStats(0, 0, 0, 0, 0, 0, 0)
+    def stats(self) -> EngineLoad:
+        return EngineLoad(0, 0, 0, 0, 0, 0, 0)
 
 
 Handler = Callable[[ExecRequest], ExecResult]

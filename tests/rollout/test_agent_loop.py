@@ -206,6 +206,21 @@ async def test_events_arrive_in_order():
     assert not isinstance(events[1].call, MalformedCall)  # type: ignore[attr-defined]
 
 
+async def test_each_turn_ending_in_a_call_is_announced_before_the_call_runs():
+    ended: list[tuple[int, int]] = []
+    ex = FakeExecutor()
+
+    async def on_tool_turn(turn: int) -> None:
+        ended.append((turn, len(ex.requests)))
+
+    bad = '<tool_call>{"name": "foo", "arguments": {"code": "1"}}</tool_call>'
+    engine = ScriptedEngine(TOK, {"p/0": [CALL, bad, ANSWER]})
+    await run_trajectory(
+        engine, ex, TOK, PROMPT, cfg(), prompt_id="p", sample=0, on_tool_turn=on_tool_turn
+    )
+    assert ended == [(0, 0), (1, 1)]  # the malformed call too; never the final turn
+
+
 async def test_other_trajectories_decode_while_one_waits_for_its_tool():
     # A's tool call is answered only once B has finished: if waiting for a tool blocked the
     # engine or the loop, this would deadlock instead of finishing.

@@ -1,13 +1,22 @@
 """`RoutedEngine`: the first turn on the worker's own engine, each later turn where the
-scheduler routes it, with the worker's KV report when its own engine ran the previous turn."""
+scheduler routes it, with the worker's KV report when its own engine ran the previous turn;
+turn ends reported to the scheduler."""
 
 from __future__ import annotations
 
 import pytest
 
-from rstar2.engine.protocol import EngineStats, GenerationOutput, SamplingParams
+from rstar2.engine.protocol import GenerationOutput, SamplingParams
 from rstar2.rollout.turn_router import RoutedEngine
-from rstar2.wire import PeerGenerate, PeerGenerated, RolloutTask, TurnRoute, TurnRouted
+from rstar2.wire import (
+    EngineLoad,
+    PeerGenerate,
+    PeerGenerated,
+    RolloutTask,
+    TurnEnded,
+    TurnRoute,
+    TurnRouted,
+)
 
 pytestmark = pytest.mark.anyio
 
@@ -30,8 +39,8 @@ class Local:
     async def abort(self, request_id: str) -> None:
         self.aborted.append(request_id)
 
-    def stats(self) -> EngineStats:
-        return EngineStats(kv_capacity_tokens=100, kv_free_tokens=60, running=2, waiting=1,
+    def stats(self) -> EngineLoad:
+        return EngineLoad(kv_capacity_tokens=100, kv_free_tokens=60, running=2, waiting=1,
                            preemptions=0, recomputed_tokens=0, generated_tokens=0)  # fmt: skip
 
 
@@ -49,25 +58,22 @@ class Ctx:
         assert isinstance(msg, PeerGenerate)
         return PeerGenerated(msg.request_id, [8, 9], [-1.0, -2.0], "stop")
 
+    async def send(self, port: str, msg: object) -> None:
+        self.sent.append((port, msg, None))
+
 
 async def test_later_turns_run_where_the_scheduler_routes_them() -> None:
     local, ctx = Local(), Ctx(routes=[1, 0])
-    engine = RoutedEngine(ctx, local, 0, TASK, max_response_tokens=20)  # type: ignore[arg-type]
+    engine = RoutedEngine(ctx, local, 0, TASK, route=True)  # type: ignore[arg-type]
     out = await engine.generate("p/0/t0", [1, 2, 3], PARAMS)  # first turn: here, unasked
     assert out.token_ids == [7] and local.generated == ["p/0/t0"] and ctx.sent == []
 
     out = await engine.generate("p/0/t1", [1, 2, 3, 7, 4, 4], PARAMS)  # moved to engine 1
     (port, route, _), (peer_port, gen, peer) = ctx.sent
     assert port == "route" and isinstance(route, TurnRoute)
-    assert (route.turn, route.context_tokens, route.prompt_tokens, route.max_total_tokens) == (
-        1,
-        6,
-        3,
-        23,
-    )
+    assert (route.traj_id, route.turn, route.context_tokens) == ("t0", 1, 6)
     assert route.report is not None
-    assert (route.report.engine, route.report.kv_free_tokens) == (0, 60)
-    assert (route.report.running, route.report.waiting) == (2, 1)
+    assert (route.report.engine, route.report.load) == (0, Local().stats())
     assert (peer_port, peer) == ("peers", 1) and isinstance(gen, PeerGenerate)
     assert (gen.prompt_ids, gen.max_tokens, gen.temperature, gen.top_p) == ([1, 2, 3, 7, 4, 4],
                                                                             5, 0.7, 0.9)  # fmt: skip
@@ -80,3 +86,24 @@ async def test_later_turns_run_where_the_scheduler_routes_them() -> None:
     route = ctx.sent[2][1]
     assert isinstance(route, TurnRoute) and route.report is None
     assert local.generated == ["p/0/t0", "p/0/t2"] and engine.moved_turns == 1
+
+
+async def test_turn_ends_are_reported_with_the_own_engines_load_only() -> None:
+    local, ctx = Local(), Ctx(routes=[1])
+    engine = RoutedEngine(ctx, local, 0, TASK, route=True)  # type: ignore[arg-type]
+    await engine.generate("p/0/t0", [1, 2, 3], PARAMS)
+    await engine.turn_ended(0)
+    port, ended, _ = ctx.sent[-1]
+    assert port == "turns" and isinstance(ended, TurnEnded)
+    assert (ended.traj_id, ended.turn, ended.report.load) == ("t0", 0, local.stats())  # type: ignore[union-attr]
+    await engine.generate("p/0/t1", [1] * 6, PARAMS)  # on engine 1: no report of it here
+    await engine.turn_ended(1)
+    assert ctx.sent[-1][1] == TurnEnded("t0", 1, None)
+
+
+async def test_without_route_every_turn_stays_and_nobody_is_asked() -> None:
+    local, ctx = Local(), Ctx(routes=[])
+    engine = RoutedEngine(ctx, local, 0, TASK, route=False)  # type: ignore[arg-type]
+    for turn in range(3):
+        await engine.generate(f"p/0/t{turn}", [1] * (3 + turn), PARAMS)
+    assert ctx.sent == [] and local.generated == ["p/0/t0", "p/0/t1", "p/0/t2"]

@@ -19,6 +19,7 @@ from rstar2.weights.gloo_group import GroupPlace, WeightReceiver
 from rstar2.weights.group_member import join_group, receive_broadcast
 from rstar2.wire import (
     ActorFailed,
+    EngineLoad,
     EngineReport,
     EngineReportRequest,
     Message,
@@ -73,7 +74,7 @@ class ReceiverEngine:
 async def answer(engine: ReceiverEngine, msg: Message, index: int) -> Message:
     """What a rollout worker answers on its "weights" port (see `RolloutWorker`)."""
     if isinstance(msg, EngineReportRequest):
-        return EngineReport(0, 0, 0, 0, 0, 0, 0, 0)
+        return EngineReport(0, EngineLoad(0, 0, 0, 0))
     if isinstance(msg, WeightGroupJoin):
         return await join_group(engine, msg, index)
     assert isinstance(msg, WeightBroadcast)

@@ -23,7 +23,7 @@ from rstar2.weights.learner_group import (
     join_messages,
     layout_for,
 )
-from rstar2.wire import EngineReport, WeightAck, WeightGroupJoined
+from rstar2.wire import EngineLoad, EngineReport, WeightAck, WeightGroupJoined
 
 BUCKET_BYTES = 16 * 1024  # several buckets per update
 
@@ -59,7 +59,7 @@ def test_join_messages_and_answers_are_checked() -> None:
     with pytest.raises(WeightGroupError, match="rollout worker 1 answered"):
         check_joined(WeightGroupJoined(engine=1, first_rank=1, workers=2), 1, layout)
     with pytest.raises(WeightGroupError, match="rollout worker 0 answered"):
-        check_joined(EngineReport(0, 0, 0, 0, 0, 0, 0, 0), 0, layout)
+        check_joined(EngineReport(0, EngineLoad(0, 0, 0, 0)), 0, layout)
     check_ack(WeightAck(version=3, engine=1), 1, 3)
     with pytest.raises(WeightGroupError, match="not version 4"):
         check_ack(WeightAck(version=3, engine=1), 1, 4)

@@ -77,6 +77,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--reservation", choices=["max", "predicted"], help="kv_aware reservation")
     parser.add_argument(
+        "--cold-predictor",
+        action="store_true",
+        help="start the length predictor empty (a run's first step) instead of from the step "
+        "before (an independent draw of the same workload, or a trace's earlier step)",
+    )
+    parser.add_argument(
         "--no-turn-moves",
         action="store_true",
         help="never move a later turn off its engine (scheduler.move_turns = false)",
@@ -145,6 +151,7 @@ def config_from_args(args: argparse.Namespace, policy: str) -> SimConfig:
         scenario=args.scenario,
         workload=workload,
         scheduler=scheduler,
+        warm_predictor=not args.cold_predictor,
     )
     cfg.validate()
     cfg.scheduler.validate()

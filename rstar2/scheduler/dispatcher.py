@@ -103,6 +103,11 @@ class Dispatcher:
     queue: deque[NewTrajectory] = field(default_factory=deque, init=False)
     running: dict[str, _Running] = field(default_factory=dict, init=False)
     events: list[Event] = field(default_factory=list, init=False)
+    _per_engine: list[int] = field(default_factory=list, init=False)
+    """Running trajectories by the engine of their latest turn (for the idle fall-back)."""
+
+    def __post_init__(self) -> None:
+        self._per_engine = [0] * self.policy.num_engines
 
     @property
     def asks_later_turns(self) -> bool:
@@ -146,7 +151,10 @@ class Dispatcher:
         running.turn = turn
         if self.asks_later_turns:
             engine = self.policy.assign(self._later_turn(running, context_tokens))
-            running.engine = running.engine if engine is None else engine
+            if engine is not None and engine != running.engine:
+                self._per_engine[running.engine] -= 1
+                self._per_engine[engine] += 1
+                running.engine = engine
             running.open_turn = True
         placed = [Placement(traj_id, running.engine, turn)]
         return self._done("next_turn", (traj_id, turn, context_tokens), placed + self._admit())
@@ -157,6 +165,7 @@ class Dispatcher:
             raise ValueError(f"trajectory {traj_id!r} is not running")
         self._close_turn(traj_id, running)
         del self.running[traj_id]
+        self._per_engine[running.engine] -= 1
         self.policy.on_finish(traj_id)
         self.predictor.observe(response_tokens)
         return self._done("finish", (traj_id, response_tokens), self._admit())
@@ -179,14 +188,16 @@ class Dispatcher:
                 break
             self.queue.popleft()
             self.running[traj.traj_id] = _Running(traj, engine)
+            self._per_engine[engine] += 1
             started.append(Placement(traj.traj_id, engine, 0))
         return started
 
     def _idle_engine(self) -> int | None:
         """An engine with no running trajectory, for a trajectory the policy holds back."""
-        busy = {r.engine for r in self.running.values()}
-        for engine in range(self.policy.num_engines):
-            if engine not in busy:
+        if len(self.running) >= self.policy.num_engines and min(self._per_engine) > 0:
+            return None  # the common case under load, without a scan
+        for engine, count in enumerate(self._per_engine):
+            if count == 0:
                 return engine
         return None
 

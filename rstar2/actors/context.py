@@ -271,7 +271,7 @@ class ActorContext:
                     if count:
                         tracer.handled(run_start, end, run_port, depth, count)
                     if incoming.reply_to is not None:
-                        self._reply_failure(incoming)
+                        self.reply_failure(incoming)
                     raise
                 count += 1
                 if len(buffer) > depth:
@@ -307,7 +307,7 @@ class ActorContext:
             outputs = actor.handle(incoming.port, incoming.msg)
         except BaseException:
             if incoming.reply_to is not None:
-                self._reply_failure(incoming)
+                self.reply_failure(incoming)
             raise
         self.tracer.handled(start, now(), incoming.port, len(self._buffer))
         if not isinstance(outputs, list):
@@ -481,7 +481,9 @@ class ActorContext:
         except zmq.ZMQError as e:  # EHOSTUNREACH: the client went away; nobody to tell
             log.info("%s: reply on %r not delivered: %s", self.name, incoming.port, e)
 
-    def _reply_failure(self, incoming: Incoming) -> None:
+    def reply_failure(self, incoming: Incoming) -> None:
+        """Answer a request with the exception being handled (the client raises RemoteError);
+        call it from an `except` block."""
         failure = ActorFailed(actor=self.name, traceback=traceback.format_exc())
         assert incoming.reply_to is not None
         identity, request_id = incoming.reply_to

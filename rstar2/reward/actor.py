@@ -2,7 +2,7 @@
 
 Trajectories arrive on ``trajectories``; each is scored by the reward pool (math-verify in
 worker processes with timeouts, see `reward_pool.py`) in its own task, so a slow verification
-never holds back the others, and leaves on ``scored`` with `reward`, `reward_status` and the
+never holds back the others (`rstar2.actors.service.Service`), and leaves on ``scored`` with `reward`, `reward_status` and the
 time it took. A truncated rollout (budget or turn limit) gets 0 without verification, as in
 the paper. Tool responses are cut out of the text before extraction, so a `\boxed{}` printed
 by the model's own code never counts as its answer.
@@ -19,11 +19,11 @@ import re
 import time
 from typing import ClassVar
 
-import anyio
 import msgspec
 
 from rstar2.actors import Actor, ActorContext, Port, port
 from rstar2.actors.handling import BusyTrack
+from rstar2.actors.service import Route, Service
 from rstar2.config import from_dict
 from rstar2.finish_reason import TRUNCATED_REASONS
 from rstar2.reward.reward_config import RewardConfig
@@ -47,23 +47,21 @@ class RewardActor(Actor):
 
     async def serve(self, ctx: ActorContext) -> None:
         busy = BusyTrack(ctx, "trajectories", slots=self.cfg.workers)
-        async with open_reward_pool(self.cfg) as pool, anyio.create_task_group() as tg:
-            while True:
-                incoming = await ctx.recv()
-                assert isinstance(incoming.msg, TrajectoryResult)
-                tg.start_soon(self._score, ctx, pool, busy, incoming.msg)
+        async with open_reward_pool(self.cfg) as pool:
 
-    async def _score(
-        self, ctx: ActorContext, pool: RewardPool, busy: BusyTrack, traj: TrajectoryResult
-    ) -> None:
+            async def score(traj: TrajectoryResult) -> None:
+                await ctx.send("scored", await self.score(pool, traj))
+
+            await Service(ctx, {"trajectories": Route(score)}, busy=busy).serve()
+
+    async def score(self, pool: RewardPool, traj: TrajectoryResult) -> TrajectoryResult:
+        """The trajectory with its reward, status and scoring time."""
         start = time.perf_counter()
-        with busy.unit():
-            if traj.finish_reason in TRUNCATED_REASONS:
-                reward, status = 0.0, "truncated"
-            else:
-                result = await pool.score(model_text(traj.response_text), traj.answer)
-                reward, status = result.reward, result.status
-        scored = msgspec.structs.replace(
+        if traj.finish_reason in TRUNCATED_REASONS:
+            reward, status = 0.0, "truncated"
+        else:
+            result = await pool.score(model_text(traj.response_text), traj.answer)
+            reward, status = result.reward, result.status
+        return msgspec.structs.replace(
             traj, reward=reward, reward_status=status, reward_s=time.perf_counter() - start
         )
-        await ctx.send("scored", scored)

@@ -49,12 +49,11 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any, ClassVar
 
-import anyio
-import anyio.abc
 import torch
 
-from rstar2.actors import Actor, ActorContext, Incoming, Port, port
+from rstar2.actors import Actor, ActorContext, Port, port
 from rstar2.actors.handling import BusyTrack, handling
+from rstar2.actors.service import Route, Service
 from rstar2.config import from_dict
 from rstar2.engine.async_engine import open_engine
 from rstar2.engine.config import EngineConfig
@@ -73,6 +72,7 @@ from rstar2.wire import (
     EngineReportRequest,
     ExecRequest,
     ExecResult,
+    Message,
     PeerGenerate,
     PeerGenerated,
     RolloutTask,
@@ -331,24 +331,30 @@ class RolloutWorker(Actor):
         tools: GraphTools,
         max_model_len: int,
     ) -> None:
-        async with anyio.create_task_group() as tg:
-            busy = BusyTrack(ctx, "generate", waiting=lambda: engine.stats().waiting)
-            traced = _TracedEngine(engine, busy, max_model_len)
-            while True:
-                incoming = await ctx.recv()
-                if incoming.port == "assign":
-                    tg.start_soon(self._rollout, ctx, traced, codec, tools, incoming)
-                elif incoming.port == "generate":
-                    tg.start_soon(self._peer_generate, ctx, traced, incoming)
-                elif incoming.port == "weights" and isinstance(incoming.msg, WeightUpdate):
-                    with handling(ctx, "weights"):
-                        await self._load(ctx, engine, incoming)
-                elif incoming.port == "weights" and not isinstance(
-                    incoming.msg, EngineReportRequest
-                ):
-                    tg.start_soon(self._group_weights, ctx, engine, incoming)
-                else:
-                    await ctx.reply(incoming, engine_report(self.index, engine.stats()))
+        busy = BusyTrack(ctx, "generate", waiting=lambda: engine.stats().waiting)
+        traced = _TracedEngine(engine, busy, max_model_len)
+
+        async def assign(task: RolloutTask) -> TrajectoryResult:
+            return await self._rollout(ctx, traced, codec, tools, task)
+
+        async def generate(msg: PeerGenerate) -> PeerGenerated:
+            out = await traced.generate(msg.request_id, list(msg.prompt_ids), peer_params(msg))
+            return PeerGenerated(out.request_id, out.token_ids, out.logprobs, out.finish_reason)
+
+        async def weights(msg: Message) -> Message:
+            return await self._weights(ctx, engine, msg)
+
+        async def report(_: EngineReportRequest) -> EngineReport:
+            return engine_report(self.index, engine.stats())
+
+        # Rollouts and peer turns record their busy time around the engine (`_TracedEngine`).
+        routes = {
+            "assign": Route(assign, busy=False),
+            "generate": Route(generate, busy=False),
+            "weights": Route(weights, concurrent=_through_the_group, busy=False),
+            "report": Route(report, concurrent=False),
+        }
+        await Service(ctx, routes, busy=busy).serve()
 
     async def _rollout(
         self,
@@ -356,10 +362,8 @@ class RolloutWorker(Actor):
         engine: _TracedEngine,
         codec: TokenCodec,
         tools: GraphTools,
-        incoming: Incoming,
-    ) -> None:
-        task = incoming.msg
-        assert isinstance(task, RolloutTask)
+        task: RolloutTask,
+    ) -> TrajectoryResult:
         cfg = self._task_config(task)
         timed = _TimedTools(tools)
         start = time.perf_counter()
@@ -379,7 +383,7 @@ class RolloutWorker(Actor):
         )
         wall = time.perf_counter() - start
         tool_s = timed.seconds
-        result = to_result(
+        return to_result(
             task,
             traj,
             self.index,
@@ -389,17 +393,6 @@ class RolloutWorker(Actor):
             timed.per_turn(traj.turns),
             routed.moved_turns,
         )
-        await ctx.reply(incoming, result)
-
-    async def _peer_generate(
-        self, ctx: ActorContext, engine: _TracedEngine, incoming: Incoming
-    ) -> None:
-        """Generate one turn another worker's trajectory moved to this engine."""
-        msg = incoming.msg
-        assert isinstance(msg, PeerGenerate)
-        out = await engine.generate(msg.request_id, list(msg.prompt_ids), peer_params(msg))
-        reply = PeerGenerated(out.request_id, out.token_ids, out.logprobs, out.finish_reason)
-        await ctx.reply(incoming, reply)
 
     def _task_config(self, task: RolloutTask) -> RolloutConfig:
         return dataclasses.replace(
@@ -409,22 +402,25 @@ class RolloutWorker(Actor):
             temperature=task.temperature,
         )
 
-    async def _group_weights(self, ctx: ActorContext, engine: Engine, incoming: Incoming) -> None:
-        """The learner's weight group: join it, or receive one update through it."""
-        msg = incoming.msg
-        with handling(ctx, "weights"):
+    async def _weights(self, ctx: ActorContext, engine: Engine, msg: Message) -> Message:
+        """The "weights" port: an update over the bus, the learner's weight group (join it, or
+        receive one update through it), or a report once the engine is up."""
+        if isinstance(msg, WeightUpdate):
+            start = time.perf_counter()
+            flat = torch.from_numpy(msg.flat.copy())
+            await engine.update_weights(unflatten_weights(msg.names, msg.shapes, flat))
+            load_s = time.perf_counter() - start
+            return WeightAck(version=msg.version, engine=self.index, load_s=load_s)
+        if isinstance(msg, EngineReportRequest):
+            return engine_report(self.index, engine.stats())
+        with handling(ctx, "weights"):  # a concurrent unit: its own span
             if isinstance(msg, WeightGroupJoin):
-                reply: WeightAck | WeightGroupJoined = await join_group(engine, msg, self.index)
-            else:
-                assert isinstance(msg, WeightBroadcast)
-                reply = await receive_broadcast(engine, msg, self.index)
-        await ctx.reply(incoming, reply)
+                return await join_group(engine, msg, self.index)
+            assert isinstance(msg, WeightBroadcast)
+            return await receive_broadcast(engine, msg, self.index)
 
-    async def _load(self, ctx: ActorContext, engine: Engine, incoming: Incoming) -> None:
-        msg = incoming.msg
-        assert isinstance(msg, WeightUpdate)
-        start = time.perf_counter()
-        flat = torch.from_numpy(msg.flat.copy())
-        await engine.update_weights(unflatten_weights(msg.names, msg.shapes, flat))
-        ack = WeightAck(version=msg.version, engine=self.index, load_s=time.perf_counter() - start)
-        await ctx.reply(incoming, ack)
+
+def _through_the_group(msg: Message) -> bool:
+    """Weight-group messages wait on a collective with the other engines: each in its own task,
+    so the worker keeps answering meanwhile; everything else on "weights" is handled inline."""
+    return isinstance(msg, WeightGroupJoin | WeightBroadcast)

@@ -1,8 +1,9 @@
 """The sandbox as an actor: a request/reply service on port ``exec`` over one local executor.
 
 Each `ExecRequest` is run by the executor (`executor.py`: warm zygote, isolation layers,
-bounded queue) in its own task, and answered the moment it finishes, so a slow call never holds
-back the others; a full queue answers `rejected` at once. Every request gets exactly one reply.
+bounded queue) in its own task (`rstar2.actors.service.Service`), and answered the moment it
+finishes, so a slow call never holds back the others; a full queue answers `rejected` at once.
+Every request gets exactly one reply.
 
 Each run is recorded for the profiler (`rstar2.actors.handling.BusyTrack`, port "exec"): the
 instance counts as busy while any request is in the executor.
@@ -15,13 +16,12 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-import anyio
-
-from rstar2.actors import Actor, ActorContext, Incoming, Port, port
+from rstar2.actors import Actor, ActorContext, Port, port
 from rstar2.actors.handling import BusyTrack
+from rstar2.actors.service import Route, Service
 from rstar2.config import from_dict
 from rstar2.sandbox.config import SandboxConfig
-from rstar2.sandbox.executor import Executor, open_executor
+from rstar2.sandbox.executor import open_executor
 from rstar2.wire import ExecRequest, ExecResult
 
 
@@ -33,15 +33,5 @@ class SandboxActor(Actor):
 
     async def serve(self, ctx: ActorContext) -> None:
         busy = BusyTrack(ctx, "exec", slots=self.cfg.concurrency)
-        async with open_executor(self.cfg) as ex, anyio.create_task_group() as tg:
-            while True:
-                incoming = await ctx.recv()
-                tg.start_soon(self._run, ctx, ex, busy, incoming)
-
-    async def _run(
-        self, ctx: ActorContext, ex: Executor, busy: BusyTrack, incoming: Incoming
-    ) -> None:
-        assert isinstance(incoming.msg, ExecRequest)
-        with busy.unit():
-            result = await ex.run(incoming.msg)
-        await ctx.reply(incoming, result)
+        async with open_executor(self.cfg) as ex:
+            await Service(ctx, {"exec": Route(ex.run)}, busy=busy).serve()

@@ -7,7 +7,10 @@ trajectory: its stats refresh the policy's view, the policy releases it, it goes
 reward actor on ``done``, and queued trajectories are admitted. Rollout workers tell it on
 ``turns`` when a turn ended in a tool call and, with `move_turns`, ask on ``route`` where each
 later turn should run. Every decision is `LiveDispatch`'s (the dispatch core's, shared with the
-simulator); this module only moves messages.
+simulator); this module only moves messages, on the service primitive
+(`rstar2.actors.service.Service`: the three input ports inline, in arrival order; a route
+request for a trajectory the scheduler does not know is answered as an error and the
+scheduler goes on).
 
 Its own work (admitting a batch, releasing a finished trajectory) is recorded for the profiler
 as handle spans (`rstar2.actors.handling`, ports "tasks", "assign", "route" and "turns").
@@ -20,11 +23,9 @@ from __future__ import annotations
 import logging
 from typing import ClassVar
 
-import anyio
-import anyio.abc
-
 from rstar2.actors import Actor, ActorContext, Port, port
 from rstar2.actors.handling import handling
+from rstar2.actors.service import Route, Service
 from rstar2.config import from_dict
 from rstar2.scheduler import SchedulerConfig, make_policy
 from rstar2.scheduler.dispatcher import Dispatcher
@@ -75,40 +76,36 @@ class SchedulerActor(Actor):
             assert isinstance(report, EngineReport)
             live.report(report)
         log.info("scheduler: policy %s over %d engine(s)", self.cfg.policy, engines)
-        async with anyio.create_task_group() as tg:
-            while True:
-                incoming = await ctx.recv()
-                msg = incoming.msg
-                if isinstance(msg, TurnRoute):
-                    with handling(ctx, "route"):
-                        engine, starts = live.route(msg)
-                    await ctx.reply(incoming, TurnRouted(engine=engine))
-                elif isinstance(msg, TurnEnded):
-                    with handling(ctx, "turns"):
-                        starts = live.turn_ended(msg)
-                else:
-                    assert isinstance(msg, RolloutBatch)
-                    with handling(ctx, "tasks"):
-                        starts = live.batch(msg)
-                self._start(ctx, tg, live, starts)
 
-    def _start(
-        self, ctx: ActorContext, tg: anyio.abc.TaskGroup, live: LiveDispatch, starts: list[Start]
-    ) -> None:
-        for engine, task in starts:
-            tg.start_soon(self._run, ctx, tg, live, engine, task)
+        async def tasks(msg: RolloutBatch) -> None:
+            start(live.batch(msg))
 
-    async def _run(
-        self,
-        ctx: ActorContext,
-        tg: anyio.abc.TaskGroup,
-        live: LiveDispatch,
-        engine: int,
-        task: RolloutTask,
-    ) -> None:
-        result = await ctx.request("assign", task, peer=engine, timeout=self.rollout_timeout_s)
-        assert isinstance(result, TrajectoryResult)
-        with handling(ctx, "assign"):
-            starts = live.finished(result)
-        self._start(ctx, tg, live, starts)
-        await ctx.send("done", result)
+        async def turns(msg: TurnEnded) -> None:
+            start(live.turn_ended(msg))
+
+        async def route(msg: TurnRoute) -> TurnRouted:
+            engine, starts = live.route(msg)
+            start(starts)
+            return TurnRouted(engine=engine)
+
+        async def run(engine: int, task: RolloutTask) -> None:
+            result = await ctx.request("assign", task, peer=engine, timeout=self.rollout_timeout_s)
+            assert isinstance(result, TrajectoryResult)
+            with handling(ctx, "assign"):
+                starts = live.finished(result)
+            start(starts)
+            await ctx.send("done", result)
+
+        def start(starts: list[Start]) -> None:
+            for engine, task in starts:
+                service.spawn(run, engine, task)
+
+        service = Service(
+            ctx,
+            {  # decisions are quick and must see events in order: all inline
+                "tasks": Route(tasks, concurrent=False),
+                "turns": Route(turns, concurrent=False),
+                "route": Route(route, concurrent=False, survives=(ValueError,)),
+            },
+        )
+        await service.serve()

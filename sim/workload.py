@@ -4,7 +4,7 @@ A trajectory is a prompt followed by turns; each turn generates `model_tokens` a
 last, ends in a tool call that returns `tool_tokens` of output after `tool_latency_s`. The step
 is P prompts x N rollouts (`generate`), or a JSONL trace (`load_trace`) with one trajectory per
 line in the format the live trainer records (`RUN/rollout_trace.jsonl`, built by
-`trace_record`; see docs/sim.md):
+`rstar2.train.rollout_trace.trace_record`; see docs/sim.md):
 
     {"step": 3, "prompt_id": "p0", "prompt_tokens": 312, "max_response_tokens": 12288,
      "turns": [{"model_tokens": 800, "tool_tokens": 60, "tool_latency_s": 0.21},
@@ -237,49 +237,6 @@ def _turn_from(obj: object, where: str) -> Turn:
     if turn.model_tokens < 1 or turn.tool_tokens < 0 or turn.tool_latency_s < 0:
         raise ValueError(f"{where}: need model_tokens >= 1 and non-negative tool fields, got {obj}")
     return turn
-
-
-def trace_record(
-    prompt_id: str,
-    prompt_tokens: int,
-    max_response_tokens: int,
-    loss_mask: list[int],
-    tool_latencies: list[float],
-    **extra: object,
-) -> dict[str, object]:
-    """One trace line for a finished live trajectory.
-
-    The response part of `loss_mask` (after `prompt_tokens`) alternates runs of sampled tokens
-    (1: a turn's model tokens) and forced ones (0: the tool response and the chat-template
-    tokens around it, i.e. what the engine prefills before the next turn). Turn k is its model
-    run, the forced run after it, and `tool_latencies[k]` (0 for a turn without one, such as a
-    malformed call answered without running anything). `extra` adds fields (`step`, `traj_id`).
-    """
-    if not 1 <= prompt_tokens <= len(loss_mask):
-        raise ValueError(f"prompt_tokens {prompt_tokens} outside a mask of {len(loss_mask)}")
-    runs: list[list[int]] = []  # [sampled?, length]
-    for bit in loss_mask[prompt_tokens:]:
-        if runs and runs[-1][0] == bit:
-            runs[-1][1] += 1
-        else:
-            runs.append([bit, 1])
-    if runs and runs[0][0] == 0:  # forced tokens before the first sampled one: template
-        runs.pop(0)
-    turns = []
-    for i in range(0, len(runs), 2):
-        model = runs[i][1]
-        tool = runs[i + 1][1] if i + 1 < len(runs) else 0
-        k = len(turns)
-        latency = tool_latencies[k] if tool and k < len(tool_latencies) else 0.0
-        turns.append({"model_tokens": model, "tool_tokens": tool, "tool_latency_s": latency})
-    used = sum(t["model_tokens"] + t["tool_tokens"] for t in turns)
-    return {
-        **extra,
-        "prompt_id": prompt_id,
-        "prompt_tokens": prompt_tokens,
-        "max_response_tokens": max(max_response_tokens, used),
-        "turns": turns,
-    }
 
 
 def load_trace(path: str | Path, step: int | None = None) -> list[TrajectorySpec]:

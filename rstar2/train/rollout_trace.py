@@ -1,8 +1,8 @@
 """The trainer's rollout trace: every RL step's trajectories in the simulator's trace format.
 
-`RUN/rollout_trace.jsonl` gets one line per trajectory of each RL step (`sim.workload.
-trace_record`: prompt, per-turn model and tool tokens, tool latencies, the step's response
-budget, plus `step`, `traj_id`, `engine`), so `rstar2 sim --trace RUN/rollout_trace.jsonl
+`RUN/rollout_trace.jsonl` gets one line per trajectory of each RL step (`trace_record`:
+prompt, per-turn model and tool tokens, tool latencies, the step's response budget, plus
+`step`, `traj_id`, `engine`; the reader is `sim.workload.load_trace`), so `rstar2 sim --trace RUN/rollout_trace.jsonl
 [--trace-step N]` replays a step the live graph ran, on any simulated cluster. On resume the
 lines of steps after the checkpoint are dropped (they are run again), as for `metrics.jsonl`.
 
@@ -16,9 +16,51 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from rstar2.wire import TrajectoryResult
-from sim.workload import trace_record
 
 TRACE_FILE = "rollout_trace.jsonl"
+
+
+def trace_record(
+    prompt_id: str,
+    prompt_tokens: int,
+    max_response_tokens: int,
+    loss_mask: list[int],
+    tool_latencies: list[float],
+    **extra: object,
+) -> dict[str, object]:
+    """One trace line for a finished live trajectory.
+
+    The response part of `loss_mask` (after `prompt_tokens`) alternates runs of sampled tokens
+    (1: a turn's model tokens) and forced ones (0: the tool response and the chat-template
+    tokens around it, i.e. what the engine prefills before the next turn). Turn k is its model
+    run, the forced run after it, and `tool_latencies[k]` (0 for a turn without one, such as a
+    malformed call answered without running anything). `extra` adds fields (`step`, `traj_id`).
+    """
+    if not 1 <= prompt_tokens <= len(loss_mask):
+        raise ValueError(f"prompt_tokens {prompt_tokens} outside a mask of {len(loss_mask)}")
+    runs: list[list[int]] = []  # [sampled?, length]
+    for bit in loss_mask[prompt_tokens:]:
+        if runs and runs[-1][0] == bit:
+            runs[-1][1] += 1
+        else:
+            runs.append([bit, 1])
+    if runs and runs[0][0] == 0:  # forced tokens before the first sampled one: template
+        runs.pop(0)
+    turns = []
+    for i in range(0, len(runs), 2):
+        model = runs[i][1]
+        tool = runs[i + 1][1] if i + 1 < len(runs) else 0
+        k = len(turns)
+        latency = tool_latencies[k] if tool and k < len(tool_latencies) else 0.0
+        turns.append({"model_tokens": model, "tool_tokens": tool, "tool_latency_s": latency})
+    used = sum(t["model_tokens"] + t["tool_tokens"] for t in turns)
+    return {
+        **extra,
+        "prompt_id": prompt_id,
+        "prompt_tokens": prompt_tokens,
+        "max_response_tokens": max(max_response_tokens, used),
+        "turns": turns,
+    }
 
 
 class RolloutTrace:

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from sim.workload import Turn, load_trace, trace_record
+from rstar2.train.rollout_trace import trace_record
+from sim.workload import Turn, load_trace
 
 
 def test_runs_of_the_mask_become_turns() -> None:

@@ -78,7 +78,12 @@ def from_dict(cls: type[T], data: Any, prefix: str = "") -> T:
         raise ConfigError(prefix or "<root>", data, str(e)) from None
     _check = getattr(obj, "validate", None)
     if callable(_check):
-        _check()
+        try:
+            _check()
+        except ConfigError as e:  # a validate() names its own keys: prefix them with ours
+            if not prefix or e.key == prefix or e.key.startswith(prefix + "."):
+                raise
+            raise ConfigError(f"{prefix}.{e.key}", e.value, e.expected) from None
     return obj
 
 

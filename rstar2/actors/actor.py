@@ -15,6 +15,13 @@ Ports come in two kinds:
 Actors that need their own loop (a decode loop, a service with deferred replies) override
 `async serve(ctx)`; the default `serve` just receives and dispatches to `handle` forever.
 
+Parameters: an actor class may declare `Params`, a config dataclass (one docstring under each
+field, `validate()`): the graph's `params` table for the actor is then loaded into it with
+`rstar2.config.from_dict` when the graph is planned (a bad key or value is a `ConfigError`
+naming `graph.actors[i].params.<key>` before anything starts, never an error inside the actor)
+and handed to the constructor as its one argument. Without `Params` the table's entries are
+the constructor's keyword arguments.
+
 What it does not do: sockets, encoding or supervision (see `context.py`, `supervisor.py`).
 """
 
@@ -78,7 +85,8 @@ class Incoming(msgspec.Struct, frozen=True):
 class Actor:
     """Base class. Subclasses set `inputs`/`outputs` and implement `handle` (or `serve`).
 
-    Constructor keyword arguments come from the actor's `params` table in the graph config.
+    The constructor gets the actor's `params` table of the graph config: as one `Params`
+    object when the class declares `Params`, else as keyword arguments.
     The runtime sets `name` ("square.0"), `index` (0-based), `replicas` (the actor's
     instance count) and `restarts` (how often this instance was restarted) before `setup()`
     is called: do not use these attribute names yourself.
@@ -86,6 +94,8 @@ class Actor:
 
     inputs: ClassVar[dict[str, Port]] = {}
     outputs: ClassVar[dict[str, Port]] = {}
+    Params: ClassVar[type[Any] | None] = None
+    """The typed parameters (a config dataclass), or None for keyword arguments."""
 
     name: str = ""
     index: int = 0

@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from rstar2.actors.sockets import CurveKeys
-from rstar2.config import ConfigError, from_dict, load_file, require
+from rstar2.config import ConfigError, from_dict, load_file, require, to_dict
 
 MAIN_PROCESS = "main"
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_-]*$")
@@ -221,6 +221,14 @@ def parse_edge(edge: str, key: str = "graph.edges") -> tuple[str, str, str, str]
     if m is None:
         raise ConfigError(key, edge, '"src_actor.out_port -> dst_actor.in_port"')
     return m.group(1), m.group(2), m.group(3), m.group(4)
+
+
+def actor_node(name: str, cls: type, params: Any = None, **placement: Any) -> dict[str, Any]:
+    """One `graph.actors` entry for code that builds a graph: the class itself (written as its
+    import path) and its typed params (a config dataclass, written as its table; or a dict of
+    keyword arguments); `placement` adds `count`, `process`, `host`, `restarts`."""
+    table = {} if params is None else params if isinstance(params, dict) else to_dict(params)
+    return {"name": name, "cls": f"{cls.__module__}:{cls.__qualname__}", "params": table, **placement}
 
 
 def graph_config(data: dict[str, Any]) -> GraphConfig:

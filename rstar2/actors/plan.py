@@ -8,8 +8,8 @@ Pure and deterministic (every host computes the same plan from the same config):
 - a stream output connects one PUSH socket to every instance of the receiving actor (zmq
   spreads messages round-robin); a request output gets one DEALER per service instance.
 
-Classes are imported here, so bad import paths, unknown ports and mismatched message types
-raise `ConfigError` naming the key before anything starts.
+Classes are imported here, so bad import paths, bad typed params (`Actor.Params`), unknown
+ports and mismatched message types raise `ConfigError` naming the key before anything starts.
 
 `GraphPlan.on_host(host)` keeps one node's instances (for `rstar2 launch --node-rank K`).
 
@@ -26,7 +26,7 @@ from typing import Any
 
 from rstar2.actors.actor import Actor, Port
 from rstar2.actors.graph_config import MAIN_PROCESS, GraphConfig, parse_edge
-from rstar2.config import ConfigError
+from rstar2.config import ConfigError, from_dict
 
 
 @dataclass
@@ -112,11 +112,21 @@ def _check_edge(i: int, edge: str, classes: dict[str, type[Actor]]) -> tuple[Por
     return out, inp
 
 
+def actor_params(cls: type[Actor], params: dict[str, Any], key: str) -> Any:
+    """The constructor argument of `cls`: its `Params` loaded (and validated) from the params
+    table, or the table itself for a class without `Params`. ConfigError names the key."""
+    if cls.Params is None:
+        return params
+    return from_dict(cls.Params, params, key)
+
+
 def build_plan(cfg: GraphConfig, ipc_dir: str, uid: str | None = None) -> GraphPlan:
-    """Resolve classes, ports and endpoints; ConfigError names the offending key."""
+    """Resolve classes, params, ports and endpoints; ConfigError names the offending key."""
     classes = {
         a.name: import_actor(a.cls, f"graph.actors[{i}].cls") for i, a in enumerate(cfg.actors)
     }
+    for i, a in enumerate(cfg.actors):
+        actor_params(classes[a.name], dict(a.params), f"graph.actors[{i}].params")
     by_name = {a.name: a for a in cfg.actors}
     uid = uid or uuid.uuid4().hex[:8]
     instances = {

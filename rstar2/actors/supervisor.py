@@ -26,7 +26,7 @@ import zmq
 from rstar2.actors.actor import Actor
 from rstar2.actors.context import ActorContext, ContextSockets
 from rstar2.actors.outbox import PACK_BYTES, Outbox, frame_hwm
-from rstar2.actors.plan import GraphPlan, InstancePlan, import_actor
+from rstar2.actors.plan import GraphPlan, InstancePlan, actor_params, import_actor
 from rstar2.actors.sockets import SocketFactory
 from rstar2.actors.trace import Tracer
 from rstar2.config import ConfigError
@@ -105,7 +105,10 @@ class Supervisor:
     def _construct(self, inst: InstancePlan, restarts: int) -> Actor:
         cls = self._classes[inst.name]
         try:
-            actor = cls(**inst.params)
+            if cls.Params is not None:
+                actor = cls(actor_params(cls, inst.params, f"graph.actors.{inst.actor}.params"))
+            else:
+                actor = cls(**inst.params)
         except TypeError as e:
             raise ConfigError(f"graph.actors.{inst.actor}.params", inst.params, str(e)) from None
 

@@ -24,7 +24,6 @@ import msgspec
 from rstar2.actors import Actor, ActorContext, Port, port
 from rstar2.actors.handling import BusyTrack
 from rstar2.actors.service import Route, Service
-from rstar2.config import from_dict
 from rstar2.finish_reason import TRUNCATED_REASONS
 from rstar2.reward.reward_config import RewardConfig
 from rstar2.reward.reward_pool import RewardPool, open_reward_pool
@@ -41,9 +40,10 @@ def model_text(response: str) -> str:
 class RewardActor(Actor):
     inputs: ClassVar[dict[str, Port]] = {"trajectories": port(TrajectoryResult)}
     outputs: ClassVar[dict[str, Port]] = {"scored": port(TrajectoryResult)}
+    Params = RewardConfig
 
-    def __init__(self, reward: dict | None = None) -> None:
-        self.cfg = from_dict(RewardConfig, reward or {})
+    def __init__(self, cfg: RewardConfig) -> None:
+        self.cfg = cfg
 
     async def serve(self, ctx: ActorContext) -> None:
         busy = BusyTrack(ctx, "trajectories", slots=self.cfg.workers)

@@ -46,6 +46,7 @@ import logging
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -54,7 +55,7 @@ import torch
 from rstar2.actors import Actor, ActorContext, Port, port
 from rstar2.actors.handling import BusyTrack, handling
 from rstar2.actors.service import Route, Service
-from rstar2.config import from_dict
+from rstar2.config import from_dict, require
 from rstar2.engine.async_engine import open_engine
 from rstar2.engine.config import EngineConfig
 from rstar2.engine.protocol import Engine, GenerationOutput, SamplingParams
@@ -257,6 +258,35 @@ def to_result(
     )
 
 
+@dataclass
+class RolloutWorkerParams:
+    """A rollout worker's parameters (the graph's `params` table for it)."""
+
+    model_dir: str
+    """The policy's Hugging Face model directory."""
+    engine: EngineConfig = field(default_factory=EngineConfig)
+    """The embedded engine's settings (also sizes a vLLM engine unless `vllm` says otherwise)."""
+    rollout: RolloutConfig = field(default_factory=RolloutConfig)
+    """The agent loop's settings."""
+    threads: int = 0
+    """torch threads of the engine (0: torch's default)."""
+    engine_backend: str = "embedded"
+    """The inference engine: "embedded" or "vllm"."""
+    vllm: dict[str, Any] = field(default_factory=dict)
+    """vLLM options over the ones derived from `engine` (`vllm_fields`)."""
+    move_turns: bool = False
+    """Ask the scheduler where each later turn runs (`scheduler.move_turns`)."""
+
+    def validate(self) -> None:
+        require(
+            self.engine_backend in ENGINE_BACKENDS,
+            "engine_backend",
+            self.engine_backend,
+            "one of " + ", ".join(ENGINE_BACKENDS),
+        )
+        require(self.threads >= 0, "threads", self.threads, ">= 0")
+
+
 class RolloutWorker(Actor):
     """An engine plus its agent loops (see the module docstring)."""
 
@@ -276,27 +306,16 @@ class RolloutWorker(Actor):
         "turns": port(TurnEnded),
     }
 
-    def __init__(
-        self,
-        model_dir: str,
-        engine: dict[str, Any] | None = None,
-        rollout: dict[str, Any] | None = None,
-        threads: int = 0,
-        engine_backend: str = "embedded",
-        vllm: dict[str, Any] | None = None,
-        move_turns: bool = False,
-    ) -> None:
-        if engine_backend not in ENGINE_BACKENDS:
-            raise ValueError(
-                f"engine_backend must be one of {ENGINE_BACKENDS}, got {engine_backend!r}"
-            )
-        self.model_dir = model_dir
-        self.engine_cfg = from_dict(EngineConfig, engine or {})
-        self.rollout_cfg = from_dict(RolloutConfig, rollout or {})
-        self.threads = threads
-        self.engine_backend = engine_backend
-        self.vllm_options = dict(vllm or {})
-        self.move_turns = move_turns
+    Params = RolloutWorkerParams
+
+    def __init__(self, params: RolloutWorkerParams) -> None:
+        self.model_dir = params.model_dir
+        self.engine_cfg = params.engine
+        self.rollout_cfg = params.rollout
+        self.threads = params.threads
+        self.engine_backend = params.engine_backend
+        self.vllm_options = dict(params.vllm)
+        self.move_turns = params.move_turns
 
     @asynccontextmanager
     async def _open_engine(self) -> AsyncIterator[tuple[Engine, TokenCodec, int]]:

@@ -19,7 +19,6 @@ from typing import ClassVar
 from rstar2.actors import Actor, ActorContext, Port, port
 from rstar2.actors.handling import BusyTrack
 from rstar2.actors.service import Route, Service
-from rstar2.config import from_dict
 from rstar2.sandbox.config import SandboxConfig
 from rstar2.sandbox.executor import open_executor
 from rstar2.wire import ExecRequest, ExecResult
@@ -27,9 +26,10 @@ from rstar2.wire import ExecRequest, ExecResult
 
 class SandboxActor(Actor):
     inputs: ClassVar[dict[str, Port]] = {"exec": port(ExecRequest, reply=ExecResult)}
+    Params = SandboxConfig
 
-    def __init__(self, sandbox: dict | None = None) -> None:
-        self.cfg = from_dict(SandboxConfig, sandbox or {})
+    def __init__(self, cfg: SandboxConfig) -> None:
+        self.cfg = cfg
 
     async def serve(self, ctx: ActorContext) -> None:
         busy = BusyTrack(ctx, "exec", slots=self.cfg.concurrency)

@@ -21,12 +21,13 @@ What it does not do: any routing decision itself (the policy, through the dispat
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass, field
 from typing import ClassVar
 
 from rstar2.actors import Actor, ActorContext, Port, port
 from rstar2.actors.handling import handling
 from rstar2.actors.service import Route, Service
-from rstar2.config import from_dict
+from rstar2.config import require
 from rstar2.scheduler import SchedulerConfig, make_policy
 from rstar2.scheduler.dispatcher import Dispatcher
 from rstar2.scheduler.live import LiveDispatch, Start
@@ -44,6 +45,22 @@ from rstar2.wire import (
 log = logging.getLogger(__name__)
 
 
+@dataclass
+class SchedulerParams:
+    """The scheduler actor's parameters (the graph's `params` table for it)."""
+
+    scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
+    """The routing policy and its knobs."""
+    max_response_tokens: int = 1024
+    """Response budget of a task that does not set its own (`RolloutTask.max_response_tokens`)."""
+    rollout_timeout_s: float = 3600.0
+    """Longest wait for one trajectory's result from a rollout worker."""
+
+    def validate(self) -> None:
+        require(self.max_response_tokens >= 1, "max_response_tokens", self.max_response_tokens, ">= 1")
+        require(self.rollout_timeout_s > 0, "rollout_timeout_s", self.rollout_timeout_s, "> 0")
+
+
 class SchedulerActor(Actor):
     inputs: ClassVar[dict[str, Port]] = {
         "tasks": port(RolloutBatch),
@@ -56,15 +73,12 @@ class SchedulerActor(Actor):
         "done": port(TrajectoryResult),
     }
 
-    def __init__(
-        self,
-        scheduler: dict | None = None,
-        max_response_tokens: int = 1024,
-        rollout_timeout_s: float = 3600.0,
-    ) -> None:
-        self.cfg = from_dict(SchedulerConfig, scheduler or {})
-        self.max_response_tokens = max_response_tokens
-        self.rollout_timeout_s = rollout_timeout_s
+    Params = SchedulerParams
+
+    def __init__(self, params: SchedulerParams) -> None:
+        self.cfg = params.scheduler
+        self.max_response_tokens = params.max_response_tokens
+        self.rollout_timeout_s = params.rollout_timeout_s
 
     async def serve(self, ctx: ActorContext) -> None:
         engines = ctx.peers("assign")

@@ -25,11 +25,16 @@ from typing import Any
 import torch
 
 from rstar2.actors import GraphConfig, graph_config, run_graph_blocking
+from rstar2.actors.graph_config import actor_node
 from rstar2.config import from_dict
 from rstar2.learner.sft import encode_examples, train_sft
 from rstar2.metrics import plot_metrics, read_metrics
 from rstar2.model.loader import load_model
 from rstar2.model.tiny import init_model
+from rstar2.reward.actor import RewardActor
+from rstar2.rollout.worker import RolloutWorker, RolloutWorkerParams
+from rstar2.sandbox.actor import SandboxActor
+from rstar2.scheduler.actor import SchedulerActor, SchedulerParams
 from rstar2.tasks.arithmetic import generate_problems
 from rstar2.tasks.traces import build_traces
 from rstar2.train.config import ClusterConfig, TrainConfig, config_dict
@@ -127,42 +132,28 @@ def train_graph(cfg: TrainConfig, run_dir: Path, model_dir: Path, resume: bool) 
                 "resume": resume,
             },
         },
-        {
-            "name": "scheduler",
-            "cls": "rstar2.scheduler.actor:SchedulerActor",
-            "params": {
-                "scheduler": data["scheduler"],
-                "max_response_tokens": cfg.rollout.max_response_tokens,
-            },
-        },
-        {
-            "name": "rollout",
-            "cls": "rstar2.rollout.worker:RolloutWorker",
-            "count": g.engines,
-            "process": workers,
-            "params": {
-                "model_dir": str(model_dir),
-                "engine": data["engine"],
-                "rollout": data["rollout"],
-                "threads": g.engine_threads,
-                "engine_backend": cfg.cluster.engine_backend,
-                "vllm": vllm_options(cfg.cluster),
-                "move_turns": cfg.scheduler.move_turns,
-            },
-        },
-        {
-            "name": "sandbox",
-            "cls": "rstar2.sandbox.actor:SandboxActor",
-            "count": g.sandboxes,
-            "process": tools,
-            "params": {"sandbox": data["sandbox"]},
-        },
-        {
-            "name": "reward",
-            "cls": "rstar2.reward.actor:RewardActor",
-            "process": tools,
-            "params": {"reward": data["reward"]},
-        },
+        actor_node(
+            "scheduler",
+            SchedulerActor,
+            SchedulerParams(cfg.scheduler, max_response_tokens=cfg.rollout.max_response_tokens),
+        ),
+        actor_node(
+            "rollout",
+            RolloutWorker,
+            RolloutWorkerParams(
+                model_dir=str(model_dir),
+                engine=cfg.engine,
+                rollout=cfg.rollout,
+                threads=g.engine_threads,
+                engine_backend=cfg.cluster.engine_backend,
+                vllm=vllm_options(cfg.cluster),
+                move_turns=cfg.scheduler.move_turns,
+            ),
+            count=g.engines,
+            process=workers,
+        ),
+        actor_node("sandbox", SandboxActor, cfg.sandbox, count=g.sandboxes, process=tools),
+        actor_node("reward", RewardActor, cfg.reward, process=tools),
     ]
     edges = [
         "learner.tasks -> scheduler.tasks",

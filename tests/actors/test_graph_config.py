@@ -9,9 +9,12 @@ import zmq
 from actor_graphs import DEMO
 
 from rstar2.actors import graph_config
+from rstar2.actors.graph_config import actor_node
 from rstar2.actors.plan import build_plan
 from rstar2.actors.sockets import SocketFactory, is_local_endpoint
 from rstar2.config import ConfigError
+from rstar2.sandbox.actor import SandboxActor
+from rstar2.sandbox.config import SandboxConfig
 
 
 def base(**graph: Any) -> dict[str, Any]:
@@ -105,3 +108,20 @@ def test_socket_factory_refuses_exposed_tcp_bind_without_curve() -> None:
 )
 def test_is_local_endpoint(endpoint: str, local: bool) -> None:
     assert is_local_endpoint(endpoint) is local
+
+
+def test_typed_params_are_checked_when_planning_and_name_the_key(tmp_path: Any) -> None:
+    good = actor_node("sandbox", SandboxActor, SandboxConfig(concurrency=3), count=2)
+    assert good["cls"] == "rstar2.sandbox.actor:SandboxActor"
+    assert good["params"]["concurrency"] == 3 and good["count"] == 2
+    cfg = graph_config({"name": "g", "actors": [good]})
+    assert len(build_plan(cfg, str(tmp_path)).instances) == 2
+    for params, key in [
+        ({"concurency": 2}, "graph.actors[0].params.concurency"),
+        ({"concurrency": 0}, "graph.actors[0].params.concurrency"),
+        ({"concurrency": "two"}, "graph.actors[0].params.concurrency"),
+    ]:
+        bad = graph_config({"name": "g", "actors": [{**good, "params": params}]})
+        with pytest.raises(ConfigError) as info:
+            build_plan(bad, str(tmp_path))
+        assert info.value.key == key

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from rstar2.actors.plan import actor_params
+from rstar2.config import ConfigError
 from rstar2.engine.config import EngineConfig
 from rstar2.rollout.worker import RolloutWorker, kv_bytes_per_token, vllm_fields
 from rstar2.train.config import ClusterConfig
@@ -45,6 +47,9 @@ def test_on_gpus_the_pool_comes_from_the_memory_share() -> None:
     assert (fields["tensor_parallel_size"], fields["dtype"]) == (2, "auto")
 
 
-def test_an_unknown_backend_is_refused() -> None:
-    with pytest.raises(ValueError, match="engine_backend"):
-        RolloutWorker("/m", engine_backend="sglang")
+def test_an_unknown_backend_is_refused_when_the_graph_is_planned() -> None:
+    params = {"model_dir": "/m", "engine_backend": "sglang"}
+    with pytest.raises(ConfigError, match=r"'graph.actors\[2\].params.engine_backend'"):
+        actor_params(RolloutWorker, params, "graph.actors[2].params")
+    with pytest.raises(ConfigError, match=r"'graph.actors\[2\].params.engine.block_size'"):
+        actor_params(RolloutWorker, {"model_dir": "/m", "engine": {"block_size": "x"}}, "graph.actors[2].params")

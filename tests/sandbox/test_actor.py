@@ -33,7 +33,7 @@ def test_sandbox_actor_answers_requests_in_a_graph() -> None:
                 {
                     "name": "sandbox",
                     "cls": "rstar2.sandbox.actor:SandboxActor",
-                    "params": {"sandbox": {"preload": [], "warmup": False}},
+                    "params": {"preload": [], "warmup": False},
                 },
             ],
         }

@@ -2,7 +2,7 @@
 
 One `ActorContext` per running actor instance. It owns no sockets (the supervisor does, so a
 restarted actor keeps its queued messages) and it is used from the actor's tasks, plus the
-reply-reader tasks it starts for request ports and one flusher task for its outboxes.
+reply-reader tasks of its requests (`request_client.py`) and one flusher task for its outboxes.
 
 Framing on the sockets (bodies and array frames come from `wire.to_frames`):
 - stream (PUSH -> PULL): [body, *arrays], or, on an edge to a single instance, one packed frame
@@ -22,7 +22,6 @@ What it does not do: decide anything (actors do), or restart (the supervisor doe
 
 from __future__ import annotations
 
-import itertools
 import logging
 import traceback
 from collections import deque
@@ -34,6 +33,7 @@ import zmq
 
 from rstar2.actors.actor import Actor, Incoming, Outputs, Port, StopCallback
 from rstar2.actors.outbox import ALONE, FULL, QUEUED, REFUSED, Outbox
+from rstar2.actors.request_client import RequestClient
 from rstar2.actors.sockets import AsyncSocket, Frames
 from rstar2.actors.trace import Tracer, now
 from rstar2.wire import (
@@ -55,14 +55,6 @@ log = logging.getLogger(__name__)
 _CHECKPOINT_EVERY = 64  # sends that never blocked before we yield to other tasks anyway
 
 
-class RemoteError(RuntimeError):
-    """The service raised while handling our request; carries its traceback text."""
-
-    def __init__(self, failure: ActorFailed) -> None:
-        super().__init__(f"actor {failure.actor} failed on this request:\n{failure.traceback}")
-        self.failure = failure
-
-
 @dataclass
 class ContextSockets:
     """The sockets of one actor instance, by port name (owned by the supervisor)."""
@@ -74,12 +66,6 @@ class ContextSockets:
     """Stream ports to a single instance: bodies waiting to go out packed (survive a restart)."""
     received: deque[Incoming] = field(default_factory=deque)
     """Messages drained from the input sockets and not handled yet (survives a restart)."""
-
-
-@dataclass
-class _Pending:
-    event: anyio.Event
-    reply: Message | None = None
 
 
 class ActorContext:
@@ -108,18 +94,21 @@ class ActorContext:
         self._buffer = sockets.received
         self._outboxes = sockets.outboxes
         self._input_order = list(sockets.inputs)
-        self._pending: dict[int, _Pending] = {}
-        self._request_ids = itertools.count(1)
-        self._round_robin: dict[str, int] = {}
-        self._readers: set[int] = set()
+        self._client = RequestClient(
+            name,
+            tracer,
+            sockets.requests,
+            self._send_frames,
+            self._count_bad,
+            batch=batch,
+            max_message_bytes=max_message_bytes,
+        )
         self._task_group: anyio.abc.TaskGroup | None = None
         self._flush_wanted: anyio.Event | None = None
         self._flush_scheduled = False
         self._unyielded_sends = 0
         self._yields = 0
         """Sends that awaited (let other tasks run): `serve_handle` ends its span run there."""
-        self._reply_span: int | None = None
-        """Open "reply" span while any request of this actor awaits its reply."""
         self._packed_ports = {
             name: (box, ports_out[name].msg)
             for name, box in sockets.outboxes.items()
@@ -130,7 +119,7 @@ class ActorContext:
     def attach(self, task_group: anyio.abc.TaskGroup | None) -> None:
         """Give the context a task group for its reply readers and flusher (by the supervisor)."""
         self._task_group = task_group
-        self._readers.clear()
+        self._client.attach(task_group)
         self._flush_wanted = None
         self._flush_scheduled = False
         if task_group is not None and any(self._outboxes.values()):
@@ -494,7 +483,7 @@ class ActorContext:
 
     def peers(self, port: str) -> int:
         """How many service instances a request port reaches."""
-        return len(self._sockets.requests.get(port, ()))
+        return self._client.peers(port)
 
     async def request(
         self, port: str, msg: Message, *, peer: int | None = None, timeout: float | None = None
@@ -504,60 +493,8 @@ class ActorContext:
         Without `peer`, instances are used round-robin. Raises `TimeoutError` after `timeout`
         seconds and `RemoteError` when the service raised while handling the request.
         """
-        socks = self._sockets.requests.get(port)
-        if not socks:
-            raise ValueError(f"{self.name}: port {port!r} is not a connected request port")
-        if peer is None:
-            peer = self._round_robin.get(port, 0) % len(socks)
-            self._round_robin[port] = peer + 1
-        elif not 0 <= peer < len(socks):
-            raise ValueError(f"{self.name}: peer {peer} out of range for port {port!r}")
         frames = self._frames_for(port, msg, self._ports_out.get(port))
-        self._ensure_reader(socks[peer])
-        request_id = next(self._request_ids)
-        pending = _Pending(anyio.Event())
-        if not self._pending:
-            self._reply_span = self.tracer.begin("reply", port)
-        self._pending[request_id] = pending
-        try:
-            await self._send_frames(socks[peer], [request_id.to_bytes(8, "little"), *frames], port)
-            with anyio.fail_after(timeout):
-                await pending.event.wait()
-        finally:
-            self._pending.pop(request_id, None)
-            if not self._pending and self._reply_span is not None:
-                self.tracer.end(self._reply_span)
-                self._reply_span = None
-        assert pending.reply is not None
-        if isinstance(pending.reply, ActorFailed):
-            raise RemoteError(pending.reply)
-        return pending.reply
-
-    def _ensure_reader(self, sock: AsyncSocket) -> None:
-        if id(sock) in self._readers:
-            return
-        if self._task_group is None:
-            raise RuntimeError(f"{self.name}: request() needs a running context")
-        self._readers.add(id(sock))
-        self._task_group.start_soon(self._read_replies, sock)
-
-    async def _read_replies(self, sock: AsyncSocket) -> None:
-        while True:
-            for frames in await sock.recv_batch(self.batch):
-                if len(frames) < 2:
-                    self._count_bad(WireError("reply without request id"), sock.endpoint)
-                    continue
-                try:
-                    msg = from_frames(frames[1:], self.max_message_bytes)
-                except WireError as e:
-                    self._count_bad(e, sock.endpoint)
-                    continue
-                pending = self._pending.get(int.from_bytes(frames[0], "little"))
-                if pending is None:
-                    log.debug("%s: late reply dropped (request gone)", self.name)
-                    continue
-                pending.reply = msg
-                pending.event.set()
+        return await self._client.request(port, frames, peer, timeout)
 
     def stop_graph(self, reason: str = "", result: object = None) -> None:
         """Ask the whole graph to stop (from a custom serve())."""

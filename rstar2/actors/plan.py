@@ -120,6 +120,34 @@ def actor_params(cls: type[Actor], params: dict[str, Any], key: str) -> Any:
     return from_dict(cls.Params, params, key)
 
 
+def _bind_endpoints(
+    cfg: GraphConfig,
+    classes: dict[str, type[Actor]],
+    instances: dict[str, list[InstancePlan]],
+    senders: dict[tuple[str, str], list[str]],
+    uid: str,
+    ipc_dir: str,
+) -> None:
+    """Give every input port of every instance the narrowest transport its senders reach."""
+    by_name = {a.name: a for a in cfg.actors}
+    n = 0
+    for a in cfg.actors:
+        for inst in instances[a.name]:
+            for in_port in classes[a.name].inputs:
+                procs = {
+                    (by_name[s].host, by_name[s].process)
+                    for s in senders.get((a.name, in_port), [])
+                }
+                if all(p == (a.host, a.process) for p in procs):
+                    ep = f"inproc://rstar2-{uid}/{inst.name}/{in_port}"
+                elif all(h == a.host for h, _ in procs):
+                    ep = f"ipc://{ipc_dir}/{n}.sock"
+                else:
+                    ep = f"tcp://{cfg.hosts[a.host]}:{cfg.base_port + n}"
+                inst.binds[in_port] = ep
+                n += 1
+
+
 def build_plan(cfg: GraphConfig, ipc_dir: str, uid: str | None = None) -> GraphPlan:
     """Resolve classes, params, ports and endpoints; ConfigError names the offending key."""
     classes = {
@@ -127,7 +155,6 @@ def build_plan(cfg: GraphConfig, ipc_dir: str, uid: str | None = None) -> GraphP
     }
     for i, a in enumerate(cfg.actors):
         actor_params(classes[a.name], dict(a.params), f"graph.actors[{i}].params")
-    by_name = {a.name: a for a in cfg.actors}
     uid = uid or uuid.uuid4().hex[:8]
     instances = {
         a.name: [
@@ -154,22 +181,7 @@ def build_plan(cfg: GraphConfig, ipc_dir: str, uid: str | None = None) -> GraphP
         src, out_port, dst, in_port = parse_edge(edge)
         senders.setdefault((dst, in_port), []).append(src)
         edges.append((src, out_port, dst, in_port, out.is_request_reply))
-    n = 0
-    for a in cfg.actors:
-        for inst in instances[a.name]:
-            for in_port in classes[a.name].inputs:
-                procs = {
-                    (by_name[s].host, by_name[s].process)
-                    for s in senders.get((a.name, in_port), [])
-                }
-                if all(p == (a.host, a.process) for p in procs):
-                    ep = f"inproc://rstar2-{uid}/{inst.name}/{in_port}"
-                elif all(h == a.host for h, _ in procs):
-                    ep = f"ipc://{ipc_dir}/{n}.sock"
-                else:
-                    ep = f"tcp://{cfg.hosts[a.host]}:{cfg.base_port + n}"
-                inst.binds[in_port] = ep
-                n += 1
+    _bind_endpoints(cfg, classes, instances, senders, uid, ipc_dir)
     for src, out_port, dst, in_port, is_rr in edges:
         targets = [d.binds[in_port] for d in instances[dst]]
         for inst in instances[src]:

@@ -75,6 +75,23 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--trace-step", type=int, help="with a trace of several steps: which (default: the last)"
     )
+    _add_scheduler_arguments(parser)
+    parser.add_argument("--json", action="store_true", help="machine-readable output")
+    parser.add_argument("--out-dir", default="sim-out", help="compare: where the PNGs go")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
+    parser.add_argument("--points", help="calibrate: measured steps (JSON or CSV)")
+    parser.add_argument("--check", help="calibrate: other measured steps to predict")
+    parser.add_argument(
+        "--engine", action="store_true", help="calibrate: fidelity check on the embedded engine"
+    )
+    parser.add_argument(
+        "--model-dir", help="calibrate --engine: local HF model (default: tiny random Qwen2)"
+    )
+    parser.add_argument("--threads", type=int, default=1, help="calibrate --engine: torch threads")
+
+
+def _add_scheduler_arguments(parser: argparse.ArgumentParser) -> None:
+    """The policy knobs of `rstar2 sim` (beyond --policy)."""
     parser.add_argument("--reservation", choices=["max", "predicted"], help="kv_aware reservation")
     parser.add_argument(
         "--cold-predictor",
@@ -93,18 +110,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="kv_aware: move a turn off an engine holding more KV than this x the least-used"
         " engine's + 2%% of its capacity (default 1.3)",
     )
-    parser.add_argument("--json", action="store_true", help="machine-readable output")
-    parser.add_argument("--out-dir", default="sim-out", help="compare: where the PNGs go")
-    parser.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
-    parser.add_argument("--points", help="calibrate: measured steps (JSON or CSV)")
-    parser.add_argument("--check", help="calibrate: other measured steps to predict")
-    parser.add_argument(
-        "--engine", action="store_true", help="calibrate: fidelity check on the embedded engine"
-    )
-    parser.add_argument(
-        "--model-dir", help="calibrate --engine: local HF model (default: tiny random Qwen2)"
-    )
-    parser.add_argument("--threads", type=int, default=1, help="calibrate --engine: torch threads")
 
 
 _WORKLOAD_FLAGS = {

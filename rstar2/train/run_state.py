@@ -1,35 +1,33 @@
-"""The learner's state for one run: policy, optimizer, data cursor, stage, and its checkpoints.
+"""The learner's side of one run: policy, optimizer and its schedule, and the checkpoints.
 
 `RunState.open(cfg, run_dir, model_dir, resume)` loads the policy (from the SFT output, or the
-latest checkpoint when resuming), builds the optimizer and its warm-up schedule, the problem
-stream and the held-out set. The synchronous pieces of an RL step live here so they are tested
-without sockets:
+latest checkpoint when resuming) and builds the optimizer and its warm-up schedule; a resumed
+state restores them and the RNG states, and keeps the controller's part of the checkpoint in
+`saved` (data cursor, stage, progress) for `Controller.start`. The synchronous pieces the shell
+runs for the controller's commands live here, tested without sockets:
 
-- `rollout_tasks(problems, step, kind, ...)`: the step's `RolloutTask`s, each with a seed
-  derived from (run seed, kind, step, prompt, sample), so sampling never depends on timing;
-- `train_on(results)`: group by prompt, RoC/GRPO selection (its RNG seeded by (seed, step)),
-  advantages, and the policy update;
-- `save()` / resume: model, optimizer, schedule, data cursor, RNG states, stage progress and
-  summary values. (Sampling and RoC use seeds derived from (seed, step, ...), so no global RNG
-  stream is consumed by RL; the RNG states are saved for anything that does.)
+- `prompt_ids(problem)`: a problem's prompt tokens (cached), the controller's `encode`;
+- `train_on(results, step)`: group by prompt, RoC/GRPO selection (its RNG seeded by (seed,
+  step)), advantages, and the policy update;
+- `save(step, controller_state)`: model, optimizer, schedule and RNG states with the
+  controller's state. (Sampling and RoC use seeds derived from (seed, step, ...), so no global
+  RNG stream is consumed by RL; the RNG states are saved for anything that does.)
+- `load_split(cfg, split)`: the training or held-out problems.
 
-What it does not do: talk to other actors (`learner_actor.py`) or decide stage order (the actor
-follows `cfg.stages`).
+What it does not do: talk to other actors (`learner_actor.py`) or decide anything: which
+problems, stages, evaluation and checkpoint cadence are the controller's (`controller.py`).
 """
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import random
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from rstar2.config import from_dict
 from rstar2.data import load_problems
 from rstar2.learner.checkpoint import load_latest, rng_state, save_checkpoint, set_rng_state
 from rstar2.learner.policy_update import (
@@ -42,16 +40,11 @@ from rstar2.model.loader import load_model
 from rstar2.rl import build_training_batch
 from rstar2.tasks.arithmetic import generate_problems
 from rstar2.train.config import TrainConfig
-from rstar2.train.problem_stream import ProblemStream, TrainProblem
-from rstar2.wire import RolloutTask, TrajectoryResult
+from rstar2.train.controller import derive_seed, group_results
+from rstar2.train.problem_stream import TrainProblem
+from rstar2.wire import TrajectoryResult
 
 log = logging.getLogger(__name__)
-
-
-def derive_seed(*parts: object) -> int:
-    """A 31-bit seed from any parts (stable across processes and Python versions)."""
-    text = ":".join(str(p) for p in parts).encode()
-    return int.from_bytes(hashlib.blake2b(text, digest_size=4).digest(), "little") & 0x7FFFFFFF
 
 
 def load_split(cfg: TrainConfig, split: str) -> list[TrainProblem]:
@@ -63,18 +56,9 @@ def load_split(cfg: TrainConfig, split: str) -> list[TrainProblem]:
     return [TrainProblem(p.id, p.problem, p.answer) for p in generate_problems(cfg.task, split)]
 
 
-@dataclass
-class Progress:
-    """Where the run is; saved in every checkpoint."""
-
-    step: int = 0
-    stage_started: int = -1
-    sft_accuracy: float | None = None
-    last_accuracy: float | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
-
-
 class RunState:
+    """The policy, its tokenizer, the optimizer and schedule of one run (see the module)."""
+
     def __init__(
         self, cfg: TrainConfig, run_dir: Path, model: torch.nn.Module, tokenizer: Any
     ) -> None:
@@ -85,9 +69,8 @@ class RunState:
         self.pad_id = int(tokenizer.pad_token_id or 0)
         self.optimizer = make_optimizer(model, cfg.learner)
         self.schedule = make_lr_schedule(self.optimizer, cfg.learner)
-        self.stream = ProblemStream(load_split(cfg, "train"), cfg.seed)
-        self.heldout = load_split(cfg, "heldout")[: cfg.heldout_problems]
-        self.progress = Progress()
+        self.saved: dict[str, Any] | None = None
+        """The controller's part of the checkpoint resumed from (None: a fresh start)."""
         self._prompt_cache: dict[str, list[int]] = {}
 
     @classmethod
@@ -100,22 +83,11 @@ class RunState:
             log.info("resumed from %s (step %d)", ck.path, ck.step)
         return state
 
-    # --- stages ----------------------------------------------------------------------------
-
-    def stage_at(self, step: int) -> int:
-        """Index of the stage that RL step `step` (1-based) belongs to."""
-        end = 0
-        for i, stage in enumerate(self.cfg.stages):
-            end += stage.steps
-            if step <= end:
-                return i
-        return len(self.cfg.stages) - 1
+    # --- commands --------------------------------------------------------------------------
 
     def reset_optimizer(self) -> None:
         self.optimizer = make_optimizer(self.model, self.cfg.learner)
         self.schedule = make_lr_schedule(self.optimizer, self.cfg.learner)
-
-    # --- tasks and training ----------------------------------------------------------------
 
     def prompt_ids(self, problem: TrainProblem) -> list[int]:
         ids = self._prompt_cache.get(problem.id)
@@ -123,44 +95,6 @@ class RunState:
             ids = render_prompt(self.tokenizer, problem.problem)
             self._prompt_cache[problem.id] = ids
         return ids
-
-    def rollout_tasks(
-        self,
-        problems: Sequence[TrainProblem],
-        step: int,
-        kind: str,
-        samples: int,
-        temperature: float,
-        max_response_tokens: int = 0,
-        max_turns: int = 0,
-    ) -> list[RolloutTask]:
-        tasks = []
-        for i, p in enumerate(problems):
-            for s in range(samples):
-                tasks.append(
-                    RolloutTask(
-                        traj_id=f"{kind}/{step}/{i}/{s}",
-                        prompt_id=f"{kind}/{step}/{i}",
-                        sample=s,
-                        step=step,
-                        prompt_ids=self.prompt_ids(p),
-                        answer=p.answer,
-                        seed=derive_seed(self.cfg.seed, kind, step, i, s),
-                        kind=kind,
-                        temperature=temperature,
-                        max_response_tokens=max_response_tokens,
-                        max_turns=max_turns,
-                    )
-                )
-        return tasks
-
-    def _seed(self, kind: str, step: int, prompt: int, sample: int) -> int:
-        """Training samples get fresh seeds every step; held-out evaluation reuses the same
-        seeds at every evaluation (common random numbers), so accuracy changes between
-        evaluations come from the policy, not from the sampling noise."""
-        if kind == "eval":
-            return derive_seed(self.cfg.seed, kind, prompt, sample)
-        return derive_seed(self.cfg.seed, kind, step, prompt, sample)
 
     def train_on(self, results: Sequence[TrajectoryResult], step: int) -> dict[str, float]:
         groups = group_results(results)
@@ -185,39 +119,21 @@ class RunState:
 
     # --- checkpoints -----------------------------------------------------------------------
 
-    def save(self) -> Path:
-        p = self.progress
+    def save(self, step: int, controller_state: dict[str, Any]) -> Path:
+        """Checkpoint `step`: the learner's state and the controller's ("stream", "stage",
+        "progress")."""
         state = {
             "model": self.model.state_dict(),
             "optimizer": self.optimizer.state_dict(),
             "schedule": self.schedule.state_dict(),
-            "stream": self.stream.state(),
             "rng": rng_state(),
-            "stage": self.cfg.stages[self.stage_at(max(p.step, 1))].name,
-            "progress": {
-                "step": p.step,
-                "stage_started": p.stage_started,
-                "sft_accuracy": p.sft_accuracy,
-                "last_accuracy": p.last_accuracy,
-                "extra": p.extra,
-            },
+            **controller_state,
         }
-        return save_checkpoint(self.run_dir, p.step, state, keep=self.cfg.keep_checkpoints)
+        return save_checkpoint(self.run_dir, step, state, keep=self.cfg.keep_checkpoints)
 
     def _restore(self, state: dict[str, Any]) -> None:
         self.model.load_state_dict(state["model"])
         self.optimizer.load_state_dict(state["optimizer"])
         self.schedule.load_state_dict(state["schedule"])
-        self.stream.load_state(state["stream"])
         set_rng_state(state["rng"])
-        self.progress = from_dict(Progress, state["progress"])
-
-
-def group_results(results: Sequence[TrajectoryResult]) -> list[list[TrajectoryResult]]:
-    """Rollouts grouped by prompt, groups in prompt order, each sorted by sample: a fixed
-    order whatever order the trajectories finished in."""
-    groups: dict[str, list[TrajectoryResult]] = {}
-    for r in results:
-        groups.setdefault(r.prompt_id, []).append(r)
-    ordered = sorted(groups.items(), key=lambda kv: int(kv[0].rsplit("/", 1)[1]))
-    return [sorted(g, key=lambda r: r.sample) for _, g in ordered]
+        self.saved = {k: state[k] for k in ("stream", "stage", "progress")}

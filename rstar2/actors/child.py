@@ -27,6 +27,7 @@ from rstar2.actors.backend import backend_options
 from rstar2.actors.plan import GraphPlan
 from rstar2.actors.sockets import AsyncSocket, CurveKeys, SocketFactory
 from rstar2.actors.supervisor import GraphEvents, Supervisor
+from rstar2.frames import from_frames, to_frames
 from rstar2.log_format import setup_logging
 from rstar2.wire import (
     ActorFinished,
@@ -37,8 +38,6 @@ from rstar2.wire import (
     StatsReply,
     StatsRequest,
     WireError,
-    from_frames,
-    to_frames,
 )
 
 log = logging.getLogger(__name__)

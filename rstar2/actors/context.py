@@ -4,7 +4,7 @@ One `ActorContext` per running actor instance. It owns no sockets (the superviso
 restarted actor keeps its queued messages) and it is used from the actor's tasks, plus the
 reply-reader tasks of its requests (`request_client.py`) and one flusher task for its outboxes.
 
-Framing on the sockets (bodies and array frames come from `wire.to_frames`):
+Framing on the sockets (bodies and array frames come from `frames.to_frames`):
 - stream (PUSH -> PULL): [body, *arrays], or, on an edge to a single instance, one packed frame
   holding the bodies of several small array-free messages sent in one step (see `outbox.py`:
   the outputs of one drained input batch go out as one frame, decoded in one call);
@@ -36,19 +36,16 @@ from rstar2.actors.outbox import ALONE, FULL, QUEUED, REFUSED, Outbox
 from rstar2.actors.request_client import RequestClient
 from rstar2.actors.sockets import AsyncSocket, Frames
 from rstar2.actors.trace import Tracer, now
-from rstar2.wire import (
-    ActorFailed,
+from rstar2.frames import (
     Buffer,
-    Message,
     MessageTooLarge,
-    WireError,
-    encode_body,
     frames_size,
     from_frames,
     is_packed,
     to_frames,
     unpack_frame,
 )
+from rstar2.wire import ActorFailed, Message, WireError, encode_body
 
 log = logging.getLogger(__name__)
 

@@ -50,6 +50,7 @@ from rstar2.actors.nodes import NodeLink, NodeLinkError, node_role
 from rstar2.actors.plan import GraphPlan, build_plan
 from rstar2.actors.sockets import AsyncSocket, SocketFactory
 from rstar2.actors.supervisor import GraphEvents, Supervisor
+from rstar2.frames import from_frames, to_frames
 from rstar2.wire import (
     ActorFailed,
     ActorFinished,
@@ -63,8 +64,6 @@ from rstar2.wire import (
     StatsRequest,
     StopGraph,
     WireError,
-    from_frames,
-    to_frames,
 )
 
 log = logging.getLogger(__name__)

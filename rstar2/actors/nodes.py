@@ -39,7 +39,8 @@ from zmq.utils.monitor import parse_monitor_message
 from rstar2.actors.graph_config import GraphConfig
 from rstar2.actors.sockets import AsyncSocket, SocketFactory
 from rstar2.config import ConfigError
-from rstar2.wire import Hello, Message, Ready, WireError, from_frames, to_frames
+from rstar2.frames import from_frames, to_frames
+from rstar2.wire import Hello, Message, Ready, WireError
 
 log = logging.getLogger(__name__)
 

@@ -2,7 +2,7 @@
 
 A stream output port whose edge reaches exactly one instance gets an `Outbox`. The context
 puts the body of each small, array-free message in it and sends the outbox as one packed frame
-(`wire.pack_bodies`) when it holds `max_messages` bodies or `max_bytes` bytes, when the actor
+(`frames.pack_bodies`) when it holds `max_messages` bodies or `max_bytes` bytes, when the actor
 is about to wait for input, or on the next turn of the event loop (a flusher task), so a
 message never waits longer than the actor's current step. Edges that fan out to several
 instances are never packed: ZeroMQ's PUSH round-robin spreads frames, and a packed frame would
@@ -22,7 +22,7 @@ from enum import IntEnum
 import anyio
 
 from rstar2.actors.sockets import AsyncSocket
-from rstar2.wire import pack_bodies, packed_size
+from rstar2.frames import pack_bodies, packed_size
 
 _PACK_OVERHEAD = packed_size(0, 1 << 16)  # the mark and the largest array header
 

@@ -23,7 +23,8 @@ import anyio.abc
 
 from rstar2.actors.sockets import AsyncSocket
 from rstar2.actors.trace import Tracer
-from rstar2.wire import ActorFailed, Buffer, Message, WireError, from_frames
+from rstar2.frames import Buffer, from_frames
+from rstar2.wire import ActorFailed, Message, WireError
 
 log = logging.getLogger(__name__)
 

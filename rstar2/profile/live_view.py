@@ -18,7 +18,8 @@ from dataclasses import dataclass
 import zmq
 
 from rstar2.actors.graph import TMP_PREFIX
-from rstar2.wire import ActorStats, StatsReply, StatsRequest, WireError, from_frames, to_frames
+from rstar2.frames import from_frames, to_frames
+from rstar2.wire import ActorStats, StatsReply, StatsRequest, WireError
 
 _SETTLE_S = 0.05  # after the first reply, how long the other processes' replies may take
 

@@ -9,7 +9,8 @@ from actor_graphs import DEMO
 
 from rstar2.actors import RunningGraph, graph_config, open_graph
 from rstar2.actors.sockets import AsyncSocket
-from rstar2.wire import Hello, Item, to_frames
+from rstar2.frames import to_frames
+from rstar2.wire import Hello, Item
 
 pytestmark = pytest.mark.anyio
 

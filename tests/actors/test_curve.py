@@ -7,7 +7,8 @@ import pytest
 import zmq
 
 from rstar2.actors.sockets import CurveKeys, SocketFactory
-from rstar2.wire import Item, from_frames, to_frames
+from rstar2.frames import from_frames, to_frames
+from rstar2.wire import Item
 
 pytestmark = pytest.mark.anyio
 

@@ -15,16 +15,8 @@ from rstar2.actors.context import ActorContext, ContextSockets
 from rstar2.actors.outbox import ALONE, FULL, QUEUED, REFUSED, Outbox
 from rstar2.actors.sockets import AsyncSocket, SocketFactory
 from rstar2.actors.trace import Tracer
-from rstar2.wire import (
-    Item,
-    MessageTooLarge,
-    Shutdown,
-    WeightUpdate,
-    is_packed,
-    pack_bodies,
-    to_frames,
-    unpack_frame,
-)
+from rstar2.frames import MessageTooLarge, is_packed, pack_bodies, to_frames, unpack_frame
+from rstar2.wire import Item, Shutdown, WeightUpdate
 
 pytestmark = pytest.mark.anyio
 

@@ -43,6 +43,7 @@ from __future__ import annotations
 import logging
 import time
 from collections import deque
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -51,7 +52,7 @@ import torch
 
 from rstar2.actors import Actor, ActorContext, Port, port
 from rstar2.actors.handling import handling
-from rstar2.config import from_dict
+from rstar2.frames import frames_size, to_frames
 from rstar2.metrics import MetricsLog
 from rstar2.train.config import TrainConfig
 from rstar2.train.controller import Controller
@@ -84,11 +85,29 @@ from rstar2.wire import (
     WeightGroupJoin,
     WeightGroupJoined,
     WeightUpdate,
-    frames_size,
-    to_frames,
 )
 
 log = logging.getLogger(__name__)
+
+
+@dataclass
+class LearnerParams:
+    """The learner actor's parameters (the graph's `params` table for it)."""
+
+    config: TrainConfig
+    """The run's whole training config."""
+    run_dir: str
+    """The run directory (metrics, checkpoints, trace)."""
+    model_dir: str
+    """The policy to start from (the SFT'd model, or the checkpoint's on resume)."""
+    resume: bool = False
+    """Continue from the run directory's last checkpoint."""
+    rollout_only: bool = False
+    """Profiling: roll out without updating the policy."""
+    profile: bool = False
+    """Keep the engines' KV samples and hand them back for the profiler."""
+    weight_sync_host: str = "127.0.0.1"
+    """Address of this process that every engine's workers reach (the weight group)."""
 
 
 class LearnerActor(Actor):
@@ -101,23 +120,16 @@ class LearnerActor(Actor):
         ),
     }
 
-    def __init__(
-        self,
-        config: dict[str, Any],
-        run_dir: str,
-        model_dir: str,
-        resume: bool = False,
-        rollout_only: bool = False,
-        profile: bool = False,
-        weight_sync_host: str = "127.0.0.1",
-    ) -> None:
-        self.cfg = from_dict(TrainConfig, config)
-        self.run_dir = Path(run_dir)
-        self.model_dir = Path(model_dir)
-        self.resume = resume
-        self.rollout_only = rollout_only
-        self.profile = profile
-        self.weight_sync_host = weight_sync_host
+    Params = LearnerParams
+
+    def __init__(self, params: LearnerParams) -> None:
+        self.cfg = params.config
+        self.run_dir = Path(params.run_dir)
+        self.model_dir = Path(params.model_dir)
+        self.resume = params.resume
+        self.rollout_only = params.rollout_only
+        self.profile = params.profile
+        self.weight_sync_host = params.weight_sync_host
         """Address of this process that every engine's workers reach (the weight group)."""
         self.group: LearnerWeightGroup | None = None
         self.trace: RolloutTrace | None = None

@@ -38,6 +38,7 @@ from rstar2.scheduler.actor import SchedulerActor, SchedulerParams
 from rstar2.tasks.arithmetic import generate_problems
 from rstar2.tasks.traces import build_traces
 from rstar2.train.config import ClusterConfig, TrainConfig, config_dict
+from rstar2.train.learner_actor import LearnerActor, LearnerParams
 
 log = logging.getLogger(__name__)
 
@@ -118,20 +119,15 @@ def vllm_options(cluster: ClusterConfig) -> dict[str, Any]:
 def train_graph(cfg: TrainConfig, run_dir: Path, model_dir: Path, resume: bool) -> GraphConfig:
     """The RL actor graph of one run."""
     g = cfg.graph
-    data = config_dict(cfg)
+
     workers = "main" if g.processes == 1 else "engines"
     tools = "main" if g.processes == 1 else ("engines" if g.processes == 2 else "tools")
     actors = [
-        {
-            "name": "learner",
-            "cls": "rstar2.train.learner_actor:LearnerActor",
-            "params": {
-                "config": data,
-                "run_dir": str(run_dir),
-                "model_dir": str(model_dir),
-                "resume": resume,
-            },
-        },
+        actor_node(
+            "learner",
+            LearnerActor,
+            LearnerParams(cfg, str(run_dir), str(model_dir), resume=resume),
+        ),
         actor_node(
             "scheduler",
             SchedulerActor,

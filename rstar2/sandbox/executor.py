@@ -321,9 +321,14 @@ def _report(bwrap_reason: str, zygote_layers: dict[str, str]) -> IsolationReport
 
 
 async def _relay_stderr(stream: anyio.abc.ByteReceiveStream) -> None:
-    async for chunk in stream:
-        for line in chunk.decode(errors="replace").splitlines():
-            log.warning("sandbox zygote: %s", line)
+    """Log the zygote's stderr until it ends, or until `aclose` closes the stream under us
+    (shutdown races the relay: nothing is left to relay then)."""
+    try:
+        async for chunk in stream:
+            for line in chunk.decode(errors="replace").splitlines():
+                log.warning("sandbox zygote: %s", line)
+    except (anyio.BrokenResourceError, anyio.ClosedResourceError):
+        return
 
 
 async def _stop(proc: anyio.abc.Process) -> None:

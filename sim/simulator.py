@@ -167,7 +167,9 @@ class Simulation:
         for engine in self.engines:
             self._place(self.core.report(engine.engine_id, engine.stats()), 0.0)
         new = [
-            NewTrajectory(s.traj_id, s.prompt_id, s.prompt_tokens, s.prompt_tokens + s.max_response_tokens)
+            NewTrajectory(
+                s.traj_id, s.prompt_id, s.prompt_tokens, s.prompt_tokens + s.max_response_tokens
+            )
             for s in self.workload
         ]
         self._place(self.core.submit(new), 0.0)

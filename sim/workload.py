@@ -215,7 +215,9 @@ def previous_step(cfg: WorkloadConfig, seed: int) -> list[TrajectorySpec] | None
     the step recorded before the replayed one (None when the trace holds no earlier step)."""
     if cfg.trace is None:
         return generate(cfg, seed + PREVIOUS_STEP_SEED)
-    steps = sorted({obj.get("step") for _, obj in _records(cfg.trace) if isinstance(obj, dict)} - {None})
+    steps = sorted(
+        {obj.get("step") for _, obj in _records(cfg.trace) if isinstance(obj, dict)} - {None}
+    )
     played = cfg.trace_step if cfg.trace_step is not None else (steps[-1] if steps else None)
     earlier = [s for s in steps if played is not None and s < played]
     return load_trace(cfg.trace, earlier[-1]) if earlier else None

@@ -228,7 +228,12 @@ def actor_node(name: str, cls: type, params: Any = None, **placement: Any) -> di
     import path) and its typed params (a config dataclass, written as its table; or a dict of
     keyword arguments); `placement` adds `count`, `process`, `host`, `restarts`."""
     table = {} if params is None else params if isinstance(params, dict) else to_dict(params)
-    return {"name": name, "cls": f"{cls.__module__}:{cls.__qualname__}", "params": table, **placement}
+    return {
+        "name": name,
+        "cls": f"{cls.__module__}:{cls.__qualname__}",
+        "params": table,
+        **placement,
+    }
 
 
 def graph_config(data: dict[str, Any]) -> GraphConfig:

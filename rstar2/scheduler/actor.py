@@ -57,7 +57,9 @@ class SchedulerParams:
     """Longest wait for one trajectory's result from a rollout worker."""
 
     def validate(self) -> None:
-        require(self.max_response_tokens >= 1, "max_response_tokens", self.max_response_tokens, ">= 1")
+        require(
+            self.max_response_tokens >= 1, "max_response_tokens", self.max_response_tokens, ">= 1"
+        )
         require(self.rollout_timeout_s > 0, "rollout_timeout_s", self.rollout_timeout_s, "> 0")
 
 

@@ -53,12 +53,16 @@ class LiveDispatch:
         return self._starts(self.dispatcher.report(msg.engine, msg.load))
 
     def turn_ended(self, msg: TurnEnded) -> list[Start]:
-        placed = [] if msg.report is None else self.dispatcher.report(msg.report.engine, msg.report.load)
+        placed = (
+            [] if msg.report is None else self.dispatcher.report(msg.report.engine, msg.report.load)
+        )
         return self._starts(placed + self.dispatcher.turn_end(msg.traj_id, msg.turn))
 
     def route(self, msg: TurnRoute) -> tuple[int, list[Start]]:
         """The engine of the asked turn, and what starts now."""
-        placed = [] if msg.report is None else self.dispatcher.report(msg.report.engine, msg.report.load)
+        placed = (
+            [] if msg.report is None else self.dispatcher.report(msg.report.engine, msg.report.load)
+        )
         routed = self.dispatcher.next_turn(msg.traj_id, msg.turn, msg.context_tokens)
         return routed[0].engine, self._starts(placed + routed[1:])
 

@@ -41,7 +41,6 @@ class Ctx(ActorContext):
     def reply_failure(self, incoming: Incoming) -> None:
         assert incoming.reply_to is not None
 
-
         self.failures.append((incoming.reply_to[1], repr(sys.exc_info()[1])))
 
 

@@ -34,7 +34,9 @@ def task(traj_id: str, prompt_id: str, prompt: int, budget: int) -> RolloutTask:
     )  # fmt: skip
 
 
-def result(traj_id: str, prompt: int, response: int, engine: int = -1, free: int = 0) -> TrajectoryResult:
+def result(
+    traj_id: str, prompt: int, response: int, engine: int = -1, free: int = 0
+) -> TrajectoryResult:
     return TrajectoryResult(
         traj_id=traj_id, prompt_id="p", sample=0, step=1, kind="train", answer="1",
         token_ids=[1] * (prompt + response), loss_mask=[0] * (prompt + response),
@@ -90,7 +92,9 @@ def message(event: Event, budgets: dict[str, int]) -> Message:
         for t in trajs:
             assert isinstance(t, NewTrajectory)
             budgets[t.traj_id] = t.prompt_tokens
-            tasks.append(task(t.traj_id, t.prompt_id, t.prompt_tokens, t.max_total_tokens - t.prompt_tokens))
+            tasks.append(
+                task(t.traj_id, t.prompt_id, t.prompt_tokens, t.max_total_tokens - t.prompt_tokens)
+            )
         return RolloutBatch(1, tasks)
     if event.kind == "report":
         engine, load = event.args
@@ -138,7 +142,9 @@ def test_live_dispatch_replays_the_simulators_decisions(policy: str, move_turns:
         gpus=3,
         kv_tokens=24_000,
         seed=5,
-        workload=WorkloadConfig(prompts=6, rollouts=8, max_response_tokens=4096, tool_calls_mean=2.0),
+        workload=WorkloadConfig(
+            prompts=6, rollouts=8, max_response_tokens=4096, tool_calls_mean=2.0
+        ),
         scheduler=SchedulerConfig(policy=policy, move_turns=move_turns),  # type: ignore[arg-type]
     )
     sim = build(cfg)

@@ -10,10 +10,10 @@ import json
 from pathlib import Path
 
 import pytest
-from tool_policy import ToolPolicy
 
 from rstar2.cli import main
 from rstar2.metrics import read_metrics
+from tests.profile.tool_policy import ToolPolicy
 
 SETS = ["prompts_per_step=4", "rollouts_per_prompt=4", "rl.group_size=2", "graph.engines=2"]
 

@@ -24,11 +24,11 @@ import json
 from pathlib import Path
 
 import pytest
-from tool_policy import ToolPolicy
 
 from rstar2.cli import main
 from rstar2.metrics import read_metrics
 from rstar2.profile.chrome_trace import check_chrome_trace
+from tests.profile.tool_policy import ToolPolicy
 
 SMALL = ["prompts_per_step=2", "rollouts_per_prompt=4", "rl.group_size=2"]
 ACTORS = {"learner", "scheduler", "rollout", "sandbox", "reward"}

@@ -11,8 +11,10 @@ import time
 from pathlib import Path
 
 import pytest
+import torch
 
 from rstar2.metrics import read_metrics
+from tests.profile.tool_policy import ToolPolicy
 
 TIMING = ("time_", "step_s", "wall_s")
 
@@ -101,6 +103,83 @@ def test_resume_after_sigkill_matches_uninterrupted(tmp_path: Path, smoke_config
     steps = [json.loads(line)["step"] for line in (run / "rollout_trace.jsonl").open()]
     ref_steps = [json.loads(line)["step"] for line in (ref / "rollout_trace.jsonl").open()]
     assert steps == ref_steps
+
+
+def _kill_after_checkpoint(run: Path, cmd: list[str], step: int) -> None:
+    """Start `cmd`, SIGKILL its whole process group once the checkpoint of `step` is the latest."""
+    proc = subprocess.Popen(
+        cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
+    )
+    latest = run / "checkpoints" / "LATEST"
+    try:
+        deadline = time.monotonic() + 600
+        while time.monotonic() < deadline:
+            if latest.is_file() and latest.read_text().strip() == f"step-{step:06d}":
+                break
+            if proc.poll() is not None:
+                pytest.fail("the run ended before it could be killed")
+            time.sleep(0.05)
+        os.killpg(proc.pid, signal.SIGKILL)
+    finally:
+        proc.wait(timeout=60)
+
+
+def _tensors(state: object, prefix: str = "") -> dict[str, torch.Tensor]:
+    """Every tensor of a (nested) state dict, by its path."""
+    if isinstance(state, torch.Tensor):
+        return {prefix: state}
+    if isinstance(state, dict):
+        out: dict[str, torch.Tensor] = {}
+        for k, v in state.items():
+            out.update(_tensors(v, f"{prefix}/{k}"))
+        return out
+    if isinstance(state, list | tuple):
+        out = {}
+        for i, v in enumerate(state):
+            out.update(_tensors(v, f"{prefix}/{i}"))
+        return out
+    return {}
+
+
+@pytest.mark.slow
+def test_resume_restores_the_policy_and_optimizer_of_a_run_that_trains(
+    tmp_path: Path, tool_policy: ToolPolicy
+) -> None:
+    # The smoke run above never earns reward, so it trains nothing and cannot tell a restored
+    # policy from a fresh one. This run starts from the SFT'd tool policy, which does: the
+    # reference must update the policy at every step, and the resumed run must end with the
+    # reference's weights and optimizer state (compared directly, not through metrics).
+    sets = [
+        *tool_policy.sets, f"model.path={tool_policy.path}", "sft.steps=0",
+        "prompts_per_step=4", "rollouts_per_prompt=4", "rl.group_size=2", "heldout_problems=4",
+        "eval_every=0", "checkpoint_every=1", "keep_checkpoints=4", "graph.engine_threads=1",
+        "learner.lr=1e-3", "learner.warmup_steps=0", "rollout.tool_show_time=false",
+    ]  # fmt: skip
+    sets.append('stages=[{"name": "rl1", "steps": 3, "max_response_tokens": 160}]')
+    cmd = [*train_cmd(), *[x for s in sets for x in ("--set", s)]]
+    ref, run = tmp_path / "ref", tmp_path / "run"
+    subprocess.run([*cmd, "--run-dir", str(ref)], check=True, capture_output=True, timeout=600)
+    rows = [r for r in read_metrics(ref / "metrics.jsonl") if r.get("stage") == "rl1"]
+    assert [r["trained_rollouts"] > 0 for r in rows] == [True, True, True], rows
+
+    _kill_after_checkpoint(run, [*cmd, "--run-dir", str(run)], step=1)
+    assert not (run / "checkpoints" / "step-000003").exists()  # killed mid-run
+    subprocess.run(train_cmd("--resume", str(run)), check=True, capture_output=True, timeout=600)
+    want = torch.load(ref / "checkpoints" / "step-000003" / "state.pt", weights_only=False)
+    got = torch.load(run / "checkpoints" / "step-000003" / "state.pt", weights_only=False)
+    for part in ("model", "optimizer"):
+        w, g = _tensors(want[part]), _tensors(got[part])
+        assert w.keys() == g.keys() and w, part
+        for key in w:
+            torch.testing.assert_close(g[key], w[key], rtol=1e-4, atol=1e-5, msg=f"{part}{key}")
+    mine, theirs = (deterministic(read_metrics(d / "metrics.jsonl")) for d in (run, ref))
+    assert [sorted(r) for r in mine] == [sorted(r) for r in theirs]
+    for a, b in zip(mine, theirs, strict=True):
+        for key, value in b.items():
+            if isinstance(value, float):
+                assert a[key] == pytest.approx(value, rel=1e-3, abs=1e-5), (key, a, b)
+            else:
+                assert a[key] == value, (key, a, b)
 
 
 @pytest.mark.slow

@@ -127,7 +127,7 @@ class Dispatcher:
             if t.traj_id in known:
                 raise ValueError(f"trajectory {t.traj_id!r} submitted twice")
             known.add(t.traj_id)
-        self.policy.prepare([self._first_turn(t) for t in trajectories])
+        self.policy.prepare([self._request(t, 0, t.prompt_tokens) for t in trajectories])
         self.queue.extend(trajectories)
         return self._done("submit", (tuple(trajectories),), self._admit())
 
@@ -150,7 +150,7 @@ class Dispatcher:
         self._close_turn(traj_id, running)
         running.turn = turn
         if self.asks_later_turns:
-            engine = self.policy.assign(self._later_turn(running, context_tokens))
+            engine = self.policy.assign(self._request(running.traj, turn, context_tokens))
             if engine is not None and engine != running.engine:
                 self._per_engine[running.engine] -= 1
                 self._per_engine[engine] += 1
@@ -181,7 +181,7 @@ class Dispatcher:
         started = []
         while self.queue:
             traj = self.queue[0]
-            engine = self.policy.assign(self._first_turn(traj))
+            engine = self.policy.assign(self._request(traj, 0, traj.prompt_tokens))
             if engine is None:
                 engine = self._idle_engine()
             if engine is None:
@@ -201,26 +201,13 @@ class Dispatcher:
                 return engine
         return None
 
-    def _first_turn(self, traj: NewTrajectory) -> TurnRequest:
-        return TurnRequest(
-            traj_id=traj.traj_id,
-            prompt_id=traj.prompt_id,
-            turn=0,
-            context_tokens=traj.prompt_tokens,
-            prompt_tokens=traj.prompt_tokens,
-            max_total_tokens=traj.max_total_tokens,
-            predicted_total_tokens=self.predictor.predict(
-                traj.prompt_tokens, traj.max_total_tokens
-            ),
-        )
-
-    def _later_turn(self, running: _Running, context_tokens: int) -> TurnRequest:
-        traj = running.traj
+    def _request(self, traj: NewTrajectory, turn: int, context_tokens: int) -> TurnRequest:
+        """Turn `turn` of `traj` as the policy sees it, with the predicted length."""
         max_total = max(traj.max_total_tokens, context_tokens)
         return TurnRequest(
             traj_id=traj.traj_id,
             prompt_id=traj.prompt_id,
-            turn=running.turn,
+            turn=turn,
             context_tokens=context_tokens,
             prompt_tokens=traj.prompt_tokens,
             max_total_tokens=max_total,

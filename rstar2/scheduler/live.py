@@ -53,26 +53,27 @@ class LiveDispatch:
         return self._starts(self.dispatcher.report(msg.engine, msg.load))
 
     def turn_ended(self, msg: TurnEnded) -> list[Start]:
-        placed = (
-            [] if msg.report is None else self.dispatcher.report(msg.report.engine, msg.report.load)
-        )
+        placed = self._carried(msg.report)
         return self._starts(placed + self.dispatcher.turn_end(msg.traj_id, msg.turn))
 
     def route(self, msg: TurnRoute) -> tuple[int, list[Start]]:
         """The engine of the asked turn, and what starts now."""
-        placed = (
-            [] if msg.report is None else self.dispatcher.report(msg.report.engine, msg.report.load)
-        )
+        placed = self._carried(msg.report)
         routed = self.dispatcher.next_turn(msg.traj_id, msg.turn, msg.context_tokens)
         return routed[0].engine, self._starts(placed + routed[1:])
 
     def finished(self, msg: TrajectoryResult) -> list[Start]:
-        placed = []
+        carried = None
         if msg.engine >= 0 and msg.load is not None:
-            placed = self.dispatcher.report(msg.engine, msg.load)
+            carried = EngineReport(msg.engine, msg.load)
+        placed = self._carried(carried)
         self._tasks.pop(msg.traj_id, None)
         response = len(msg.token_ids) - msg.prompt_len
         return self._starts(placed + self.dispatcher.finish(msg.traj_id, response))
+
+    def _carried(self, report: EngineReport | None) -> list[Placement]:
+        """The report a message carries, filed before the message's own event."""
+        return [] if report is None else self.dispatcher.report(report.engine, report.load)
 
     def _trajectory(self, task: RolloutTask) -> NewTrajectory:
         budget = task.max_response_tokens or self.max_response_tokens

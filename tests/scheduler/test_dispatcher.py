@@ -144,10 +144,10 @@ def test_the_prediction_is_the_running_mean_of_finished_responses() -> None:
     d = core("kv_aware", 1, predicted_scale=1.0)
     d.report(0, load(1000))
     d.submit([traj(0), traj(1)])
-    assert d._first_turn(traj(9)).predicted_total_tokens is None  # nothing finished yet
+    assert d._request(traj(9), 0, 10).predicted_total_tokens is None  # nothing finished yet
     d.finish("t0", 10)
     d.finish("t1", 30)
-    assert d._first_turn(traj(9)).predicted_total_tokens == 10 + 20
+    assert d._request(traj(9), 0, 10).predicted_total_tokens == 10 + 20
 
 
 def test_length_predictor_prior_and_clamps() -> None:

@@ -224,7 +224,7 @@ def to_result(
     task: RolloutTask,
     traj: Trajectory,
     engine: int,
-    stats: Any,
+    stats: EngineLoad,
     gen_s: float,
     tool_s: float,
     tool_latencies: list[float] | None = None,

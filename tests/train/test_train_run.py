@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -25,6 +26,24 @@ def train_cmd(*args: str) -> list[str]:
 
 def deterministic(rows: list[dict]) -> list[dict]:
     return [{k: v for k, v in r.items() if not k.startswith(TIMING)} for r in rows]
+
+
+def _kill_when(cmd: list[str], ready: Callable[[], bool]) -> None:
+    """Start `cmd`, SIGKILL its whole process group as soon as `ready()` holds."""
+    proc = subprocess.Popen(
+        cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
+    )
+    try:
+        deadline = time.monotonic() + 600
+        while time.monotonic() < deadline:
+            if ready():
+                break
+            if proc.poll() is not None:
+                pytest.fail("the run ended before it could be killed")
+            time.sleep(0.05)
+        os.killpg(proc.pid, signal.SIGKILL)
+    finally:
+        proc.wait(timeout=60)
 
 
 @pytest.mark.slow
@@ -77,23 +96,10 @@ def test_resume_after_sigkill_matches_uninterrupted(tmp_path: Path, smoke_config
         timeout=600,
     )
     run = tmp_path / "run"
-    proc = subprocess.Popen(
+    _kill_when(
         train_cmd("--config", str(smoke_config), "--run-dir", str(run)),
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,
+        lambda: any(r.get("step") == 2 for r in read_metrics(run / "metrics.jsonl")),
     )
-    try:
-        deadline = time.monotonic() + 600
-        while time.monotonic() < deadline:
-            if any(r.get("step") == 2 for r in read_metrics(run / "metrics.jsonl")):
-                break
-            if proc.poll() is not None:
-                pytest.fail("the run ended before it could be killed")
-            time.sleep(0.05)
-        os.killpg(proc.pid, signal.SIGKILL)
-    finally:
-        proc.wait(timeout=60)
     assert (run / "checkpoints" / "LATEST").is_file()
     subprocess.run(train_cmd("--resume", str(run)), check=True, capture_output=True, timeout=600)
     assert deterministic(read_metrics(run / "metrics.jsonl")) == deterministic(
@@ -103,25 +109,6 @@ def test_resume_after_sigkill_matches_uninterrupted(tmp_path: Path, smoke_config
     steps = [json.loads(line)["step"] for line in (run / "rollout_trace.jsonl").open()]
     ref_steps = [json.loads(line)["step"] for line in (ref / "rollout_trace.jsonl").open()]
     assert steps == ref_steps
-
-
-def _kill_after_checkpoint(run: Path, cmd: list[str], step: int) -> None:
-    """Start `cmd`, SIGKILL its whole process group once the checkpoint of `step` is the latest."""
-    proc = subprocess.Popen(
-        cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
-    )
-    latest = run / "checkpoints" / "LATEST"
-    try:
-        deadline = time.monotonic() + 600
-        while time.monotonic() < deadline:
-            if latest.is_file() and latest.read_text().strip() == f"step-{step:06d}":
-                break
-            if proc.poll() is not None:
-                pytest.fail("the run ended before it could be killed")
-            time.sleep(0.05)
-        os.killpg(proc.pid, signal.SIGKILL)
-    finally:
-        proc.wait(timeout=60)
 
 
 def _tensors(state: object, prefix: str = "") -> dict[str, torch.Tensor]:
@@ -162,7 +149,11 @@ def test_resume_restores_the_policy_and_optimizer_of_a_run_that_trains(
     rows = [r for r in read_metrics(ref / "metrics.jsonl") if r.get("stage") == "rl1"]
     assert [r["trained_rollouts"] > 0 for r in rows] == [True, True, True], rows
 
-    _kill_after_checkpoint(run, [*cmd, "--run-dir", str(run)], step=1)
+    latest = run / "checkpoints" / "LATEST"
+    _kill_when(
+        [*cmd, "--run-dir", str(run)],
+        lambda: latest.is_file() and latest.read_text().strip() == "step-000001",
+    )
     assert not (run / "checkpoints" / "step-000003").exists()  # killed mid-run
     subprocess.run(train_cmd("--resume", str(run)), check=True, capture_output=True, timeout=600)
     want = torch.load(ref / "checkpoints" / "step-000003" / "state.pt", weights_only=False)

@@ -215,9 +215,7 @@ def previous_step(cfg: WorkloadConfig, seed: int) -> list[TrajectorySpec] | None
     the step recorded before the replayed one (None when the trace holds no earlier step)."""
     if cfg.trace is None:
         return generate(cfg, seed + PREVIOUS_STEP_SEED)
-    steps = sorted(
-        {obj.get("step") for _, obj in _records(cfg.trace) if isinstance(obj, dict)} - {None}
-    )
+    steps = sorted(_steps(_records(cfg.trace)))
     played = cfg.trace_step if cfg.trace_step is not None else (steps[-1] if steps else None)
     earlier = [s for s in steps if played is not None and s < played]
     return load_trace(cfg.trace, earlier[-1]) if earlier else None
@@ -246,7 +244,7 @@ def load_trace(path: str | Path, step: int | None = None) -> list[TrajectorySpec
 
     Records with a `step` field: only those of `step` (default: the largest in the file)."""
     lines = _records(path)
-    steps = {obj.get("step") for _, obj in lines if isinstance(obj, dict)} - {None}
+    steps = _steps(lines)
     if step is not None and step not in steps:
         raise ValueError(f"{path}: no records of step {step} (steps: {sorted(steps) or 'none'})")
     chosen = step if step is not None else (max(steps) if steps else None)
@@ -274,6 +272,11 @@ def load_trace(path: str | Path, step: int | None = None) -> list[TrajectorySpec
     if not out:
         raise ValueError(f"{path}: the trace holds no trajectories")
     return out
+
+
+def _steps(records: list[tuple[int, object]]) -> set[int]:
+    """The `step` values the records of a trace carry."""
+    return {obj.get("step") for _, obj in records if isinstance(obj, dict)} - {None}
 
 
 def _records(path: str | Path) -> list[tuple[int, object]]:

@@ -363,15 +363,12 @@ class RolloutWorker(Actor):
         async def weights(msg: Message) -> Message:
             return await self._weights(ctx, engine, msg)
 
-        async def report(_: EngineReportRequest) -> EngineReport:
-            return engine_report(self.index, engine.stats())
-
         # Rollouts and peer turns record their busy time around the engine (`_TracedEngine`).
         routes = {
             "assign": Route(assign, busy=False),
             "generate": Route(generate, busy=False),
             "weights": Route(weights, concurrent=_through_the_group, busy=False),
-            "report": Route(report, concurrent=False),
+            "report": Route(weights, concurrent=False),  # answers EngineReportRequest
         }
         await Service(ctx, routes, busy=busy).serve()
 
@@ -423,7 +420,8 @@ class RolloutWorker(Actor):
 
     async def _weights(self, ctx: ActorContext, engine: Engine, msg: Message) -> Message:
         """The "weights" port: an update over the bus, the learner's weight group (join it, or
-        receive one update through it), or a report once the engine is up."""
+        receive one update through it), or a report once the engine is up (also the whole of
+        the "report" port)."""
         if isinstance(msg, WeightUpdate):
             start = time.perf_counter()
             flat = torch.from_numpy(msg.flat.copy())

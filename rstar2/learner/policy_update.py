@@ -61,7 +61,14 @@ class LearnerConfig:
     what-if knob: `rstar2 profile --set learner.epochs=N` shows the step with an N times
     heavier policy update."""
     bf16: bool = False
-    """bf16 autocast for the learner's forward pass where the device supports it."""
+    """bf16 compute with fp32 master weights and optimizer state: FSDP2's mixed-precision policy
+    when the learner is sharded on GPUs, bf16 autocast of the forward pass otherwise."""
+    device: str = "auto"
+    """Where the learner computes: "auto" (a GPU when torch sees one, else the CPU), "cpu" or
+    "cuda" (ROCm GPUs are "cuda" in torch). Rank r of a sharded learner takes its local GPU."""
+    activation_checkpointing: bool = False
+    """Recompute each decoder layer's activations in backward instead of keeping them (less
+    memory, about one more forward of compute); the Hugging Face model's gradient checkpointing."""
 
     def validate(self) -> None:
         require(self.lr > 0, "learner.lr", self.lr, "a positive number")
@@ -73,6 +80,12 @@ class LearnerConfig:
         )
         require(self.mini_batches >= 1, "learner.mini_batches", self.mini_batches, ">= 1")
         require(self.epochs >= 1, "learner.epochs", self.epochs, "an integer >= 1")
+        require(
+            self.device in ("auto", "cpu", "cuda"),
+            "learner.device",
+            self.device,
+            '"auto", "cpu" or "cuda"',
+        )
 
 
 class RolloutLike(Protocol):

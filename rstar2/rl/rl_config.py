@@ -54,6 +54,21 @@ class RLConfig:
     entropy_coef: float = 0.0
     """Weight of the entropy bonus (0 = off, as in the paper)."""
 
+    tis_cap: float | None = None
+    """Truncated importance sampling against the engine (0 or unset = off, the paper's loss).
+    When set (C >= 1; peers use about 2), the clip ratio is taken against the learner's own
+    logprobs before the step's update (the "proximal" policy) instead of the engine's, and each
+    token's surrogate is weighted by min(exp(lp_learner - lp_engine), C), correcting for the
+    engine sampling from slightly different probabilities than the learner computes (kernels,
+    precision, batching: the `logprob_mismatch_*` metrics). Costs a no-grad forward pass over
+    the batch when the step takes several optimizer steps (`learner.mini_batches` or
+    `learner.epochs` > 1); free otherwise."""
+
+    @property
+    def tis(self) -> bool:
+        """Whether truncated importance sampling is on (`tis_cap` set and nonzero)."""
+        return bool(self.tis_cap)
+
     def validate(self) -> None:
         require(self.group_size >= 2, "rl.group_size", self.group_size, "an integer >= 2")
         require(self.min_each >= 0, "rl.min_each", self.min_each, "an integer >= 0")
@@ -63,3 +78,9 @@ class RLConfig:
         require(self.eps_high > 0, "rl.eps_high", self.eps_high, "a number > 0")
         require(self.kl_coef >= 0, "rl.kl_coef", self.kl_coef, "a number >= 0")
         require(self.entropy_coef >= 0, "rl.entropy_coef", self.entropy_coef, "a number >= 0")
+        require(
+            self.tis_cap is None or self.tis_cap == 0 or self.tis_cap >= 1,
+            "rl.tis_cap",
+            self.tis_cap,
+            "a number >= 1, or 0 / unset for off",
+        )

@@ -1,15 +1,17 @@
 """Atomic training checkpoints: everything needed to continue a run bit-for-bit.
 
-A checkpoint is a directory `RUN/checkpoints/step-000010/` holding `state.pt` (model weights,
-optimizer and lr-scheduler state, data cursor, RNG states, stage, step and any extra
-trainer state) and `meta.json` (step, stage, time; human readable). It is written under a
+A checkpoint is a directory `RUN/checkpoints/step-000010/` holding `policy/` (model weights and
+optimizer state as a torch.distributed.checkpoint directory, written by every learner rank
+through the caller's `write_policy`), `state.pt` (lr-scheduler state, data cursor, RNG states,
+stage, step and any extra trainer state: small, rank 0's) and `meta.json` (step, stage, time;
+human readable). It is written under a
 temporary name, fsynced and renamed into place, and only then does `RUN/checkpoints/LATEST`
 (itself replaced atomically) point at it. A crash at any moment therefore leaves either the
 previous checkpoint or the new one, never a torn one. Old checkpoints beyond `keep` are pruned
 after the new one is in place.
 
-What it does not do: sharded (FSDP) checkpoints; the distributed learner saves a full state dict
-gathered on rank 0 through the same function.
+What it does not do: write or read the policy itself (`rstar2.learner.policy.LearnerPolicy`'s
+`save` and `load`, collectives of every rank).
 """
 
 from __future__ import annotations
@@ -19,17 +21,22 @@ import logging
 import os
 import random
 import shutil
+import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
+from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
 
 log = logging.getLogger(__name__)
 
 LATEST = "LATEST"
+POLICY_DIR = "policy"
+"""The checkpoint's subdirectory holding the model and optimizer (torch.distributed.checkpoint)."""
 
 
 @dataclass
@@ -64,8 +71,15 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-def save_checkpoint(run_dir: Path, step: int, state: dict[str, Any], keep: int = 2) -> Path:
-    """Write `state` as the checkpoint of `step` atomically and point LATEST at it."""
+def save_checkpoint(
+    run_dir: Path,
+    step: int,
+    state: dict[str, Any],
+    keep: int = 2,
+    write_policy: Callable[[Path], None] | None = None,
+) -> Path:
+    """Write `state` (and, through `write_policy(dir)`, the policy into `dir`) as the checkpoint
+    of `step` atomically and point LATEST at it."""
     if keep < 1:
         raise ValueError(f"keep must be >= 1, got {keep}")
     root = Path(run_dir) / "checkpoints"
@@ -76,6 +90,8 @@ def save_checkpoint(run_dir: Path, step: int, state: dict[str, Any], keep: int =
     if tmp.exists():
         shutil.rmtree(tmp)
     tmp.mkdir()
+    if write_policy is not None:
+        write_policy(tmp / POLICY_DIR)
     with open(tmp / "state.pt", "wb") as f:
         torch.save(state, f)
         f.flush()
@@ -113,3 +129,16 @@ def load_latest(run_dir: Path) -> Checkpoint | None:
     state = torch.load(path / "state.pt", map_location="cpu", weights_only=False)
     meta = json.loads((path / "meta.json").read_text())
     return Checkpoint(step=int(meta["step"]), path=path, state=state)
+
+
+def read_policy(checkpoint: Path) -> dict[str, Any]:
+    """A checkpoint's model and optimizer state as one plain nested dict on this process
+    ({"model": ..., "optim": ...}; full tensors, whatever rank count wrote them), for tools and
+    tests. Uses DCP's own converter to a torch.save file, in a temporary directory."""
+    policy = Path(checkpoint) / POLICY_DIR
+    if not (policy / ".metadata").is_file():
+        raise FileNotFoundError(f"{checkpoint} has no {POLICY_DIR}/ checkpoint")
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "policy.pt"
+        dcp_to_torch_save(policy, out)
+        return torch.load(out, map_location="cpu", weights_only=False)

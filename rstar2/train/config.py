@@ -119,7 +119,15 @@ class ClusterConfig:
     rank 0, every engine's workers ranks 1..N; each update is broadcast once and the bus
     carries only its manifest)."""
 
+    learner_ranks: int = 1
+    """Processes of the RL learner: 1 = one process (the learner actor); N > 1 = one
+    torch.distributed group of N ranks (FSDP2 `fully_shard`; gloo on CPU, NCCL/RCCL on GPUs)
+    started by the learner actor on its host, the actor being rank 0. Each rank computes its
+    share of every micro-batch; checkpoints are sharded (torch.distributed.checkpoint) and load
+    on any rank count."""
+
     def validate(self) -> None:
+        require(self.learner_ranks >= 1, "cluster.learner_ranks", self.learner_ranks, ">= 1")
         require(self.gpus >= 0, "cluster.gpus", self.gpus, ">= 0")
         require(self.gpus_per_node >= 1, "cluster.gpus_per_node", self.gpus_per_node, ">= 1")
         require(self.tp in (1, 2, 4, 8), "cluster.tp", self.tp, "1, 2, 4 or 8")

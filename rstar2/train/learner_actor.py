@@ -160,6 +160,7 @@ class LearnerActor(Actor):
                 self.trace.close()
             if self.group is not None:
                 self.group.close()
+            await anyio.to_thread.run_sync(state.close)
         if summary is None:
             raise RuntimeError("the RL controller ran out of commands before finishing")
         if self.profile:
@@ -268,7 +269,8 @@ class LearnerActor(Actor):
         """Push the policy to every engine; returns the byte counts of the push."""
         if self.group is not None:
             with handling(ctx, "weights"):
-                stats = await self.group.push(state.model.state_dict(), version)
+                weights = await anyio.to_thread.run_sync(state.full_weights)
+                stats = await self.group.push(weights, version)
             log.info(
                 "weights v%d: %.1f MiB broadcast once through the learner's group to %d "
                 "engine(s), %d B of manifests over the bus, %.3fs",
@@ -283,7 +285,8 @@ class LearnerActor(Actor):
                 "weights_bus_bytes": float(stats.bus_bytes),
             }
         with handling(ctx, "weights"):
-            names, shapes, flat = await anyio.to_thread.run_sync(flatten_weights, state.model)
+            weights = await anyio.to_thread.run_sync(state.full_weights)
+            names, shapes, flat = flatten_weights(weights)
         update = WeightUpdate(version=version, names=names, shapes=shapes, flat=flat.numpy())
         peers = ctx.peers("weights")
         async with anyio.create_task_group() as tg:

@@ -29,18 +29,22 @@ from typing import Any
 import torch
 
 from rstar2.data import load_problems
-from rstar2.learner.checkpoint import load_latest, rng_state, save_checkpoint, set_rng_state
-from rstar2.learner.policy_update import (
-    make_lr_schedule,
-    make_optimizer,
-    update_policy,
+from rstar2.learner.checkpoint import (
+    POLICY_DIR,
+    Checkpoint,
+    load_latest,
+    rng_state,
+    save_checkpoint,
+    set_rng_state,
 )
+from rstar2.learner.policy import LearnerPolicy
+from rstar2.learner.rank_group import RankGroup
 from rstar2.model.chat_format import render_prompt
-from rstar2.model.loader import load_model
 from rstar2.rl import build_training_batch
 from rstar2.tasks.arithmetic import generate_problems
 from rstar2.train.config import TrainConfig
 from rstar2.train.controller import derive_seed, group_results
+from rstar2.train.learner_ranks import build_policy, start_ranks
 from rstar2.train.problem_stream import TrainProblem
 from rstar2.wire import TrajectoryResult
 
@@ -57,37 +61,70 @@ def load_split(cfg: TrainConfig, split: str) -> list[TrainProblem]:
 
 
 class RunState:
-    """The policy, its tokenizer, the optimizer and schedule of one run (see the module)."""
+    """The policy (on one or more learner ranks), its tokenizer and the run's checkpoints (see
+    the module)."""
 
     def __init__(
-        self, cfg: TrainConfig, run_dir: Path, model: torch.nn.Module, tokenizer: Any
+        self,
+        cfg: TrainConfig,
+        run_dir: Path,
+        policy: LearnerPolicy,
+        tokenizer: Any,
+        ranks: RankGroup | None = None,
     ) -> None:
         self.cfg = cfg
         self.run_dir = run_dir
-        self.model = model
+        self.policy = policy
         self.tokenizer = tokenizer
-        self.pad_id = int(tokenizer.pad_token_id or 0)
-        self.optimizer = make_optimizer(model, cfg.learner)
-        self.schedule = make_lr_schedule(self.optimizer, cfg.learner)
+        self.ranks = ranks
+        """The other learner ranks, driven from here (None: a one-rank learner)."""
+        self.pad_id = policy.pad_id
         self.saved: dict[str, Any] | None = None
         """The controller's part of the checkpoint resumed from (None: a fresh start)."""
         self._prompt_cache: dict[str, list[int]] = {}
 
     @classmethod
     def open(cls, cfg: TrainConfig, run_dir: Path, model_dir: Path, resume: bool) -> RunState:
-        model, tokenizer = load_model(model_dir)
-        state = cls(cfg, run_dir, model, tokenizer)
-        ck = load_latest(run_dir) if resume else None
-        if ck is not None:
-            state._restore(ck.state)
-            log.info("resumed from %s (step %d)", ck.path, ck.step)
+        """Rank 0 of the learner: start the other ranks (`cluster.learner_ranks`), load the
+        policy and, when resuming, restore the latest checkpoint on every rank."""
+        ranks = start_ranks(cfg, model_dir)
+        try:
+            policy, tokenizer = build_policy(cfg, model_dir, local_rank=0)
+            state = cls(cfg, run_dir, policy, tokenizer, ranks)
+            ck = load_latest(run_dir) if resume else None
+            if ck is not None:
+                state._restore(ck)
+                log.info("resumed from %s (step %d)", ck.path, ck.step)
+        except BaseException:
+            if ranks is not None:
+                ranks.close()
+            raise
         return state
+
+    def close(self) -> None:
+        """Stop the other learner ranks (if any)."""
+        if self.ranks is not None:
+            self.ranks.close()
+
+    @property
+    def model(self) -> torch.nn.Module:
+        """Rank 0's model (its shard when the learner is sharded)."""
+        return self.policy.model
 
     # --- commands --------------------------------------------------------------------------
 
+    def _run(self, op: str, *args: Any) -> Any:
+        """`policy.op(*args)` on every learner rank (rank 0 last, as the followers wait)."""
+        if self.ranks is None:
+            return getattr(self.policy, op)(*args)
+        return self.ranks.run(self.policy, op, *args)
+
     def reset_optimizer(self) -> None:
-        self.optimizer = make_optimizer(self.model, self.cfg.learner)
-        self.schedule = make_lr_schedule(self.optimizer, self.cfg.learner)
+        self._run("reset_optimizer")
+
+    def full_weights(self) -> dict[str, torch.Tensor]:
+        """The whole policy's tensors (gathered from every rank) for a weight push."""
+        return dict(self._run("full_weights"))
 
     def prompt_ids(self, problem: TrainProblem) -> list[int]:
         ids = self._prompt_cache.get(problem.id)
@@ -100,15 +137,7 @@ class RunState:
         groups = group_results(results)
         rng = random.Random(derive_seed(self.cfg.seed, "roc", step))
         batch = build_training_batch(groups, self.cfg.rl, rng)
-        metrics = update_policy(
-            self.model,
-            self.optimizer,
-            self.schedule,
-            batch,
-            self.cfg.learner,
-            self.cfg.rl,
-            self.pad_id,
-        )
+        metrics: dict[str, float] = self._run("update", batch)
         metrics.update(
             groups_kept=batch.groups_kept,
             groups_dropped=batch.groups_dropped,
@@ -120,20 +149,34 @@ class RunState:
     # --- checkpoints -----------------------------------------------------------------------
 
     def save(self, step: int, controller_state: dict[str, Any]) -> Path:
-        """Checkpoint `step`: the learner's state and the controller's ("stream", "stage",
-        "progress")."""
+        """Checkpoint `step`: model and optimizer through DCP from every rank (`policy/`), the
+        schedule, RNG states and the controller's state ("stream", "stage", "progress") in
+        `state.pt`."""
         state = {
-            "model": self.model.state_dict(),
-            "optimizer": self.optimizer.state_dict(),
-            "schedule": self.schedule.state_dict(),
+            "schedule": self.policy.schedule.state_dict(),
             "rng": rng_state(),
+            "learner_ranks": self.policy.world,
             **controller_state,
         }
-        return save_checkpoint(self.run_dir, step, state, keep=self.cfg.keep_checkpoints)
+        return save_checkpoint(
+            self.run_dir,
+            step,
+            state,
+            keep=self.cfg.keep_checkpoints,
+            write_policy=lambda path: self._run("save", path),
+        )
 
-    def _restore(self, state: dict[str, Any]) -> None:
-        self.model.load_state_dict(state["model"])
-        self.optimizer.load_state_dict(state["optimizer"])
-        self.schedule.load_state_dict(state["schedule"])
+    def _restore(self, ck: Checkpoint) -> None:
+        state = ck.state
+        if "model" in state:  # written before checkpoints went through DCP: one rank only
+            if self.ranks is not None:
+                raise ValueError(
+                    f"{ck.path} predates sharded checkpoints; resume it with one learner rank"
+                )
+            self.policy.model.load_state_dict(state["model"])
+            self.policy.optimizer.load_state_dict(state["optimizer"])
+            self.policy.schedule.load_state_dict(state["schedule"])
+        else:
+            self._run("load", ck.path / POLICY_DIR, state["schedule"])
         set_rng_state(state["rng"])
         self.saved = {k: state[k] for k in ("stream", "stage", "progress")}

@@ -14,15 +14,18 @@ byte buckets through a process group).
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import torch
 from torch import nn
 
 
-def flatten_weights(model: nn.Module) -> tuple[list[str], list[list[int]], torch.Tensor]:
-    """Every parameter and buffer in one contiguous float32 buffer (for the weight push)."""
-    state = model.state_dict()
+def flatten_weights(
+    weights: nn.Module | Mapping[str, torch.Tensor],
+) -> tuple[list[str], list[list[int]], torch.Tensor]:
+    """Every tensor of a state dict (or a model's parameters and buffers) in one contiguous
+    float32 buffer (for the weight push)."""
+    state = weights.state_dict() if isinstance(weights, nn.Module) else weights
     names = list(state)
     shapes = [list(state[k].shape) for k in names]
     flat = torch.cat([state[k].detach().reshape(-1).float() for k in names])

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from rstar2.learner.checkpoint import read_policy
 from rstar2.metrics import read_metrics
 from tests.profile.tool_policy import ToolPolicy
 
@@ -156,9 +157,9 @@ def test_resume_restores_the_policy_and_optimizer_of_a_run_that_trains(
     )
     assert not (run / "checkpoints" / "step-000003").exists()  # killed mid-run
     subprocess.run(train_cmd("--resume", str(run)), check=True, capture_output=True, timeout=600)
-    want = torch.load(ref / "checkpoints" / "step-000003" / "state.pt", weights_only=False)
-    got = torch.load(run / "checkpoints" / "step-000003" / "state.pt", weights_only=False)
-    for part in ("model", "optimizer"):
+    want = read_policy(ref / "checkpoints" / "step-000003")
+    got = read_policy(run / "checkpoints" / "step-000003")
+    for part in ("model", "optim"):
         w, g = _tensors(want[part]), _tensors(got[part])
         assert w.keys() == g.keys() and w, part
         for key in w:

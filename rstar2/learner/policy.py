@@ -1,0 +1,164 @@
+"""The policy one learner rank trains: model, optimizer and schedule, alone or sharded.
+
+`LearnerPolicy` is the same object on every rank of the learner. With one rank it wraps the plain
+model and `update_policy`; with N ranks (a torch.distributed group) the model is sharded with
+FSDP2 (`shard_model`) and the update is `update_policy_sharded`, which gives the one-rank result
+up to float rounding. Methods marked *collective* must be called by every rank, in the same
+order: rank 0 drives the others through `rank_group.RankGroup`.
+
+- `update(batch)`: one GRPO-RoC policy update (collective);
+- `reset_optimizer()`: a fresh optimizer and warm-up schedule (the paper's stage-3 reset);
+- `weights(bucket_bytes)`: the full (unsharded) tensors, yielded one bucket at a time on rank 0
+  (collective): each tensor is all-gathered on its own and copied to the CPU, so the memory a
+  weight push adds on any rank is one bucket plus the tensor being gathered, never the model;
+- `save(dir)` / `load(dir)`: model and optimizer state with `torch.distributed.checkpoint`
+  (collective). DCP stores each rank's shards under a global plan, so a checkpoint written by N
+  ranks loads on M (tested 2 -> 1 and 1 -> 2); torch.save of a gathered state dict could not,
+  and would hold the whole model and optimizer on rank 0.
+
+Placement (`LearnerConfig`): `device` ("auto": CUDA when torch sees a GPU - ROCm is "cuda" in
+torch - else the CPU; rank r takes GPU `local_rank`); `bf16`: bf16 compute with fp32 master
+weights and fp32 optimizer state (FSDP2's `MixedPrecisionPolicy` when sharded on GPUs,
+`torch.autocast` otherwise); `activation_checkpointing`: recompute each decoder layer's
+activations in backward (the Hugging Face model's own gradient checkpointing).
+
+What it does not do: start processes or pass commands between ranks (`rank_group.py`), choose
+rollouts (rstar2.rl) or checkpoint the run's other state (the train package).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+import torch.distributed.checkpoint as dcp
+from torch import nn
+from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+from torch.distributed.tensor import DTensor
+
+from rstar2.learner.distributed import DistributedConfig, shard_model, update_policy_sharded
+from rstar2.learner.policy_update import (
+    LearnerConfig,
+    make_lr_schedule,
+    make_optimizer,
+    update_policy,
+)
+from rstar2.rl import RLConfig, TrainingBatch
+
+log = logging.getLogger(__name__)
+
+DEVICES = ("auto", "cpu", "cuda")
+
+
+def resolve_device(setting: str, local_rank: int = 0) -> torch.device:
+    """The device `learner.device = setting` means for the rank with this local index."""
+    if setting not in DEVICES:
+        raise ValueError(f"learner.device must be one of {DEVICES}, got {setting!r}")
+    has_gpu = torch.cuda.is_available()
+    if setting == "cuda" and not has_gpu:
+        raise ValueError(
+            "learner.device = 'cuda' but torch sees no GPU (torch.cuda.is_available() is "
+            "False); use 'cpu' or 'auto'"
+        )
+    if setting == "cpu" or not has_gpu:
+        return torch.device("cpu")
+    return torch.device("cuda", local_rank % torch.cuda.device_count())
+
+
+class LearnerPolicy:
+    """Model, optimizer and schedule of one learner rank (see the module docstring)."""
+
+    def __init__(
+        self,
+        model: nn.Module,
+        cfg: LearnerConfig,
+        rl: RLConfig,
+        pad_id: int = 0,
+        device: torch.device | None = None,
+    ) -> None:
+        self.cfg = cfg
+        self.rl = rl
+        self.pad_id = pad_id
+        self.world = dist.get_world_size() if dist.is_initialized() else 1
+        self.device = device or torch.device("cpu")
+        model.to(self.device)
+        if cfg.activation_checkpointing:
+            if not hasattr(model, "gradient_checkpointing_enable"):
+                raise TypeError(
+                    f"learner.activation_checkpointing needs a Hugging Face model, got "
+                    f"{type(model).__name__}"
+                )
+            model.gradient_checkpointing_enable({"use_reentrant": False})
+        if self.world > 1:
+            shard_model(model, DistributedConfig(bf16_params=cfg.bf16))
+        self.model = model
+        self.optimizer = make_optimizer(model, cfg)
+        self.schedule = make_lr_schedule(self.optimizer, cfg)
+
+    @property
+    def rank(self) -> int:
+        return dist.get_rank() if dist.is_initialized() else 0
+
+    def update(self, batch: TrainingBatch) -> dict[str, float]:
+        """One policy update on the step's batch (collective); the same metrics on every rank."""
+        step = update_policy_sharded if self.world > 1 else update_policy
+        return step(
+            self.model, self.optimizer, self.schedule, batch, self.cfg, self.rl, self.pad_id
+        )
+
+    def reset_optimizer(self) -> None:
+        self.optimizer = make_optimizer(self.model, self.cfg)
+        self.schedule = make_lr_schedule(self.optimizer, self.cfg)
+
+    def weights(self, bucket_bytes: int) -> Iterator[dict[str, torch.Tensor]]:
+        """The full tensors (state-dict names, CPU, their own dtype) in buckets of about
+        `bucket_bytes` (a tensor larger than that is a bucket of its own). Collective: every rank
+        must exhaust the iterator; the buckets are yielded on rank 0 only."""
+        if bucket_bytes < 1:
+            raise ValueError(f"bucket_bytes must be >= 1, got {bucket_bytes}")
+        bucket: dict[str, torch.Tensor] = {}
+        size = 0
+        for name, tensor in self.model.state_dict().items():
+            full = tensor.full_tensor() if isinstance(tensor, DTensor) else tensor
+            if self.rank != 0:
+                continue
+            bucket[name] = full.detach().to("cpu", copy=True)
+            size += full.numel() * full.element_size()
+            if size >= bucket_bytes:
+                yield bucket
+                bucket, size = {}, 0
+        if bucket:
+            yield bucket
+
+    def full_weights(self) -> dict[str, torch.Tensor]:
+        """Every full tensor on rank 0, `{}` elsewhere (collective; holds the whole model)."""
+        out: dict[str, torch.Tensor] = {}
+        for bucket in self.weights(2**62):
+            out.update(bucket)
+        return out
+
+    def save(self, path: Path) -> None:
+        """Model and optimizer state into directory `path` with DCP (collective)."""
+        model_state, optim_state = get_state_dict(self.model, self.optimizer)
+        dcp.save({"model": model_state, "optim": optim_state}, checkpoint_id=Path(path))
+
+    def load(self, path: Path, schedule: dict[str, Any] | None = None) -> None:
+        """Restore model and optimizer state from `save`'s directory, whatever rank count
+        wrote it, and the schedule's state when given (collective)."""
+        if not (Path(path) / ".metadata").is_file():
+            raise FileNotFoundError(f"{path} is not a torch.distributed.checkpoint directory")
+        model_state, optim_state = get_state_dict(self.model, self.optimizer)
+        state = {"model": model_state, "optim": optim_state}
+        dcp.load(state, checkpoint_id=Path(path))
+        set_state_dict(
+            self.model,
+            self.optimizer,
+            model_state_dict=state["model"],
+            optim_state_dict=state["optim"],
+        )
+        if schedule is not None:
+            self.schedule.load_state_dict(schedule)

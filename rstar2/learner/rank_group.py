@@ -1,0 +1,183 @@
+"""Rank 0's handle on the other ranks of a sharded learner: start them, drive them, see them die.
+
+The learner actor is rank 0 of the learner's torch.distributed group and the only rank on the
+actor bus. Ranks 1..N-1 ("followers") hold their shard of the same `LearnerPolicy` and do what
+rank 0 does, in the same order, so the collectives inside line up:
+
+- `RankGroup.spawn(world, entry, args, backend)` starts the followers as local processes
+  (torch.multiprocessing, "spawn"), each running `entry(rank, world, init_method, *args)`, and
+  joins the group as rank 0.
+- `run(policy, op, *args)` sends `(op, args)` to every follower (`call`: `broadcast_object_list`
+  on the control group (gloo: the default group on CPU, a second gloo group when the default is NCCL);
+  each follower's `serve_commands` runs `getattr(policy, op)(*args)` (an iterator result, such
+  as the weight buckets, is run to its end) until `close()` sends `STOP`; then rank 0 runs the
+  same method on its own policy.
+- A follower that dies closes its gloo connections, and the collective rank 0 is in fails within
+  about a second; `call` turns that into `LearnerRankDied`, which names the dead rank(s) and how
+  they ended. NCCL does not notice a dead peer before its timeout, so `dead_ranks()` is there for
+  a watchdog to poll while rank 0 is blocked.
+
+Commands are pickled (they carry a `TrainingBatch` or a path), which is fine here: every rank is a
+process this run started from its own code, on the learner's private group; nothing untrusted is
+ever unpickled, and the actor bus itself stays msgpack.
+
+What it does not do: decide what to run (the train package) or the math (policy.py).
+"""
+
+from __future__ import annotations
+
+import datetime
+import logging
+import socket
+from collections.abc import Callable, Iterator, Sequence
+from multiprocessing.process import BaseProcess
+from typing import Any
+
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+log = logging.getLogger(__name__)
+
+STOP = "stop"
+TIMEOUT = datetime.timedelta(minutes=30)
+"""How long a collective waits for a silent rank (a crashed rank is noticed at once on gloo)."""
+
+
+class LearnerRankDied(RuntimeError):
+    """A rank of the sharded learner ended before the run did."""
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])
+
+
+def join_group(rank: int, world: int, init_method: str, backend: str) -> dist.ProcessGroup:
+    """Join the learner's default process group; returns the gloo control group of commands."""
+    dist.init_process_group(
+        backend, init_method=init_method, rank=rank, world_size=world, timeout=TIMEOUT
+    )
+    control = dist.new_group(backend="gloo") if backend != "gloo" else dist.group.WORLD
+    assert control is not None
+    return control
+
+
+def serve_commands(target: object, control: dist.ProcessGroup) -> None:
+    """A follower's loop: run each command rank 0 broadcasts on `target` until `STOP`."""
+    while True:
+        box: list[Any] = [None]
+        dist.broadcast_object_list(box, src=0, group=control)
+        op, args = box[0]
+        if op == STOP:
+            return
+        result = getattr(target, op)(*args)
+        if isinstance(result, Iterator):
+            for _ in result:
+                pass
+
+
+def _follower(entry: Callable[..., None], rank: int, world: int, init: str, args: tuple) -> None:
+    entry(rank, world, init, *args)
+
+
+class RankGroup:
+    """Rank 0's side of the learner's process group (see the module docstring)."""
+
+    def __init__(self, control: dist.ProcessGroup, processes: Sequence[BaseProcess]) -> None:
+        self.control = control
+        self.processes = list(processes)
+        """The followers this process started (rank i + 1)."""
+        self._closed = False
+
+    @property
+    def world(self) -> int:
+        return dist.get_world_size()
+
+    @classmethod
+    def spawn(cls, world: int, entry: Callable[..., None], args: tuple, backend: str) -> RankGroup:
+        """Start ranks 1..world-1 on this host and join them as rank 0."""
+        if world < 2:
+            raise ValueError(f"a rank group needs world >= 2, got {world}")
+        if dist.is_initialized():
+            raise RuntimeError("this process already belongs to a torch.distributed group")
+        init = f"tcp://127.0.0.1:{free_port()}"
+        ctx = mp.get_context("spawn")
+        processes = []
+        for rank in range(1, world):
+            p = ctx.Process(
+                target=_follower,
+                args=(entry, rank, world, init, args),
+                name=f"learner-rank-{rank}",
+                daemon=True,
+            )
+            p.start()
+            log.info("learner rank %d/%d started (pid %d)", rank, world, p.pid)
+            processes.append(p)
+        try:
+            control = join_group(0, world, init, backend)
+        except BaseException:
+            for p in processes:
+                p.kill()
+            raise
+        return cls(control, processes)
+
+    def run(self, target: object, op: str, *args: object) -> Any:
+        """`target.op(*args)` on every rank: the followers are told first (they wait in the
+        collectives inside), then rank 0 runs it on its own `target`."""
+        self.call(op, *args)
+        return self.guarded(lambda: getattr(target, op)(*args))
+
+    def call(self, op: str, *args: object) -> None:
+        """Tell every follower to run `op(*args)` (rank 0 then runs it too)."""
+        self.guarded(lambda: dist.broadcast_object_list([(op, args)], src=0, group=self.control))
+
+    def guarded(self, fn: Callable[[], Any]) -> Any:
+        """`fn()`, with a collective failure caused by a dead follower named as such."""
+        try:
+            return fn()
+        except RuntimeError as e:
+            dead = self.dead_ranks(wait_s=5.0)
+            if dead:
+                raise LearnerRankDied(_describe(dead)) from e
+            raise
+
+    def dead_ranks(self, wait_s: float = 0.0) -> dict[int, int | None]:
+        """{rank: exit code} of the followers that have ended (waiting up to `wait_s` for a
+        breaking process to finish)."""
+        out: dict[int, int | None] = {}
+        for rank, p in enumerate(self.processes, start=1):
+            p.join(timeout=wait_s if not out else 0.0)
+            if not p.is_alive():
+                out[rank] = p.exitcode
+        return out
+
+    def close(self, timeout_s: float = 30.0) -> None:
+        """Stop the followers and leave the group (idempotent; never raises for a dead rank)."""
+        if self._closed:
+            return
+        self._closed = True
+        if not self.dead_ranks():
+            try:
+                self.call(STOP)
+            except RuntimeError as e:
+                log.warning("could not stop the learner ranks cleanly: %s", e)
+        for p in self.processes:
+            p.join(timeout=timeout_s)
+            if p.is_alive():
+                log.warning("learner rank process %s did not stop; killing it", p.pid)
+                p.kill()
+        dist.destroy_process_group()
+
+
+def _describe(dead: dict[int, int | None]) -> str:
+    parts = []
+    for rank, code in sorted(dead.items()):
+        if code is None:
+            how = "ended"
+        elif code < 0:
+            how = f"was killed by signal {-code}"
+        else:
+            how = f"exited with code {code}"
+        parts.append(f"learner rank {rank} {how}")
+    return "; ".join(parts) + " (its log is above); the run stopped"

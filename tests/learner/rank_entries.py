@@ -1,0 +1,27 @@
+"""Follower bodies of the rank-group tests (spawned processes import them from here)."""
+
+from __future__ import annotations
+
+import torch
+import torch.distributed as dist
+
+from rstar2.learner.policy import LearnerPolicy
+from rstar2.learner.policy_update import LearnerConfig
+from rstar2.learner.rank_group import join_group, serve_commands
+from rstar2.rl import RLConfig
+from tests.production.distributed_ranks import tiny_model
+
+CFG = LearnerConfig(lr=1e-2, warmup_steps=2, grad_clip=0.5, micro_batch_size=2, mini_batches=2)
+
+
+def policy(seed: int = 0) -> LearnerPolicy:
+    return LearnerPolicy(tiny_model(seed), CFG, RLConfig())
+
+
+def follower(rank: int, world: int, init_method: str) -> None:
+    torch.set_num_threads(1)
+    control = join_group(rank, world, init_method, "gloo")
+    try:
+        serve_commands(policy(), control)
+    finally:
+        dist.destroy_process_group()

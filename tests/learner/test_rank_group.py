@@ -1,0 +1,105 @@
+"""The sharded learner as `rstar2 train` drives it: rank 0 in this process, rank 1 spawned,
+commands through `RankGroup.run` - against the one-rank `LearnerPolicy`."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from rstar2.learner.policy import resolve_device
+from rstar2.learner.rank_group import LearnerRankDied, RankGroup
+from tests.learner.rank_entries import follower, policy
+from tests.production.distributed_ranks import synthetic_batch, tiny_model
+
+TOL = 1e-5
+
+
+def _one_rank_reference(tmp_path: Path) -> tuple[dict, dict, dict, dict]:
+    """One rank: update, checkpoint, update again (Adam's second step depends on the moments
+    the first one left, so comparing it checks the optimizer state was restored)."""
+    p = policy()
+    batch = synthetic_batch(tiny_model())
+    metrics = p.update(batch)
+    after_one = p.full_weights()
+    p.save(tmp_path / "one-rank")
+    schedule = p.schedule.state_dict()
+    p.update(batch)
+    return metrics, after_one, p.full_weights(), schedule
+
+
+@pytest.mark.slow
+def test_two_ranks_update_and_checkpoint_like_one(tmp_path: Path) -> None:
+    ref_metrics, ref_after_one, ref_after_two, schedule = _one_rank_reference(tmp_path)
+    batch = synthetic_batch(tiny_model())
+    group = RankGroup.spawn(2, follower, (), "gloo")
+    try:
+        p = policy()
+        metrics = group.run(p, "update", batch)
+        for k, v in ref_metrics.items():
+            assert metrics[k] == pytest.approx(v, abs=TOL, rel=TOL), k
+        got = group.run(p, "full_weights")
+        assert got.keys() == ref_after_one.keys()
+        for k, v in ref_after_one.items():
+            torch.testing.assert_close(got[k], v, atol=TOL, rtol=0, msg=k)
+        # 2 -> 1: a two-rank checkpoint, loaded by one rank, continues like the reference.
+        group.run(p, "save", tmp_path / "two-rank")
+        # 1 -> 2: the one-rank checkpoint loaded by both ranks, one more step.
+        p2 = policy(seed=5)  # other weights and no optimizer state: the load must replace them
+        group.run(p2, "load", tmp_path / "one-rank", schedule)
+        group.run(p2, "update", batch)
+        got = group.run(p2, "full_weights")
+        for k, v in ref_after_two.items():
+            torch.testing.assert_close(got[k], v, atol=TOL, rtol=0, msg=f"1->2 {k}")
+    finally:
+        group.close()
+    single = policy(seed=5)  # other weights: the load must replace them
+    single.load(tmp_path / "two-rank", schedule)
+    for k, v in ref_after_one.items():
+        torch.testing.assert_close(single.full_weights()[k], v, atol=TOL, rtol=0, msg=f"2->1 {k}")
+    single.update(batch)
+    for k, v in ref_after_two.items():
+        torch.testing.assert_close(single.full_weights()[k], v, atol=TOL, rtol=0, msg=f"2->1 {k}")
+
+
+@pytest.mark.slow
+def test_a_dead_rank_is_named_not_waited_for() -> None:
+    group = RankGroup.spawn(2, follower, (), "gloo")
+    try:
+        p = policy()
+        os.kill(group.processes[0].pid, signal.SIGKILL)
+        start = time.monotonic()
+        with pytest.raises(LearnerRankDied, match="learner rank 1 was killed by signal 9"):
+            group.run(p, "update", synthetic_batch(tiny_model()))
+        assert time.monotonic() - start < 30
+    finally:
+        group.close()
+
+
+def test_device_setting_resolves_or_says_why_not() -> None:
+    assert resolve_device("cpu") == torch.device("cpu")
+    if not torch.cuda.is_available():
+        assert resolve_device("auto") == torch.device("cpu")
+        with pytest.raises(ValueError, match="learner.device = 'cuda'"):
+            resolve_device("cuda")
+    with pytest.raises(ValueError, match="learner.device"):
+        resolve_device("tpu")
+
+
+def test_weights_come_in_buckets_of_the_asked_size() -> None:
+    p = policy()
+    sizes = {k: v.numel() * v.element_size() for k, v in p.model.state_dict().items()}
+    bucket = max(sizes.values())
+    buckets = list(p.weights(bucket))
+    assert len(buckets) > 1
+    for b in buckets:  # a bucket closes as soon as it reaches the size
+        total = sum(sizes[k] for k in b)
+        assert total - sizes[list(b)[-1]] < bucket
+    merged = {k: v for b in buckets for k, v in b.items()}
+    assert list(merged) == list(sizes)
+    for k, v in p.model.state_dict().items():
+        assert torch.equal(merged[k], v)

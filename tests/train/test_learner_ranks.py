@@ -1,0 +1,104 @@
+"""`rstar2 train` with a sharded learner (`cluster.learner_ranks = 2`, gloo on this CPU): it
+trains end to end, a checkpoint written by two ranks resumes on one, and a rank that dies stops
+the run with an error naming it."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from rstar2.learner.checkpoint import read_policy
+from rstar2.metrics import read_metrics
+from tests.profile.tool_policy import ToolPolicy
+
+
+def _cmd(tool_policy: ToolPolicy, run: Path, steps: int, *extra: str) -> list[str]:
+    sets = [
+        *tool_policy.sets, f"model.path={tool_policy.path}", "sft.steps=0",
+        "prompts_per_step=4", "rollouts_per_prompt=4", "rl.group_size=2", "heldout_problems=4",
+        "eval_every=0", "checkpoint_every=1", "graph.engine_threads=1", "learner.lr=1e-3",
+        "learner.warmup_steps=0", "cluster.learner_ranks=2", *extra,
+        f'stages=[{{"name": "rl1", "steps": {steps}, "max_response_tokens": 160}}]',
+    ]  # fmt: skip
+    return [
+        sys.executable, "-m", "rstar2.cli", "train", "--run-dir", str(run),
+        *[x for s in sets for x in ("--set", s)],
+    ]  # fmt: skip
+
+
+def _rl_rows(run: Path) -> list[dict]:
+    return [r for r in read_metrics(run / "metrics.jsonl") if r.get("stage") == "rl1"]
+
+
+@pytest.mark.slow
+def test_two_learner_ranks_train_and_resume_on_one(tmp_path: Path, tool_policy: ToolPolicy) -> None:
+    run = tmp_path / "run"
+    subprocess.run(_cmd(tool_policy, run, 2), check=True, capture_output=True, timeout=600)
+    rows = _rl_rows(run)
+    assert [r["step"] for r in rows] == [1, 2]
+    assert all(r["trained_rollouts"] > 0 for r in rows), rows
+    shards = sorted(p.name for p in (run / "checkpoints" / "step-000002" / "policy").iterdir())
+    assert shards == [".metadata", "__0_0.distcp", "__1_0.distcp"]  # both ranks wrote
+
+    # Resume the finished two-rank run on one rank with one more step.
+    config = json.loads((run / "config.json").read_text())
+    config["cluster"]["learner_ranks"] = 1
+    config["stages"][0]["steps"] = 3
+    (run / "config.json").write_text(json.dumps(config))
+    before = read_policy(run / "checkpoints" / "step-000002")["model"]
+    subprocess.run(
+        [sys.executable, "-m", "rstar2.cli", "train", "--resume", str(run)],
+        check=True,
+        capture_output=True,
+        timeout=600,
+    )
+    assert [r["step"] for r in _rl_rows(run)] == [1, 2, 3]
+    after = read_policy(run / "checkpoints" / "step-000003")
+    assert after["model"].keys() == before.keys()
+    assert sorted(p.name for p in (run / "checkpoints" / "step-000003" / "policy").iterdir()) == [
+        ".metadata",
+        "__0_0.distcp",
+    ]
+
+
+@pytest.mark.slow
+def test_a_learner_rank_that_dies_stops_the_run_naming_it(
+    tmp_path: Path, tool_policy: ToolPolicy
+) -> None:
+    proc = subprocess.Popen(
+        _cmd(tool_policy, tmp_path / "run", 20),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    log: list[str] = []
+    try:
+        assert proc.stderr is not None
+        pid = None
+        for line in proc.stderr:
+            log.append(line)
+            found = re.search(r"learner rank 1/2 started \(pid (\d+)\)", line)
+            pid = int(found.group(1)) if found else pid
+            if pid is not None and "step    1/20" in line:
+                os.kill(pid, signal.SIGKILL)
+                killed = time.monotonic()
+                break
+        else:
+            pytest.fail("the run ended before its first step:\n" + "".join(log[-20:]))
+        log.extend(proc.stderr)
+        code = proc.wait(timeout=120)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert time.monotonic() - killed < 60  # stopped, not hung until a collective timeout
+    assert code != 0
+    assert "learner rank 1 was killed by signal 9" in "".join(log[-10:]), "".join(log[-10:])

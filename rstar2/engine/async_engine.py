@@ -198,15 +198,20 @@ class AsyncEngine:
 
 @asynccontextmanager
 async def open_engine(
-    model: nn.Module | str | Path, cfg: EngineConfig | None = None, *, seed: int = 0
+    model: nn.Module | str | Path,
+    cfg: EngineConfig | None = None,
+    *,
+    seed: int = 0,
+    device: torch.device | None = None,
 ) -> AsyncIterator[AsyncEngine]:
     """An `AsyncEngine` whose step loop runs for the duration of the `async with` block.
 
-    `model` is a loaded HF causal LM (its parameters are shared, not copied) or a local model
-    directory.
+    `model` is a loaded HF causal LM (its parameters are shared, not copied, and moved to the
+    engine's device) or a local model directory. `device` defaults to `cfg.device` resolved
+    on this machine.
     """
     module = model if isinstance(model, nn.Module) else load_causal_lm(model)
-    engine = AsyncEngine(EngineCore(module, cfg, seed=seed))
+    engine = AsyncEngine(EngineCore(module, cfg, seed=seed, device=device))
     async with anyio.create_task_group() as tg:
         await tg.start(engine.serve)
         try:

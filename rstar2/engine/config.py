@@ -1,4 +1,5 @@
-"""Configuration of the embedded CPU engine (one dataclass, validated on load).
+"""Configuration of the embedded engine (one dataclass, validated on load), and the device
+its `device` setting resolves to on the machine that runs it (`resolve_device`).
 
 What it does not do: choose the model (callers pass a module or a directory) or configure
 other backends (a vLLM backend has its own settings).
@@ -8,7 +9,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import torch
+
 from rstar2.config import require
+
+DEVICES = ("auto", "cpu", "cuda")
 
 
 @dataclass
@@ -28,6 +33,11 @@ class EngineConfig:
     they are evicted, oldest first, whenever blocks are needed. 0 disables reuse."""
     num_threads: int = 0
     """torch intra-op threads for the engine; 0 = leave torch's setting alone."""
+    device: str = "auto"
+    """Where the model, the KV cache and the sampling tensors live: "cpu", "cuda" (fails at
+    engine start on a machine where torch sees no GPU; ROCm builds count as "cuda") or "auto"
+    (cuda when torch sees a GPU, else cpu). Resolved where the engine starts (`resolve_device`),
+    not where the config is read."""
 
     def validate(self) -> None:
         require(
@@ -57,7 +67,29 @@ class EngineConfig:
             "an integer >= 0",
         )
         require(self.num_threads >= 0, "num_threads", self.num_threads, "an integer >= 0")
+        require(self.device in DEVICES, "device", self.device, " or ".join(map(repr, DEVICES)))
 
     @property
     def num_blocks(self) -> int:
         return self.kv_budget_tokens // self.block_size
+
+
+def resolve_device(setting: str, index: int = 0, cuda_devices: int | None = None) -> torch.device:
+    """The device `engine.device = setting` means for engine number `index` of its host.
+
+    `cuda_devices` is the number of GPUs torch sees (None: ask torch). With GPUs, "auto" and
+    "cuda" give `cuda:{index % cuda_devices}` (engines of one host spread over its GPUs);
+    without, "auto" gives cpu and "cuda" raises a one-line ValueError.
+    """
+    if setting not in DEVICES:
+        raise ValueError(f"engine.device must be one of {DEVICES}, got {setting!r}")
+    if cuda_devices is None:
+        cuda_devices = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if setting == "cuda" and cuda_devices == 0:
+        raise ValueError(
+            "engine.device = 'cuda' but torch sees no GPU (torch.cuda.is_available() is "
+            "False); use 'cpu' or 'auto'"
+        )
+    if setting == "cpu" or cuda_devices == 0:
+        return torch.device("cpu")
+    return torch.device("cuda", index % cuda_devices)

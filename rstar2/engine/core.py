@@ -1,10 +1,14 @@
-"""EngineCore: the synchronous embedded engine (continuous batching on CPU with torch).
+"""EngineCore: the synchronous embedded engine (continuous batching with torch, CPU or CUDA).
 
 Each `step()` asks the scheduler which requests run (continuing requests decode one token,
 new or preempted ones prefill their whole context), runs one forward pass over all of their
 tokens, samples one token per request and returns the requests that finished. Requests join
 and leave the running batch at every step. KV memory is a fixed pool of blocks; when it runs
 out the newest request is preempted and recomputed later (see `scheduler.py`).
+
+The model, the KV cache, the step's index tensors and the sampling RNGs live on one device
+(`engine.device`, or the `device` argument); token ids and logprobs come back as Python values,
+and new weights may arrive on any device (`load_state_dict` copies them onto the engine's).
 
 Not thread-safe: one thread drives it (the `AsyncEngine` wrapper serialises all calls).
 What it does not do: tokenisation, stop strings, streaming of partial outputs.
@@ -19,7 +23,7 @@ import torch
 from torch import nn
 from transformers import AutoModelForCausalLM
 
-from rstar2.engine.config import EngineConfig
+from rstar2.engine.config import EngineConfig, resolve_device
 from rstar2.engine.kv_cache import KVCache
 from rstar2.engine.protocol import GenerationOutput, SamplingParams
 from rstar2.engine.request import Request
@@ -42,12 +46,22 @@ def load_causal_lm(path: str | Path, dtype: torch.dtype = torch.float32) -> nn.M
 
 
 class EngineCore:
-    def __init__(self, model: nn.Module, cfg: EngineConfig | None = None, seed: int = 0) -> None:
+    def __init__(
+        self,
+        model: nn.Module,
+        cfg: EngineConfig | None = None,
+        seed: int = 0,
+        device: torch.device | None = None,
+    ) -> None:
+        """`model` is moved to `device` (default: `cfg.device` resolved on this machine) in
+        place, so a caller sharing the module shares the moved parameters."""
         cfg = cfg or EngineConfig()
         cfg.validate()
         if cfg.num_threads:
             torch.set_num_threads(cfg.num_threads)
         self.cfg = cfg
+        self.device = device if device is not None else resolve_device(cfg.device)
+        model.to(self.device)
         model_len = cfg.max_model_len or int(model.config.max_position_embeddings)
         capacity = cfg.num_blocks * cfg.block_size
         self.max_model_len = min(model_len, capacity)
@@ -55,7 +69,13 @@ class EngineCore:
         self.transformer = Transformer(model, self.max_model_len)
         t = self.transformer
         self.cache = KVCache(
-            t.num_layers, t.num_kv_heads, t.head_dim, cfg.num_blocks, cfg.block_size, t.dtype
+            t.num_layers,
+            t.num_kv_heads,
+            t.head_dim,
+            cfg.num_blocks,
+            cfg.block_size,
+            t.dtype,
+            self.device,
         )
         self.scheduler = Scheduler(
             cfg.num_blocks,
@@ -67,9 +87,10 @@ class EngineCore:
         )
         self._requests: dict[str, Request] = {}
         self._arrivals = 0
-        self._shared_generator = torch.Generator().manual_seed(seed)
+        self._shared_generator = torch.Generator(self.device).manual_seed(seed)
         log.info(
-            "engine: %d KV tokens in %d blocks, max_model_len %d, max_num_seqs %d",
+            "engine on %s: %d KV tokens in %d blocks, max_model_len %d, max_num_seqs %d",
+            self.device,
             capacity,
             cfg.num_blocks,
             self.max_model_len,
@@ -100,7 +121,9 @@ class EngineCore:
             raise ValueError(f"request id {request_id!r} is already in the engine")
         generator = None
         if params.seed is not None:
-            generator = torch.Generator().manual_seed(params.seed)
+            # on the engine's device: a seed gives the same draws on every run of one device
+            # type, not the same draws on CPU and CUDA (their generators differ)
+            generator = torch.Generator(self.device).manual_seed(params.seed)
         req = Request(request_id, list(prompt_ids), params, self._arrivals, generator)
         self._arrivals += 1
         self._requests[request_id] = req
@@ -144,7 +167,8 @@ class EngineCore:
 
     @torch.no_grad()
     def load_state_dict(self, state_dict: dict[str, torch.Tensor]) -> None:
-        """Copy new weights (HF parameter names, any subset) into the shared parameters."""
+        """Copy new weights (HF parameter names, any subset, on any device: CPU tensors from
+        the wire are copied onto the engine's device) into the shared parameters."""
         own = self.transformer.model.state_dict(keep_vars=True)
         for name, value in state_dict.items():
             if name not in own:

@@ -9,6 +9,8 @@ extra last block of every head pads short block tables. Positions past a sequenc
 their values still enter the matmuls, so the storage starts zeroed: masked scores must be
 finite and masked values must not be NaN (0 * NaN is NaN).
 
+The storage and every index tensor it builds live on `device` (the engine's).
+
 What it does not do: decide which blocks a request owns (the block pool and scheduler do).
 """
 
@@ -26,16 +28,19 @@ class KVCache:
         num_blocks: int,
         block_size: int,
         dtype: torch.dtype,
+        device: torch.device | str = "cpu",
     ) -> None:
+        self.device = torch.device(device)
         self.num_kv_heads = num_kv_heads
         self.head_dim = head_dim
         self.block_size = block_size
         self.pad_block = num_blocks
         self._blocks_per_head = num_blocks + 1
         rows = num_kv_heads * self._blocks_per_head * block_size
-        self.k = [torch.zeros(rows, head_dim, dtype=dtype) for _ in range(num_layers)]
-        self.v = [torch.zeros(rows, head_dim, dtype=dtype) for _ in range(num_layers)]
-        self._head_offsets = torch.arange(num_kv_heads) * self._blocks_per_head
+        dev = self.device
+        self.k = [torch.zeros(rows, head_dim, dtype=dtype, device=dev) for _ in range(num_layers)]
+        self.v = [torch.zeros(rows, head_dim, dtype=dtype, device=dev) for _ in range(num_layers)]
+        self._head_offsets = torch.arange(num_kv_heads, device=dev) * self._blocks_per_head
 
     def write_rows(self, slots: torch.Tensor) -> torch.Tensor:
         """Rows to write K/V of tokens at `slots` ([N], slot = block * block_size + offset),
@@ -52,7 +57,8 @@ class KVCache:
         """Flat `[batch * heads * num_blocks]` block rows of each sequence's first blocks,
         padded with the zero block; feed to `gather`."""
         table = torch.tensor(
-            [b[:num_blocks] + [self.pad_block] * (num_blocks - len(b)) for b in blocks]
+            [b[:num_blocks] + [self.pad_block] * (num_blocks - len(b)) for b in blocks],
+            device=self.device,
         )
         return (table.unsqueeze(1) + self._head_offsets.view(1, -1, 1)).reshape(-1)
 

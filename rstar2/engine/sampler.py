@@ -7,6 +7,8 @@ u uniform is an exact sample from p. Each row's uniforms come from its own seede
 depend on which other requests share the batch. Rows without a seed share the engine's
 generator. The logprob returned for every row is log p(token) under the
 unmodified model distribution (temperature 1, no top_p): the behaviour policy RL needs.
+Everything is computed on the logits' device (the generators must live there too); tokens and
+logprobs come back as Python lists.
 
 What it does not do: repetition penalties, top_k, min_p or logit bias.
 """
@@ -38,11 +40,14 @@ def sample(
     tokens = logits.argmax(dim=-1)
     rows = [i for i, r in enumerate(requests) if r.params.temperature > 0.0]
     if rows:
-        temps = torch.tensor([requests[i].params.temperature for i in rows], dtype=logits.dtype)
+        temps = torch.tensor(
+            [requests[i].params.temperature for i in rows], dtype=logits.dtype, device=logits.device
+        )
         scaled = torch.log_softmax(logits[rows] / temps.view(-1, 1), dim=-1)
         top_p = [requests[i].params.top_p for i in rows]
         if min(top_p) < 1.0:
-            kept = top_p_filter(scaled.exp(), torch.tensor(top_p, dtype=scaled.dtype))
+            limit = torch.tensor(top_p, dtype=scaled.dtype, device=scaled.device)
+            kept = top_p_filter(scaled.exp(), limit)
             scaled = scaled.masked_fill(kept == 0.0, -torch.inf)
         noise = torch.empty_like(scaled)
         for j, i in enumerate(rows):

@@ -11,7 +11,7 @@ padding). Attention needs each request's own context, so the batch also carries:
 Rows are ordered decode buckets first, then prefill segments, and `requests` lists the
 requests in that order, so sampled tokens map back by position.
 
-What it does not do: run anything; it only builds index tensors.
+What it does not do: run anything; it only builds index tensors (on the KV cache's device).
 """
 
 from __future__ import annotations
@@ -81,12 +81,13 @@ def build_step_batch(scheduled: list[tuple[Request, int]], cache: KVCache) -> St
         positions.extend(range(start, start + n))
         slots.extend(req.blocks[p // bs] * bs + p % bs for p in range(start, start + n))
         last.append(len(ids) - 1)
+    dev = cache.device
     return StepBatch(
         requests=ordered,
-        input_ids=torch.tensor(ids),
-        positions=torch.tensor(positions),
-        write_rows=cache.write_rows(torch.tensor(slots)),
-        last_index=torch.tensor(last),
+        input_ids=torch.tensor(ids, device=dev),
+        positions=torch.tensor(positions, device=dev),
+        write_rows=cache.write_rows(torch.tensor(slots, device=dev)),
+        last_index=torch.tensor(last, device=dev),
         decode=_decode_buckets(decode, cache),
         prefill=_prefill_segments(prefill, len(decode), cache),
     )
@@ -106,7 +107,8 @@ def _decode_buckets(decode: list[tuple[Request, int]], cache: KVCache) -> list[D
         width = num_blocks * cache.block_size
         mask = None
         if lengths[0] != width:
-            valid = torch.arange(width).view(1, -1) < torch.tensor(lengths).view(-1, 1)
+            ends = torch.tensor(lengths, device=cache.device).view(-1, 1)
+            valid = torch.arange(width, device=cache.device).view(1, -1) < ends
             mask = valid.view(len(reqs), 1, 1, width)
         rows = cache.block_rows([r.blocks for r in reqs], num_blocks)
         buckets.append(DecodeBucket(start, end, rows, mask))
@@ -125,8 +127,9 @@ def _prefill_segments(
         if req.num_computed > 0:
             num_blocks = -(-context // cache.block_size)
             rows = cache.block_rows([req.blocks], num_blocks)
-            q_pos = torch.arange(req.num_computed, context).view(-1, 1)
-            mask = torch.arange(num_blocks * cache.block_size).view(1, -1) <= q_pos
+            q_pos = torch.arange(req.num_computed, context, device=cache.device).view(-1, 1)
+            width = num_blocks * cache.block_size
+            mask = torch.arange(width, device=cache.device).view(1, -1) <= q_pos
         segments.append(PrefillSegment(start, start + n, context, rows, mask))
         start += n
     return segments

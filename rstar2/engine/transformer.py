@@ -150,10 +150,12 @@ def _layer_weights(layer: nn.Module) -> LayerWeights:
 def _rope_tables(
     rotary: nn.Module, max_positions: int, dtype: torch.dtype
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """cos/sin `[max_positions, head_dim]`, computed in float32 like the HF module does."""
+    """cos/sin `[max_positions, head_dim]`, computed in float32 like the HF module does, on
+    the module's device."""
     inv_freq = rotary.inv_freq.float()
     scaling = float(getattr(rotary, "attention_scaling", 1.0))
-    freqs = torch.arange(max_positions, dtype=torch.float32).view(-1, 1) * inv_freq.view(1, -1)
+    positions = torch.arange(max_positions, dtype=torch.float32, device=inv_freq.device)
+    freqs = positions.view(-1, 1) * inv_freq.view(1, -1)
     emb = torch.cat([freqs, freqs], dim=-1)
     return (emb.cos() * scaling).to(dtype), (emb.sin() * scaling).to(dtype)
 

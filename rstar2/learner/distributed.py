@@ -17,6 +17,10 @@ How a step is split (it must give the single-process result, up to float roundin
 4. `clip_grad_norm_` on sharded (DTensor) gradients computes the global norm; the optimizer
    steps each rank's shard.
 Metrics are each rank's token-weighted sums, all-reduced, so they equal the single-process ones.
+The logprob mismatch is all-reduced as a sum of |differences| and a token count (its mean is
+token-weighted) and a MAX of the ranks' maxima. The no-grad pre-pass (see `policy_update`: several
+mini-batches, or TIS with several epochs) runs the same per-rank micro-batches as training, so
+each rank holds the proximal logprobs of exactly the rollouts it trains on.
 
 What it does not do: start processes (use torchrun, or `torch.multiprocessing` in tests), move
 rollouts between ranks, or push weights to engines (`full_state_dict` gathers them on rank 0 for
@@ -28,7 +32,7 @@ from __future__ import annotations
 import logging
 import math
 import os
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -36,23 +40,25 @@ import torch.distributed as dist
 from torch import nn
 from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
-from torch.distributed.tensor import DTensor
 
 from rstar2.config import require
 from rstar2.learner.policy_update import (
     LearnerConfig,
+    Proximal,
     RolloutLike,
     even_chunks,
+    micro_batch_logprobs,
+    micro_batch_loss,
+    model_device,
     optimizer_steps,
-    pad_batch,
-    token_logprobs,
 )
-from rstar2.rl import RLConfig, TrainingBatch, policy_loss
+from rstar2.rl import Mismatch, RLConfig, TrainingBatch
 
 log = logging.getLogger(__name__)
 
 BACKENDS = ("auto", "nccl", "gloo")
 METRIC_KEYS = ("loss", "clip_fraction", "approx_kl", "entropy")
+TIS_METRIC_KEYS = ("tis_weight_mean", "tis_truncated_fraction")
 
 
 @dataclass
@@ -167,7 +173,11 @@ def update_policy_sharded(
         schedule,
         len(batch.rollouts),
         cfg,
-        lambda chunk: _sharded_mini_batch(model, batch, chunk, cfg, rl, pad_id, rank, world),
+        rl,
+        lambda chunk, proximal: _sharded_mini_batch(
+            model, batch, chunk, cfg, rl, pad_id, rank, world, proximal
+        ),
+        lambda chunk: _sharded_logprobs(model, batch, chunk, cfg, pad_id, rank, world),
     )
 
 
@@ -180,42 +190,83 @@ def _sharded_mini_batch(
     pad_id: int,
     rank: int,
     world: int,
-) -> dict[str, float]:
-    """Accumulate this rank's gradients for one mini-batch; returns the global metrics."""
-    rollouts: list[RolloutLike] = [batch.rollouts[i] for i in chunk]
-    num_tokens = max(float(sum(sum(r.loss_mask[1:]) for r in rollouts)), 1.0)
-    mine = rank_share(list(range(len(chunk))), rank, world)
-    largest = math.ceil(len(chunk) / world)
-    device = _device_of(model)
-    weighted = torch.zeros(len(METRIC_KEYS), dtype=torch.float64)
-    for micro in even_chunks(mine, math.ceil(largest / cfg.micro_batch_size)):
-        if micro:
-            part = [rollouts[i] for i in micro]
-            advantages = torch.tensor([batch.advantages[chunk[i]] for i in micro])
-        else:  # keep step with the other ranks' collectives; the loss is exactly zero
-            part, advantages = [_EmptyRollout(pad_id)], torch.zeros(1)
-        ids, attn, mask, old = (t.to(device) for t in pad_batch(part, pad_id))
-        with _autocast(cfg.bf16, device):
-            logp, entropy = token_logprobs(model, ids, attn)
-        loss, metrics = policy_loss(
-            logp,
-            old[:, 1:],
-            advantages.to(device=device, dtype=torch.float32),
-            mask[:, 1:],
-            eps_low=rl.eps_low,
-            eps_high=rl.eps_high,
-            entropy=entropy,
-            entropy_coef=rl.entropy_coef,
-            num_tokens=num_tokens,
+    proximal: Proximal | None,
+) -> tuple[dict[str, float], Mismatch]:
+    """Accumulate this rank's gradients for one mini-batch; returns the global metrics and
+    mismatch."""
+    num_tokens = max(float(sum(sum(batch.rollouts[i].loss_mask[1:]) for i in chunk)), 1.0)
+    keys = METRIC_KEYS + (TIS_METRIC_KEYS if rl.tis else ())
+    weighted = torch.zeros(len(keys), dtype=torch.float64)
+    seen = Mismatch()
+    for part, rows, advantages in _rank_micro_batches(batch, chunk, cfg, pad_id, rank, world):
+        loss, metrics, mismatch = micro_batch_loss(
+            model, part, rows, advantages, proximal, num_tokens, cfg, rl, pad_id
         )
         loss.backward()
-        share = float(mask[:, 1:].sum()) / num_tokens
-        metrics["loss"] = float(loss.detach()) / share if share > 0 else 0.0
-        for j, key in enumerate(METRIC_KEYS):
-            weighted[j] += metrics.get(key, 0.0) * share
-    if world > 1:
-        dist.all_reduce(weighted)
-    return {k: float(weighted[j]) for j, k in enumerate(METRIC_KEYS)}
+        seen += mismatch
+        weighted += torch.tensor([metrics.get(k, 0.0) for k in keys], dtype=torch.float64)
+    device = model_device(model)
+    weighted = _all_reduced_sum(weighted, device, world)
+    return {k: float(weighted[j]) for j, k in enumerate(keys)}, _all_reduced(seen, device, world)
+
+
+def _sharded_logprobs(
+    model: nn.Module,
+    batch: TrainingBatch,
+    chunk: list[int],
+    cfg: LearnerConfig,
+    pad_id: int,
+    rank: int,
+    world: int,
+) -> tuple[Proximal, Mismatch]:
+    """The pre-pass over one mini-batch: this rank's rollouts' logprobs, the global mismatch."""
+    proximal: Proximal = {}
+    seen = Mismatch()
+    for part, rows, _ in _rank_micro_batches(batch, chunk, cfg, pad_id, rank, world):
+        got, mismatch = micro_batch_logprobs(model, part, rows, cfg, pad_id)
+        proximal.update(got)
+        seen += mismatch
+    return proximal, _all_reduced(seen, model_device(model), world)
+
+
+def _rank_micro_batches(
+    batch: TrainingBatch,
+    chunk: list[int],
+    cfg: LearnerConfig,
+    pad_id: int,
+    rank: int,
+    world: int,
+) -> Iterator[tuple[Sequence[RolloutLike], list[int], torch.Tensor]]:
+    """This rank's micro-batches of `chunk`: rollouts, their batch indices, advantages. Every
+    rank gets the same number (FSDP2 gathers parameters in each forward, so ranks must stay in
+    step); a rank with fewer rollouts gets an all-masked filler whose loss is exactly zero."""
+    mine = rank_share(chunk, rank, world)
+    largest = math.ceil(len(chunk) / world)
+    for micro in even_chunks(mine, math.ceil(largest / cfg.micro_batch_size)):
+        if micro:
+            advantages = torch.tensor([batch.advantages[i] for i in micro])
+            yield [batch.rollouts[i] for i in micro], micro, advantages
+        else:
+            yield [_EmptyRollout(pad_id)], [], torch.zeros(1)
+
+
+def _all_reduced_sum(t: torch.Tensor, device: torch.device, world: int) -> torch.Tensor:
+    """`t` summed over the ranks (on `device`: NCCL reduces GPU tensors only), back on the CPU."""
+    if world == 1:
+        return t
+    t = t.to(device)
+    dist.all_reduce(t)
+    return t.cpu()
+
+
+def _all_reduced(m: Mismatch, device: torch.device, world: int) -> Mismatch:
+    """The mismatch of every rank's tokens: sums and counts added, the maximum of the maxima."""
+    if world == 1:
+        return m
+    sums = _all_reduced_sum(torch.tensor([m.abs_sum, m.tokens], dtype=torch.float64), device, world)
+    peak = torch.tensor([m.abs_max], dtype=torch.float64, device=device)
+    dist.all_reduce(peak, op=dist.ReduceOp.MAX)
+    return Mismatch(float(sums[0]), float(sums[1]), float(peak[0]))
 
 
 @dataclass(frozen=True)
@@ -235,15 +286,6 @@ class _EmptyRollout:
     @property
     def logprobs(self) -> list[float]:
         return [0.0, 0.0]
-
-
-def _device_of(model: nn.Module) -> torch.device:
-    param = next(model.parameters())
-    return param.to_local().device if isinstance(param, DTensor) else param.device
-
-
-def _autocast(enabled: bool, device: torch.device) -> torch.autocast:
-    return torch.autocast(device.type, dtype=torch.bfloat16, enabled=enabled)
 
 
 def full_state_dict(model: nn.Module) -> dict[str, torch.Tensor]:

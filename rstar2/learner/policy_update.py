@@ -10,8 +10,22 @@ rollouts of every prompt with their advantages, see `rstar2.rl`) and:
    gradients; the loss is the token-level mean over all model tokens of the mini-batch
    (`num_tokens` passed to `policy_loss`), so a micro-batch split changes nothing;
 3. importance ratios are against the behaviour policy's logprobs recorded by the engine at
-   sampling time (tool and prompt tokens are masked out by the trajectory's loss mask);
+   sampling time (tool and prompt tokens are masked out by the trajectory's loss mask), or,
+   with truncated importance sampling (`rl.tis_cap`), against the learner's own logprobs
+   before the step's update, each token weighted by min(exp(lp_learner - lp_engine), C);
 4. clips the global gradient norm and steps the optimizer and its warm-up schedule.
+
+Training-inference mismatch. Every step reports `logprob_mismatch_mean` and
+`logprob_mismatch_max`: |learner logprob - engine logprob| over all sampled tokens of the batch,
+the learner's taken before the step's first optimizer step (`rstar2.rl.mismatch`). Where those
+pre-update logprobs come from:
+- one mini-batch (the default) and TIS off, or TIS on with one epoch: the first optimizer
+  step's forward covers the whole batch with untouched weights, so its logprobs are the
+  measurement (and TIS's proximal logprobs); no extra cost;
+- several mini-batches, or TIS with several epochs: a no-grad pre-pass over the batch first
+  (one more forward per rollout, no backward: roughly a third more learner compute for a
+  one-epoch step),
+  whose logprobs are the measurement and, with TIS, the proximal logprobs of every later step.
 
 Token alignment: position t of a sequence predicts token t+1, so the logprob, old logprob and
 mask of token t+1 line up with the model's output at t.
@@ -22,7 +36,6 @@ checkpoint (checkpoint.py).
 
 from __future__ import annotations
 
-import contextlib
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -31,9 +44,10 @@ from typing import Protocol
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.distributed.tensor import DTensor
 
 from rstar2.config import require
-from rstar2.rl import RLConfig, TrainingBatch, policy_loss
+from rstar2.rl import Mismatch, RLConfig, TrainingBatch, logprob_mismatch, policy_loss
 
 
 @dataclass
@@ -142,10 +156,14 @@ def token_logprobs(
     return logp, entropy
 
 
-def _autocast(enabled: bool) -> contextlib.AbstractContextManager[object]:
-    if enabled:
-        return torch.autocast("cpu", dtype=torch.bfloat16)
-    return contextlib.nullcontext()
+def model_device(model: nn.Module) -> torch.device:
+    """Where the model's parameters (their local shards under FSDP2) live."""
+    param = next(model.parameters())
+    return param.to_local().device if isinstance(param, DTensor) else param.device
+
+
+def _autocast(enabled: bool, device: torch.device) -> torch.autocast:
+    return torch.autocast(device.type, dtype=torch.bfloat16, enabled=enabled)
 
 
 def update_policy(
@@ -164,8 +182,24 @@ def update_policy(
         schedule,
         len(batch.rollouts),
         cfg,
-        lambda chunk: _mini_batch(model, batch, chunk, cfg, rl, pad_id),
+        rl,
+        lambda chunk, proximal: _mini_batch(model, batch, chunk, cfg, rl, pad_id, proximal),
+        lambda chunk: _learner_logprobs(model, batch, chunk, cfg, pad_id),
     )
+
+
+Proximal = dict[int, torch.Tensor]
+"""The learner's logprobs before the step's first optimizer step, by batch index: one tensor of
+len(token_ids) - 1 per rollout (position t holds the logprob of token t + 1)."""
+
+Accumulate = Callable[[list[int], Proximal | None], tuple[dict[str, float], Mismatch]]
+"""`accumulate(chunk, proximal)`: forward and backward of the mini-batch `chunk` (batch
+indices), gradients accumulated; returns its metrics and the mismatch its forward saw, both
+global (over every rank)."""
+
+Measure = Callable[[list[int]], tuple[Proximal, Mismatch]]
+"""`measure(chunk)`: the pre-pass over `chunk`, no gradients: the learner's logprobs of the
+rollouts this rank trains on, and the global mismatch."""
 
 
 def optimizer_steps(
@@ -174,20 +208,29 @@ def optimizer_steps(
     schedule: torch.optim.lr_scheduler.LRScheduler,
     n: int,
     cfg: LearnerConfig,
-    mini_batch: Callable[[list[int]], dict[str, float]],
+    rl: RLConfig,
+    accumulate: Accumulate,
+    measure: Measure,
 ) -> dict[str, float]:
     """One optimizer step per mini-batch of the `n` rollouts, `cfg.epochs` passes over the same
-    mini-batches: `mini_batch(indices)` accumulates the gradients and returns its metrics; then
-    clip, step, schedule. Shared by the single-process and the sharded (FSDP2) learner. Returns
-    the metrics averaged over all optimizer steps."""
+    mini-batches: `accumulate` the gradients, then clip, step, schedule. Shared by the
+    single-process and the sharded (FSDP2) learner. Returns the metrics averaged over all
+    optimizer steps, and the step's logprob mismatch: from the pre-pass when there is one
+    (`needs_pre_pass`), else from the first (only) mini-batch's forward."""
     if n == 0:
-        return {"loss": 0.0, "clip_fraction": 0.0, "approx_kl": 0.0, "grad_norm": 0.0}
+        zeros = {"loss": 0.0, "clip_fraction": 0.0, "approx_kl": 0.0, "grad_norm": 0.0}
+        return {**zeros, **Mismatch().metrics()}
     model.train()
     sums: dict[str, float] = {}
     chunks = [c for c in even_chunks(list(range(n)), min(cfg.mini_batches, n)) if c]
     steps = [chunk for _ in range(cfg.epochs) for chunk in chunks]
+    proximal: Proximal | None = None
+    mismatch: Mismatch | None = None
+    if needs_pre_pass(len(chunks), cfg.epochs, rl):
+        proximal, mismatch = _pre_pass(chunks, measure)
     for chunk in steps:
-        step_metrics = mini_batch(chunk)
+        step_metrics, seen = accumulate(chunk, proximal)
+        mismatch = seen if mismatch is None else mismatch
         grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
         optimizer.step()
         schedule.step()
@@ -199,6 +242,101 @@ def optimizer_steps(
             sums[k] = sums.get(k, 0.0) + v
     out = {k: v / len(steps) for k, v in sums.items()}
     out["lr"] = float(optimizer.param_groups[0]["lr"])
+    out.update((mismatch or Mismatch()).metrics())
+    return out
+
+
+def needs_pre_pass(mini_batches: int, epochs: int, rl: RLConfig) -> bool:
+    """Whether the step needs the learner's pre-update logprobs beyond what its first optimizer
+    step's forward gives: when that step does not cover the whole batch (the mismatch is
+    measured before any update), or when TIS needs proximal logprobs in a later step."""
+    return mini_batches > 1 or (rl.tis and epochs > 1)
+
+
+def _pre_pass(chunks: list[list[int]], measure: Measure) -> tuple[Proximal, Mismatch]:
+    proximal: Proximal = {}
+    mismatch = Mismatch()
+    with torch.no_grad():
+        for chunk in chunks:
+            part, seen = measure(chunk)
+            proximal.update(part)
+            mismatch += seen
+    return proximal, mismatch
+
+
+def micro_batch_loss(
+    model: nn.Module,
+    part: Sequence[RolloutLike],
+    rows: Sequence[int],
+    advantages: torch.Tensor,
+    proximal: Proximal | None,
+    num_tokens: float,
+    cfg: LearnerConfig,
+    rl: RLConfig,
+    pad_id: int,
+) -> tuple[torch.Tensor, dict[str, float], Mismatch]:
+    """One micro-batch's forward: its part of the mini-batch loss (to backpropagate), its
+    metrics weighted by its share of the mini-batch's `num_tokens` (the caller sums them), and
+    the mismatch of this forward's logprobs against the engine's. `rows` are the batch indices
+    of `part` (keys of `proximal`).
+
+    The ratio's reference: with TIS off the engine's logprobs (the paper); with TIS on the
+    learner's pre-update ones, from the pre-pass when there was one, else this forward's own
+    (the model is untouched in a step's first optimizer step)."""
+    device = model_device(model)
+    ids, attn, mask, behaviour = (t.to(device) for t in pad_batch(part, pad_id))
+    mask, behaviour = mask[:, 1:], behaviour[:, 1:]
+    with _autocast(cfg.bf16, device):
+        logp, entropy = token_logprobs(model, ids, attn)
+    reference, tis_behaviour = behaviour, None
+    if rl.tis:
+        reference, tis_behaviour = logp.detach(), behaviour
+        if proximal is not None:
+            reference = _padded([proximal[i] for i in rows], like=logp)
+    loss, metrics = policy_loss(
+        logp,
+        reference,
+        advantages.to(device=device, dtype=torch.float32),
+        mask,
+        behaviour_logprobs=tis_behaviour,
+        tis_cap=rl.tis_cap if rl.tis else None,
+        eps_low=rl.eps_low,
+        eps_high=rl.eps_high,
+        entropy=entropy,
+        entropy_coef=rl.entropy_coef,
+        num_tokens=num_tokens,
+    )
+    share = float(mask.sum()) / num_tokens
+    weighted = {k: v * share for k, v in metrics.items()}
+    weighted["loss"] = float(loss.detach())
+    return loss, weighted, logprob_mismatch(logp, behaviour, mask)
+
+
+def micro_batch_logprobs(
+    model: nn.Module,
+    part: Sequence[RolloutLike],
+    rows: Sequence[int],
+    cfg: LearnerConfig,
+    pad_id: int,
+) -> tuple[Proximal, Mismatch]:
+    """The pre-pass over one micro-batch (call under no_grad): the learner's logprobs of each
+    rollout by batch index (`rows`), and their mismatch against the engine's."""
+    device = model_device(model)
+    ids, attn, mask, behaviour = (t.to(device) for t in pad_batch(part, pad_id))
+    with _autocast(cfg.bf16, device):
+        logp, _ = token_logprobs(model, ids, attn, with_entropy=False)
+    # not strict: a rank's filler micro-batch (one all-masked rollout) has no rows
+    got = {
+        i: logp[j, : len(r.token_ids) - 1] for j, (i, r) in enumerate(zip(rows, part, strict=False))
+    }
+    return got, logprob_mismatch(logp, behaviour[:, 1:], mask[:, 1:])
+
+
+def _padded(rows: list[torch.Tensor], like: torch.Tensor) -> torch.Tensor:
+    """Per-rollout logprob rows right-padded with zeros to `like`'s [B, T-1]."""
+    out = torch.zeros_like(like)
+    for j, row in enumerate(rows):
+        out[j, : row.shape[0]] = row
     return out
 
 
@@ -209,33 +347,41 @@ def _mini_batch(
     cfg: LearnerConfig,
     rl: RLConfig,
     pad_id: int,
-) -> dict[str, float]:
-    rollouts = [batch.rollouts[i] for i in chunk]
-    advantages = torch.tensor([batch.advantages[i] for i in chunk], dtype=torch.float32)
-    num_tokens = float(sum(sum(r.loss_mask[1:]) for r in rollouts))
+    proximal: Proximal | None,
+) -> tuple[dict[str, float], Mismatch]:
+    num_tokens = max(float(sum(sum(batch.rollouts[i].loss_mask[1:]) for i in chunk)), 1.0)
     weighted: dict[str, float] = {}
-    micro_batches = math.ceil(len(chunk) / cfg.micro_batch_size)
-    for micro in [m for m in even_chunks(list(range(len(chunk))), micro_batches) if m]:
-        ids, attn, mask, old = pad_batch([rollouts[i] for i in micro], pad_id)
-        with _autocast(cfg.bf16):
-            logp, entropy = token_logprobs(model, ids, attn)
-        loss, metrics = policy_loss(
-            logp,
-            old[:, 1:],
-            advantages[micro],
-            mask[:, 1:],
-            eps_low=rl.eps_low,
-            eps_high=rl.eps_high,
-            entropy=entropy,
-            entropy_coef=rl.entropy_coef,
-            num_tokens=max(num_tokens, 1.0),
+    seen = Mismatch()
+    for micro in micro_batches(chunk, cfg.micro_batch_size):
+        part = [batch.rollouts[i] for i in micro]
+        advantages = torch.tensor([batch.advantages[i] for i in micro])
+        loss, metrics, mismatch = micro_batch_loss(
+            model, part, micro, advantages, proximal, num_tokens, cfg, rl, pad_id
         )
         loss.backward()
-        share = float(mask[:, 1:].sum()) / max(num_tokens, 1.0)
-        metrics["loss"] = float(loss.detach()) / share if share > 0 else 0.0
+        seen += mismatch
         for k, v in metrics.items():
-            weighted[k] = weighted.get(k, 0.0) + v * share
-    return weighted
+            weighted[k] = weighted.get(k, 0.0) + v
+    return weighted, seen
+
+
+def _learner_logprobs(
+    model: nn.Module, batch: TrainingBatch, chunk: list[int], cfg: LearnerConfig, pad_id: int
+) -> tuple[Proximal, Mismatch]:
+    proximal: Proximal = {}
+    seen = Mismatch()
+    for micro in micro_batches(chunk, cfg.micro_batch_size):
+        got, mismatch = micro_batch_logprobs(
+            model, [batch.rollouts[i] for i in micro], micro, cfg, pad_id
+        )
+        proximal.update(got)
+        seen += mismatch
+    return proximal, seen
+
+
+def micro_batches(items: Sequence[int], size: int) -> list[list[int]]:
+    """`items` in the fewest near-equal contiguous micro-batches of at most `size`."""
+    return [m for m in even_chunks(items, math.ceil(len(items) / size)) if m]
 
 
 def even_chunks(items: Sequence[int], parts: int) -> list[list[int]]:

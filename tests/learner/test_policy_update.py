@@ -1,14 +1,18 @@
-"""The policy update: exact loss on a hand-built case, micro-batching invariance, weight flattening."""
+"""The policy update: exact loss on a hand-built case, micro-batching invariance, the
+training-inference mismatch and truncated importance sampling on hand-built cases, and rollouts
+sampled by the embedded engine from the learner's own model and from a perturbed copy."""
 
 from __future__ import annotations
 
 import copy
+import math
 from dataclasses import dataclass
 
 import pytest
 import torch
 from torch import nn
 
+from rstar2.engine import EngineConfig, EngineCore, SamplingParams
 from rstar2.learner.policy_update import (
     LearnerConfig,
     make_lr_schedule,
@@ -18,6 +22,7 @@ from rstar2.learner.policy_update import (
     update_policy,
 )
 from rstar2.rl import RLConfig, TrainingBatch
+from tests.engine.factories import random_prompts, tiny_qwen2
 
 
 class Bigram(nn.Module):
@@ -137,3 +142,125 @@ def test_warmup_schedule() -> None:
         opt.step()
         sched.step()
     assert lrs == pytest.approx([0.25, 0.5, 0.75, 1.0, 1.0])
+
+
+UNIFORM = math.log(1 / 5)  # every logprob of the all-zero Bigram
+
+
+def shifted_batch(shifts: list[list[float]]) -> TrainingBatch:
+    """Two rollouts of the zero Bigram whose recorded engine logprobs are the learner's
+    (uniform) minus `shifts` on the sampled tokens; garbage on the prompt token."""
+    r0 = R([0, 1, 2], [0, 1, 1], [7.0, UNIFORM - shifts[0][0], UNIFORM - shifts[0][1]])
+    r1 = R([0, 3], [0, 1], [-math.inf, UNIFORM - shifts[1][0]])
+    return TrainingBatch(rollouts=[r0, r1], advantages=[1.0, -1.0])
+
+
+def sgd_update(
+    batch: TrainingBatch, cfg: LearnerConfig, rl: RLConfig, model: nn.Module | None = None
+) -> tuple[dict[str, float], nn.Module]:
+    model = model or Bigram()
+    opt = torch.optim.SGD(model.parameters(), lr=cfg.lr)
+    return update_policy(model, opt, make_lr_schedule(opt, cfg), batch, cfg, rl), model
+
+
+@pytest.mark.parametrize("mini_batches", [1, 2])
+def test_a_perturbed_engine_gives_exactly_its_shift_before_the_update(mini_batches: int) -> None:
+    """Shifts of log 4, -log 2 and log 3: mean log(24) / 3, max log 4, whether the first step's
+    forward measures them (one mini-batch) or a pre-pass does (two: the second mini-batch's
+    forward comes after a large first update, so measuring there would give other figures)."""
+    batch = shifted_batch([[math.log(4), -math.log(2)], [math.log(3)]])
+    cfg = LearnerConfig(lr=5.0, warmup_steps=0, grad_clip=1e6, mini_batches=mini_batches)
+    metrics, model = sgd_update(batch, cfg, RLConfig())
+    assert metrics["logprob_mismatch_mean"] == pytest.approx(math.log(24) / 3, abs=1e-6)
+    assert metrics["logprob_mismatch_max"] == pytest.approx(math.log(4), abs=1e-6)
+    assert float(model.table.detach().abs().max()) > 0.5  # the update itself was large
+
+
+def test_the_mismatch_metrics_are_zero_for_an_exact_engine_and_an_empty_batch() -> None:
+    metrics, _ = sgd_update(shifted_batch([[0.0, 0.0], [0.0]]), LearnerConfig(), RLConfig())
+    assert metrics["logprob_mismatch_mean"] == 0.0 and metrics["logprob_mismatch_max"] == 0.0
+    empty, _ = sgd_update(TrainingBatch(), LearnerConfig(), RLConfig())
+    assert empty["logprob_mismatch_mean"] == 0.0 and empty["logprob_mismatch_max"] == 0.0
+
+
+def test_tis_weights_each_token_by_the_capped_learner_engine_ratio() -> None:
+    """Raw weights exp(lp_learner - lp_engine) = [4, 0.5 | 3], capped at 2: w = [2, 0.5 | 2].
+    On-policy (the ratio against the learner's own logprobs is 1, nothing clipped), the loss
+    gradient on the zero Bigram's row a is -(1/N) sum_t w_t A_t (onehot(b_t) - 1/5) over the
+    transitions a -> b_t, N = 3. One SGD step of lr 3 gives
+    row 0 (0 -> 1 with w A = 2, 0 -> 3 with w A = -2) = [0, 2, 0, -2, 0] and
+    row 1 (1 -> 2 with w A = 0.5) = [-0.1, -0.1, 0.4, -0.1, -0.1]."""
+    batch = shifted_batch([[math.log(4), -math.log(2)], [math.log(3)]])
+    cfg = LearnerConfig(lr=3.0, warmup_steps=0, grad_clip=1e6)
+    metrics, model = sgd_update(batch, cfg, RLConfig(tis_cap=2.0))
+    expected = torch.zeros(5, 5)
+    expected[0] = torch.tensor([0.0, 2.0, 0.0, -2.0, 0.0])
+    expected[1] = torch.tensor([-0.1, -0.1, 0.4, -0.1, -0.1])
+    torch.testing.assert_close(model.table.detach(), expected, atol=1e-6, rtol=0)
+    assert metrics["tis_weight_mean"] == pytest.approx(4.5 / 3, abs=1e-6)
+    assert metrics["tis_truncated_fraction"] == pytest.approx(2 / 3, abs=1e-6)
+    assert metrics["clip_fraction"] == 0.0
+    assert metrics["loss"] == pytest.approx(-(2 + 0.5 - 2) / 3, abs=1e-6)
+
+
+def test_tis_against_an_exact_engine_is_the_plain_update_over_several_steps() -> None:
+    """Engine logprobs equal to the learner's: TIS's proximal logprobs (the pre-pass's, for
+    every one of the 2 x 2 optimizer steps) are the engine's and every weight is 1, so the
+    update is the plain one. Taking the proximal logprobs from each step's own forward instead
+    would make every ratio 1 and the update differ."""
+    torch.manual_seed(0)
+    base = Bigram()
+    with torch.no_grad():
+        base.table.normal_()
+    rollouts = [R([0, 1, 2, 3], [0, 1, 1, 1], [0.0] * 4), R([1, 4, 2], [0, 1, 1], [0.0] * 3)]
+    ids, attn, _, _ = pad_batch(rollouts)
+    with torch.no_grad():
+        logp, _ = token_logprobs(base, ids, attn, with_entropy=False)
+    for i, r in enumerate(rollouts):
+        r.logprobs = [0.0] + logp[i, : len(r.token_ids) - 1].tolist()
+    batch = TrainingBatch(rollouts=rollouts, advantages=[1.0, -1.0])
+    cfg = LearnerConfig(lr=2.0, warmup_steps=0, grad_clip=1e6, mini_batches=2, epochs=2)
+    plain, plain_model = sgd_update(batch, cfg, RLConfig(), copy.deepcopy(base))
+    tis, tis_model = sgd_update(batch, cfg, RLConfig(tis_cap=2.0), copy.deepcopy(base))
+    torch.testing.assert_close(tis_model.table, plain_model.table, atol=1e-6, rtol=0)
+    assert plain["clip_fraction"] > 0  # later steps are off-policy enough to clip
+    assert tis["clip_fraction"] == pytest.approx(plain["clip_fraction"], abs=1e-6)
+    assert tis["tis_weight_mean"] == pytest.approx(1.0, abs=1e-6)
+
+
+def engine_rollouts(engine_model: nn.Module, n: int = 6) -> TrainingBatch:
+    """Rollouts sampled by the embedded engine: prompt tokens masked out, the sampled ones
+    carrying the engine's logprobs."""
+    core = EngineCore(engine_model, EngineConfig(kv_budget_tokens=2048))
+    prompts = random_prompts(n, seed=3, low=3, high=8)
+    outputs = core.generate(prompts, SamplingParams(max_tokens=12, seed=11))
+    rollouts = [
+        R(p + o.token_ids, [0] * len(p) + [1] * len(o.token_ids), [0.0] * len(p) + o.logprobs)
+        for p, o in zip(prompts, outputs, strict=True)
+    ]
+    advantages = [(-1.0) ** i for i in range(n)]
+    return TrainingBatch(rollouts=rollouts, advantages=advantages)
+
+
+@pytest.mark.parametrize("mini_batches", [1, 3])
+def test_engine_rollouts_from_the_learners_model_match_and_from_a_perturbed_copy_do_not(
+    mini_batches: int,
+) -> None:
+    learner = tiny_qwen2(seed=0, dtype=torch.float32)
+    perturbed = copy.deepcopy(learner)
+    with torch.no_grad():
+        perturbed.model.norm.weight.mul_(1.3)
+    cfg = LearnerConfig(lr=1e-3, warmup_steps=0, micro_batch_size=4, mini_batches=mini_batches)
+    figures = {}
+    for name, engine_model in (("same", copy.deepcopy(learner)), ("perturbed", perturbed)):
+        batch = engine_rollouts(engine_model)
+        model = copy.deepcopy(learner).train()
+        opt = make_optimizer(model, cfg)
+        figures[name] = update_policy(
+            model, opt, make_lr_schedule(opt, cfg), batch, cfg, RLConfig()
+        )
+    assert figures["same"]["logprob_mismatch_max"] < 1e-4, figures["same"]
+    assert figures["perturbed"]["logprob_mismatch_mean"] > 0.05, figures["perturbed"]
+    assert (
+        figures["perturbed"]["logprob_mismatch_max"] > figures["perturbed"]["logprob_mismatch_mean"]
+    )

@@ -5,7 +5,7 @@ the per-rank body that `torch.multiprocessing.spawn` runs (it must live in an im
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
@@ -37,6 +37,7 @@ class Scenario:
     name: str
     optimizer: str  # "sgd" | "adamw"
     cfg: LearnerConfig
+    rl: RLConfig = field(default_factory=RLConfig)
 
 
 SCENARIOS = [
@@ -53,6 +54,17 @@ SCENARIOS = [
         "adamw",
         "adamw",
         LearnerConfig(lr=1e-2, warmup_steps=3, grad_clip=0.5, micro_batch_size=3, mini_batches=1),
+    ),
+    # Truncated importance sampling over 2 mini-batches x 2 epochs: the pre-pass's proximal
+    # logprobs must be on the rank that trains each rollout, and the cap (1.2 against the
+    # batch's noise of 0.3 nats) truncates some weights.
+    Scenario(
+        "sgd_tis",
+        "sgd",
+        LearnerConfig(
+            lr=2.0, warmup_steps=0, grad_clip=1e6, micro_batch_size=2, mini_batches=2, epochs=2
+        ),
+        RLConfig(tis_cap=1.2),
     ),
 ]
 
@@ -106,7 +118,7 @@ def single_process_step(s: Scenario) -> tuple[dict[str, float], dict[str, torch.
     model = tiny_model()
     batch = synthetic_batch(model)
     opt = make_optimizer(model, s)
-    metrics = update_policy(model, opt, make_lr_schedule(opt, s.cfg), batch, s.cfg, RLConfig())
+    metrics = update_policy(model, opt, make_lr_schedule(opt, s.cfg), batch, s.cfg, s.rl)
     return metrics, {k: v.detach().clone() for k, v in model.state_dict().items()}
 
 
@@ -116,9 +128,7 @@ def sharded_step(s: Scenario) -> tuple[dict[str, float], dict[str, torch.Tensor]
     batch = synthetic_batch(model)
     shard_model(model)
     opt = make_optimizer(model, s)
-    metrics = update_policy_sharded(
-        model, opt, make_lr_schedule(opt, s.cfg), batch, s.cfg, RLConfig()
-    )
+    metrics = update_policy_sharded(model, opt, make_lr_schedule(opt, s.cfg), batch, s.cfg, s.rl)
     return metrics, full_state_dict(model)
 
 

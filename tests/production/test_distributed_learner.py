@@ -18,6 +18,7 @@ from production.distributed_ranks import (
     rank_main,
     sharded_step,
     single_process_step,
+    synthetic_batch,
     tiny_model,
 )
 from rstar2.config import ConfigError
@@ -29,6 +30,7 @@ from rstar2.learner.distributed import (
     rank_share,
     resolve_backend,
 )
+from rstar2.learner.policy_update import pad_batch, token_logprobs
 
 TOL = 1e-5
 
@@ -83,6 +85,23 @@ def test_the_step_moves_the_weights_well_past_the_tolerance() -> None:
         _, after = single_process_step(s)
         moved = max(float((after[k] - before[k]).abs().max()) for k in before)
         assert moved > 100 * TOL, s.name
+
+
+def test_the_mismatch_is_the_batchs_noise_before_the_update() -> None:
+    """The synthetic engine logprobs are the fresh model's plus noise: every scenario (one or
+    two mini-batches, epochs, TIS) reports that noise, not a distance to updated weights."""
+    model = tiny_model()
+    batch = synthetic_batch(model)
+    ids, attn, mask, engine = pad_batch(batch.rollouts)
+    with torch.no_grad():
+        logp, _ = token_logprobs(model, ids, attn, with_entropy=False)
+    noise = (logp - engine[:, 1:]).abs()[mask[:, 1:] > 0]
+    for s in SCENARIOS:
+        metrics, _ = single_process_step(s)
+        assert metrics["logprob_mismatch_mean"] == pytest.approx(float(noise.mean()), abs=1e-6)
+        assert metrics["logprob_mismatch_max"] == pytest.approx(float(noise.max()), abs=1e-6)
+    tis, _ = single_process_step(next(s for s in SCENARIOS if s.rl.tis))
+    assert 0 < tis["tis_truncated_fraction"] < 1
 
 
 @pytest.fixture

@@ -16,16 +16,16 @@ rollouts of every prompt with their advantages, see `rstar2.rl`) and:
 4. clips the global gradient norm and steps the optimizer and its warm-up schedule.
 
 Training-inference mismatch. Every step reports `logprob_mismatch_mean` and
-`logprob_mismatch_max`: |learner logprob - engine logprob| over all sampled tokens of the batch,
-the learner's taken before the step's first optimizer step (`rstar2.rl.mismatch`). Where those
-pre-update logprobs come from:
-- one mini-batch (the default) and TIS off, or TIS on with one epoch: the first optimizer
+`logprob_mismatch_max`: |learner logprob - engine logprob| over all sampled tokens of the batch
+(the rollouts RoC kept), the learner's taken before the step's first optimizer step
+(`rstar2.rl.mismatch`). Where those pre-update logprobs come from:
+- one mini-batch (the default), unless TIS is on with several epochs: the first optimizer
   step's forward covers the whole batch with untouched weights, so its logprobs are the
   measurement (and TIS's proximal logprobs); no extra cost;
 - several mini-batches, or TIS with several epochs: a no-grad pre-pass over the batch first
   (one more forward per rollout, no backward: roughly a third more learner compute for a
-  one-epoch step),
-  whose logprobs are the measurement and, with TIS, the proximal logprobs of every later step.
+  one-epoch step), whose logprobs are the measurement and, with TIS, the proximal logprobs of
+  every optimizer step.
 
 Token alignment: position t of a sequence predicts token t+1, so the logprob, old logprob and
 mask of token t+1 line up with the model's output at t.

@@ -152,22 +152,29 @@ class RankGroup:
                 out[rank] = p.exitcode
         return out
 
-    def close(self, timeout_s: float = 30.0) -> None:
-        """Stop the followers and leave the group (idempotent; never raises for a dead rank)."""
+    def close(self, abort: bool = False, timeout_s: float = 30.0) -> None:
+        """Stop the followers and leave the group (idempotent; never raises for a dead rank).
+        `abort`: kill them instead of sending `STOP` - after a failure rank 0 may have left them
+        inside a collective, where a stop message would never be read."""
         if self._closed:
             return
         self._closed = True
-        if not self.dead_ranks():
+        if not abort and not self.dead_ranks():
             try:
                 self.call(STOP)
             except RuntimeError as e:
                 log.warning("could not stop the learner ranks cleanly: %s", e)
+                abort = True
         for p in self.processes:
+            if abort:
+                p.kill()
             p.join(timeout=timeout_s)
             if p.is_alive():
                 log.warning("learner rank process %s did not stop; killing it", p.pid)
                 p.kill()
-        dist.destroy_process_group()
+                p.join(timeout=timeout_s)
+        if not abort:
+            dist.destroy_process_group()
 
 
 def _describe(dead: dict[int, int | None]) -> str:

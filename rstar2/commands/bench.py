@@ -9,12 +9,13 @@ import argparse
 import importlib
 import importlib.util
 
-HELP = "benchmarks: bus, engine, train"
+HELP = "benchmarks: bus, engine, train, learner"
 
 TARGETS: dict[str, tuple[str, str]] = {
     "bus": ("rstar2.commands.bench_bus", "actor bus throughput/latency vs bare pyzmq"),
     "engine": ("rstar2.commands.bench_engine", "embedded engine vs HF generate tokens/s"),
     "train": ("rstar2.commands.bench_train", "RL completions/s and step time split"),
+    "learner": ("rstar2.commands.bench_learner", "RL update tokens/s, memory, MFU; 1 or N ranks"),
 }
 
 

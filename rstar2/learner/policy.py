@@ -29,6 +29,7 @@ rollouts (rstar2.rl) or checkpoint the run's other state (the train package).
 from __future__ import annotations
 
 import logging
+import resource
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -140,6 +141,20 @@ class LearnerPolicy:
         for bucket in self.weights(2**62):
             out.update(bucket)
         return out
+
+    def peak_memory_mb(self) -> float:
+        """The largest peak memory of any rank, in MiB (collective): GPU memory allocated by
+        torch on GPUs, the process's peak resident set on the CPU."""
+        if self.device.type == "cuda":
+            peak = torch.cuda.max_memory_allocated(self.device) / 2**20
+        else:
+            peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
+        value = torch.tensor([peak], dtype=torch.float64)
+        if self.world > 1:
+            gloo_ok = dist.get_backend() == "gloo"
+            value = value if gloo_ok else value.to(self.device)
+            dist.all_reduce(value, op=dist.ReduceOp.MAX)
+        return float(value.item())
 
     def save(self, path: Path) -> None:
         """Model and optimizer state into directory `path` with DCP (collective)."""

@@ -1,0 +1,255 @@
+"""`rstar2 bench learner`: the RL learner's update on a fixed synthetic batch, 1 or N ranks.
+
+The same `LearnerPolicy` and `RankGroup` as `rstar2 train` (`cluster.learner_ranks`): rank 0 is
+this process, ranks 1..N-1 are spawned on this host (gloo on CPU, NCCL on GPUs). The batch is
+`--rollouts` sequences of `--tokens` tokens (the first quarter a masked prompt), drawn from a
+fixed seed, with behaviour logprobs of a uniform policy and alternating-sign advantages, so
+every run does the same work. After one warm-up update, `--steps` updates are timed.
+
+Figures (`--json` keys): `model_params`, `ranks`, `device`, `tokens_per_s` (sequence tokens
+through forward and backward per second, all ranks together), `step_s` (median update),
+`peak_memory_mb` (the largest of any rank: GPU memory allocated by torch, or the process's peak
+RSS on the CPU), `mfu` (GPUs only: 6 x parameters x tokens/s over the GPUs' peak bf16 FLOP/s,
+`--peak-tflops` per GPU; null on the CPU), and the weight push's memory on rank 0:
+`push_bucket_extra_mb` / `push_full_extra_mb`, the rise of rank 0's resident memory over its
+level before the push while the policy is gathered in `--bucket-mb` buckets (each dropped once
+"sent", as the learner actor does) / gathered whole (sampled every millisecond; CPU memory).
+
+What it does not do: roll out, or compare with another trainer.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import statistics
+import tempfile
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from rstar2.config import ConfigError
+from rstar2.learner.policy import LearnerPolicy, resolve_device
+from rstar2.learner.policy_update import LearnerConfig
+from rstar2.learner.rank_group import RankGroup, join_group, serve_commands
+from rstar2.model.loader import load_model
+from rstar2.model.tiny import TinyModelConfig, init_model
+from rstar2.rl import RLConfig, TrainingBatch
+
+PEAK_TFLOPS = {"H100": 989.0, "H200": 989.0, "MI300X": 1307.0, "A100": 312.0}
+"""Dense bf16 peak TFLOP/s per GPU, by a substring of the device name."""
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--model", type=Path, help="a Hugging Face model directory (default: tiny)")
+    p.add_argument("--ranks", type=int, default=1, help="learner ranks (default 1)")
+    p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
+    p.add_argument("--rollouts", type=int, default=32, help="sequences in the batch")
+    p.add_argument("--tokens", type=int, default=256, help="tokens per sequence")
+    p.add_argument("--micro-batch", type=int, default=8, help="sequences per forward")
+    p.add_argument("--steps", type=int, default=3, help="timed updates (after one warm-up)")
+    p.add_argument("--bf16", action="store_true", help="bf16 compute, fp32 master weights")
+    p.add_argument("--bucket-mb", type=float, default=8.0, help="weight-push bucket (MiB)")
+    p.add_argument("--threads", type=int, default=0, help="torch threads per rank (0: cores/ranks)")
+    p.add_argument("--peak-tflops", type=float, default=0.0, help="GPU peak (0: by name)")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+
+
+def _check(args: argparse.Namespace) -> None:
+    """Bad flags are a one-line error naming the flag (exit code 2)."""
+    for flag, value, ok, want in (
+        ("--ranks", args.ranks, args.ranks >= 1, ">= 1"),
+        ("--rollouts", args.rollouts, args.rollouts >= 1, ">= 1"),
+        ("--micro-batch", args.micro_batch, args.micro_batch >= 1, ">= 1"),
+        ("--steps", args.steps, args.steps >= 1, ">= 1"),
+        ("--tokens", args.tokens, args.tokens >= 8, ">= 8"),
+        ("--threads", args.threads, args.threads >= 0, ">= 0"),
+        ("--bucket-mb", args.bucket_mb, args.bucket_mb > 0, "> 0"),
+    ):
+        if not ok:
+            raise ConfigError(flag, value, want)
+
+
+def _learner_config(args: argparse.Namespace) -> LearnerConfig:
+    return LearnerConfig(
+        lr=1e-6, warmup_steps=0, micro_batch_size=args.micro_batch, bf16=args.bf16,
+        device=args.device,
+    )  # fmt: skip
+
+
+@dataclass
+class SyntheticRollout:
+    """One rollout of the benchmark's batch (picklable: it travels to the other ranks)."""
+
+    token_ids: list[int]
+    loss_mask: list[int]
+    logprobs: list[float]
+
+
+def synthetic_batch(vocab: int, rollouts: int, tokens: int, seed: int = 0) -> TrainingBatch:
+    """The benchmark's batch: fixed token ids, a masked prompt quarter, uniform behaviour."""
+    g = torch.Generator().manual_seed(seed)
+    ids = torch.randint(0, vocab, (rollouts, tokens), generator=g).tolist()
+    prompt = tokens // 4
+    mask = [0] * prompt + [1] * (tokens - prompt)
+    behaviour = [0.0] * prompt + [-math.log(vocab)] * (tokens - prompt)
+    advantages = [1.0 if i % 2 else -1.0 for i in range(rollouts)]
+    return TrainingBatch(
+        rollouts=[SyntheticRollout(r, mask, behaviour) for r in ids], advantages=advantages
+    )
+
+
+def _policy(model_dir: Path, cfg: LearnerConfig, local_rank: int) -> LearnerPolicy:
+    device = resolve_device(cfg.device, local_rank)
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+    model, tokenizer = load_model(model_dir)
+    return LearnerPolicy(model, cfg, RLConfig(), int(tokenizer.pad_token_id or 0), device)
+
+
+def _threads(ranks: int, threads: int = 0) -> int:
+    return threads if threads > 0 else max(1, (os.cpu_count() or 1) // ranks)
+
+
+def follower(
+    rank: int, world: int, init: str, model_dir: str, cfg: LearnerConfig, threads: int
+) -> None:
+    torch.set_num_threads(threads)
+    device = resolve_device(cfg.device, rank)
+    control = join_group(rank, world, init, "nccl" if device.type == "cuda" else "gloo")
+    try:
+        serve_commands(_policy(Path(model_dir), cfg, rank), control)
+    finally:
+        dist.destroy_process_group()
+
+
+class _RssPeak:
+    """Samples this process's resident memory every millisecond while open."""
+
+    def __init__(self) -> None:
+        self.base = self.peak = _rss_mb()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+
+    def _sample(self) -> None:
+        while not self._stop.wait(0.001):
+            self.peak = max(self.peak, _rss_mb())
+
+    def __enter__(self) -> _RssPeak:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+        self.peak = max(self.peak, _rss_mb())
+
+    @property
+    def extra_mb(self) -> float:
+        return self.peak - self.base
+
+
+def _rss_mb() -> float:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+
+
+def measure(args: argparse.Namespace, model_dir: Path) -> dict[str, Any]:
+    cfg = _learner_config(args)
+    device = resolve_device(cfg.device)
+    threads = _threads(args.ranks, args.threads)
+    torch.set_num_threads(threads)
+    backend = "nccl" if device.type == "cuda" else "gloo"
+    group = (
+        RankGroup.spawn(args.ranks, follower, (str(model_dir), cfg, threads), backend)
+        if args.ranks > 1
+        else None
+    )
+
+    def run(op: str, *a: Any) -> Any:
+        return group.run(policy, op, *a) if group else getattr(policy, op)(*a)
+
+    try:
+        policy = _policy(model_dir, cfg, 0)
+        vocab = int(policy.model.config.vocab_size)
+        params = sum(p.numel() for p in load_model(model_dir)[0].parameters())
+        batch = synthetic_batch(vocab, args.rollouts, args.tokens)
+        run("update", batch)  # warm-up
+        times = []
+        for _ in range(args.steps):
+            if device.type == "cuda":
+                torch.cuda.synchronize()
+            start = time.perf_counter()
+            run("update", batch)
+            if device.type == "cuda":
+                torch.cuda.synchronize()
+            times.append(time.perf_counter() - start)
+        peak = run("peak_memory_mb")
+        push = {}
+        for name, size in (("bucket", int(args.bucket_mb * 2**20)), ("full", 2**62)):
+            with _RssPeak() as rss:
+                if group:
+                    group.call("weights", size)
+                for bucket in policy.weights(size):
+                    del bucket  # "sent": the learner actor drops each bucket after its push
+            push[name] = rss.extra_mb
+    finally:
+        if group:
+            group.close()
+    step_s = statistics.median(times)
+    tokens_per_s = args.rollouts * args.tokens / step_s
+    return {
+        "model_params": params,
+        "ranks": args.ranks,
+        "device": str(device),
+        "tokens_per_s": tokens_per_s,
+        "step_s": step_s,
+        "peak_memory_mb": peak,
+        "mfu": _mfu(params, tokens_per_s, args, device),
+        "push_bucket_mb": args.bucket_mb,
+        "push_bucket_extra_mb": push["bucket"],
+        "push_full_extra_mb": push["full"],
+    }
+
+
+def _mfu(params: int, tokens_per_s: float, args: argparse.Namespace, device: torch.device) -> Any:
+    if device.type != "cuda":
+        return None
+    peak = args.peak_tflops
+    if peak <= 0:
+        name = torch.cuda.get_device_name(device).upper()
+        peak = next((v for k, v in PEAK_TFLOPS.items() if k in name), 0.0)
+    if peak <= 0:
+        return None
+    return 6 * params * tokens_per_s / (peak * 1e12 * args.ranks)
+
+
+def run(args: argparse.Namespace) -> int:
+    _check(args)
+    with tempfile.TemporaryDirectory() as tmp:
+        model_dir = args.model
+        if model_dir is None:
+            model_dir = Path(tmp) / "tiny"
+            init_model(model_dir, TinyModelConfig())
+        out = measure(args, Path(model_dir))
+    if args.json:
+        print(json.dumps(out))
+        return 0
+    print(
+        f"learner: {out['model_params'] / 1e6:.2f}M params, {out['ranks']} rank(s) on "
+        f"{out['device']}: {out['step_s']:.3f} s/update, {out['tokens_per_s']:.0f} tokens/s, "
+        f"peak {out['peak_memory_mb']:.0f} MiB"
+        + (f", MFU {out['mfu']:.1%}" if out["mfu"] is not None else "")
+    )
+    print(
+        f"weight push on rank 0: +{out['push_bucket_extra_mb']:.1f} MiB in "
+        f"{out['push_bucket_mb']:g} MiB buckets, +{out['push_full_extra_mb']:.1f} MiB gathered whole"
+    )
+    return 0

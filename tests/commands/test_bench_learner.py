@@ -1,0 +1,53 @@
+"""`rstar2 bench learner`: figures from a real update on 1 and 2 ranks, bad flags refused."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from rstar2.cli import main
+from rstar2.commands.bench_learner import synthetic_batch
+
+KEYS = {"model_params", "ranks", "device", "tokens_per_s", "step_s", "peak_memory_mb", "mfu"}
+
+
+def _bench(*args: str) -> dict:
+    out = subprocess.run(
+        [sys.executable, "-m", "rstar2.cli", "-q", "bench", "learner", "--json", *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("ranks", [1, 2])
+def test_bench_learner_reports_every_figure(ranks: int) -> None:
+    got = _bench("--ranks", str(ranks), "--rollouts", "4", "--tokens", "16", "--steps", "1")
+    assert KEYS <= got.keys()
+    assert got["ranks"] == ranks and got["device"] == "cpu" and got["mfu"] is None
+    assert got["model_params"] > 900_000  # the tiny default (~1.0M)
+    assert got["tokens_per_s"] == pytest.approx(4 * 16 / got["step_s"])
+    assert got["peak_memory_mb"] > 50
+
+
+def test_the_batch_is_fixed_and_masks_its_prompt() -> None:
+    a, b = synthetic_batch(100, 3, 16), synthetic_batch(100, 3, 16)
+    assert [r.token_ids for r in a.rollouts] == [r.token_ids for r in b.rollouts]
+    assert a.rollouts[0].loss_mask == [0] * 4 + [1] * 12
+    assert a.advantages == [-1.0, 1.0, -1.0]
+
+
+@pytest.mark.parametrize(
+    "flag, value", [("--ranks", "0"), ("--steps", "0"), ("--tokens", "4"), ("--bucket-mb", "0")]
+)
+def test_bad_counts_are_refused_naming_the_flag(
+    flag: str, value: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["bench", "learner", flag, value]) == 2
+    assert flag in capsys.readouterr().err

@@ -1,13 +1,19 @@
 """The `--dry-run` plan: placement and per-GPU memory of a GPU deployment, without GPUs.
 
-For a config with `cluster.gpus > 0` it prints where the actors go and what fits:
+For a config with `cluster.gpus > 0` it prints where `rstar2 train` puts the actors and what
+fits, planning only what train runs:
 
-- engines = gpus / tp, one rollout worker each; one sandbox service and one learner rank per
-  GPU node; reward and scheduler on node 0. The learner is colocated with the engines
-  (verl's hybrid engine: the GPUs alternate between generation and training);
+- engines = gpus / tp, one rollout worker each; one sandbox service per GPU node; reward and
+  scheduler on node 0;
+- the learner: `cluster.learner_ranks` ranks (FSDP2 when more than one), which rank 0 starts
+  on its own node, rank r on that node's GPU r, i.e. on GPUs that also hold engines. With
+  `cluster.colocate` the engines there sleep while the learner updates (vLLM sleep mode, not
+  verified on a GPU); without it they keep their memory share the whole time;
 - weights: bf16, 2 bytes/parameter, divided by tp on an engine;
-- learner state under FSDP over all GPUs: bf16 parameters (2 B) + fp32 master weights,
-  gradients and two Adam moments (16 B) per parameter, sharded over every GPU: 18 P / gpus;
+- learner state, sharded over the learner's ranks: fp32 parameters, gradients and two Adam
+  moments (16 B per parameter; bf16 is compute only), 16 P / learner_ranks per rank. It stays
+  on the GPU during rollouts (the learner offloads nothing), so it must fit beside the engine's
+  share (gpu_memory_utilization x GPU memory), colocated or not;
 - KV pool per engine and KV bytes per token from the simulator's cost model
   (`sim.cost.kv_capacity_tokens`), so the plan and `rstar2 sim` agree on every KV figure;
 - max-length trajectories per engine = KV pool // (prompt_tokens + max_response_tokens) with
@@ -42,6 +48,8 @@ def memory_plan(cfg: TrainConfig) -> dict[str, Any]:
     rollouts = cfg.prompts_per_step * cfg.rollouts_per_prompt
     per_engine = math.ceil(rollouts / engines)
     fit = kv_tokens // traj_tokens
+    learner_state = 16 * model.params / c.learner_ranks
+    engine_share = gpu.memory_bytes * c.gpu_memory_utilization
     return {
         "nodes": nodes,
         "gpus": c.gpus,
@@ -51,9 +59,15 @@ def memory_plan(cfg: TrainConfig) -> dict[str, Any]:
         "tp": c.tp,
         "engines": engines,
         "sandbox_services": nodes,
-        "learner_ranks": c.gpus,
+        "learner_ranks": c.learner_ranks,
+        "learner_on_cpu": cfg.learner.device == "cpu",
+        "colocate": c.colocate,
         "engine_weights_gb": model.weight_bytes / c.tp / GB,
-        "learner_state_gb_per_gpu": 18 * model.params / c.gpus / GB,
+        "learner_state_gb_per_rank": learner_state / GB,
+        "engine_share_gb": engine_share / GB,
+        "gpu_memory_gb": gpu.memory_bytes / GB,
+        "learner_gpu_fits": cfg.learner.device == "cpu"
+        or engine_share + learner_state <= gpu.memory_bytes,
         "kv_bytes_per_token": model.kv_bytes_per_token,
         "kv_pool_tokens_per_engine": kv_tokens,
         "kv_pool_gb_per_engine": kv_tokens * model.kv_bytes_per_token / GB,
@@ -73,12 +87,20 @@ def format_plan(plan: dict[str, Any], cfg: TrainConfig) -> str:
         f"placement: {p['nodes']} node(s) x {cfg.cluster.gpus_per_node} {p['gpu']} = "
         f"{p['gpus']} GPUs; {p['engines']} rollout engine(s) (tp={p['tp']}, backend "
         f"{cfg.cluster.engine_backend}); {p['sandbox_services']} sandbox service(s), one per "
-        f"node; {p['learner_ranks']} learner rank(s) (FSDP, colocated); reward and scheduler on "
-        "node 0",
+        f"node; reward and scheduler on node 0",
+        _learner_line(p),
         f"model: {p['model']} ({p['params_b']:.1f}B parameters)",
         f"  engine weights (bf16)          {p['engine_weights_gb']:8.1f} GB per engine",
-        f"  learner state (FSDP shard)     {p['learner_state_gb_per_gpu']:8.1f} GB per GPU "
-        "(bf16 params + fp32 master, grads, Adam m and v)",
+        f"  learner state                  {p['learner_state_gb_per_rank']:8.1f} GB per learner "
+        "rank (fp32 params, grads, Adam m and v)",
+    ]
+    if not p["learner_on_cpu"]:
+        used = p["engine_share_gb"] + p["learner_state_gb_per_rank"]
+        lines.append(
+            f"  GPU with a learner rank        {used:8.1f} GB of {p['gpu_memory_gb']:.0f} GB "
+            f"(engine share {p['engine_share_gb']:.1f} GB + learner state)"
+        )
+    lines += [
         f"  KV per token                   {p['kv_bytes_per_token'] / 1024:8.0f} KiB",
         f"  KV pool                        {p['kv_pool_tokens_per_engine']:8d} tokens per engine "
         f"({p['kv_pool_gb_per_engine']:.1f} GB)",
@@ -88,12 +110,31 @@ def format_plan(plan: dict[str, Any], cfg: TrainConfig) -> str:
         f"  rollouts per step              {p['rollouts_per_step']:8d} "
         f"({p['rollouts_per_engine']} per engine)",
     ]
+    if not p["learner_gpu_fits"]:
+        lines.append(
+            "  -> the learner state does not fit beside the engine's share: raise "
+            "cluster.learner_ranks or lower cluster.gpu_memory_utilization"
+        )
     if not p["all_fit_at_max_length"]:
         lines.append(
             "  -> not every rollout fits at max length at once: the kv_aware scheduler admits "
             "by free KV and queues the rest (see `rstar2 sim compare` for the makespan)"
         )
     return "\n".join(lines)
+
+
+def _learner_line(p: dict[str, Any]) -> str:
+    ranks = p["learner_ranks"]
+    how = "1 rank" if ranks == 1 else f"{ranks} ranks (FSDP2)"
+    if p["learner_on_cpu"]:
+        return f"learner: {how} on node 0's CPU (learner.device = 'cpu')"
+    where = "GPU 0" if ranks == 1 else f"GPUs 0..{ranks - 1}"
+    if p["colocate"]:
+        share = "colocated (vLLM sleep mode; not verified on GPU): the engines there sleep "
+        share += "while the learner updates"
+    else:
+        share = "not colocated: the engines there keep their memory while the learner updates"
+    return f"learner: {how} on node 0, {where}, {share}"
 
 
 def print_plan(cfg: TrainConfig) -> None:

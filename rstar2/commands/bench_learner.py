@@ -12,8 +12,9 @@ through forward and backward per second, all ranks together), `step_s` (median u
 RSS on the CPU), `mfu` (GPUs only: 6 x parameters x tokens/s over the GPUs' peak bf16 FLOP/s,
 `--peak-tflops` per GPU; null on the CPU), and the weight push's memory on rank 0:
 `push_bucket_extra_mb` / `push_full_extra_mb`, the rise of rank 0's resident memory over its
-level before the push while the policy is gathered in `--bucket-mb` buckets (each dropped once
-"sent", as the learner actor does) / gathered whole (sampled every millisecond; CPU memory).
+level before the push (after handing freed heap back with malloc_trim, sampled every
+millisecond; CPU memory) while the policy is gathered and flattened into a message buffer in
+`--bucket-mb` buckets, each dropped once "sent" as the learner actor does / gathered whole.
 
 What it does not do: roll out, or compare with another trainer.
 """
@@ -21,6 +22,7 @@ What it does not do: roll out, or compare with another trainer.
 from __future__ import annotations
 
 import argparse
+import ctypes
 import json
 import math
 import os
@@ -42,6 +44,7 @@ from rstar2.learner.rank_group import RankGroup, join_group, serve_commands
 from rstar2.model.loader import load_model
 from rstar2.model.tiny import TinyModelConfig, init_model
 from rstar2.rl import RLConfig, TrainingBatch
+from rstar2.weights.flat_codec import flatten_weights
 
 PEAK_TFLOPS = {"H100": 989.0, "H200": 989.0, "MI300X": 1307.0, "A100": 312.0}
 """Dense bf16 peak TFLOP/s per GPU, by a substring of the device name."""
@@ -134,6 +137,7 @@ class _RssPeak:
     """Samples this process's resident memory every millisecond while open."""
 
     def __init__(self) -> None:
+        _trim_heap()  # hand freed heap back first, or reused free pages would hide the rise
         self.base = self.peak = _rss_mb()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._sample, daemon=True)
@@ -154,6 +158,14 @@ class _RssPeak:
     @property
     def extra_mb(self) -> float:
         return self.peak - self.base
+
+
+def _trim_heap() -> None:
+    """glibc's malloc_trim(0): return the heap's free pages to the OS (no-op elsewhere)."""
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):
+        pass
 
 
 def _rss_mb() -> float:
@@ -198,7 +210,9 @@ def measure(args: argparse.Namespace, model_dir: Path) -> dict[str, Any]:
                 if group:
                     group.call("weights", size)
                 for bucket in policy.weights(size):
-                    del bucket  # "sent": the learner actor drops each bucket after its push
+                    # as the learner actor: flatten into the message buffer, send, drop both
+                    flat = flatten_weights(bucket)[2]
+                    del bucket, flat
             push[name] = rss.extra_mb
     finally:
         if group:

@@ -118,7 +118,8 @@ class LearnerPolicy:
     def weights(self, bucket_bytes: int) -> Iterator[dict[str, torch.Tensor]]:
         """The full tensors (state-dict names, CPU, their own dtype) in buckets of about
         `bucket_bytes` (a tensor larger than that is a bucket of its own). Collective: every rank
-        must exhaust the iterator; the buckets are yielded on rank 0 only."""
+        must exhaust the iterator; the buckets are yielded on rank 0 only. With one rank on the
+        CPU the tensors are the parameters themselves: use them before the next update."""
         if bucket_bytes < 1:
             raise ValueError(f"bucket_bytes must be >= 1, got {bucket_bytes}")
         bucket: dict[str, torch.Tensor] = {}
@@ -127,7 +128,9 @@ class LearnerPolicy:
             full = tensor.full_tensor() if isinstance(tensor, DTensor) else tensor
             if self.rank != 0:
                 continue
-            bucket[name] = full.detach().to("cpu", copy=True)
+            # A gathered tensor is already a fresh one; a one-rank CPU tensor is the parameter
+            # itself (no copy: the caller flattens or sends it before the next update).
+            bucket[name] = full.detach().to("cpu")
             size += full.numel() * full.element_size()
             if size >= bucket_bytes:
                 yield bucket

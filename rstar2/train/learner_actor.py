@@ -76,6 +76,9 @@ from rstar2.weights.learner_group import LearnerWeightGroup, layout_for
 from rstar2.wire import (
     EngineReport,
     EngineReportRequest,
+    EngineSleep,
+    EngineSleepAck,
+    EngineWake,
     Message,
     RolloutBatch,
     RolloutTask,
@@ -115,8 +118,15 @@ class LearnerActor(Actor):
     outputs: ClassVar[dict[str, Port]] = {
         "tasks": port(RolloutBatch),
         "weights": port(
-            (WeightUpdate, WeightGroupJoin, WeightBroadcast, EngineReportRequest),
-            reply=(WeightAck, WeightGroupJoined, EngineReport),
+            (
+                WeightUpdate,
+                WeightGroupJoin,
+                WeightBroadcast,
+                EngineReportRequest,
+                EngineSleep,
+                EngineWake,
+            ),
+            reply=(WeightAck, WeightGroupJoined, EngineReport, EngineSleepAck),
         ),
     }
 
@@ -136,6 +146,8 @@ class LearnerActor(Actor):
         self.kv_samples: list[list[Any]] = []
         """[track, name, time, value] rows for the profiler (kept only when `profile`)."""
         self.metrics: MetricsLog | None = None
+        self.engines_asleep = False
+        """Colocation: the engines were put to sleep for the update and not yet woken."""
         self.rl_window: list[float] = []
         """Wall-clock start and end of the RL steps (the profiler's window)."""
 
@@ -189,12 +201,16 @@ class LearnerActor(Actor):
                 if self.cfg.rollout_trace:
                     self.trace = RolloutTrace(self.run_dir, resume_step)
             case PushWeights(version=version):
+                if self.engines_asleep:
+                    await self._set_engines_asleep(ctx, False)
                 pushed = await self._push_weights(ctx, state, version)
                 return controller.weights_pushed(version, pushed, started, time.perf_counter())
             case RollOut(step=step, tasks=tasks):
                 results = await self._roll_out(ctx, tasks, step)
                 return controller.rollouts_done(step, results, started, time.perf_counter())
             case Update(step=step, results=results):
+                if self.cfg.cluster.colocate:
+                    await self._set_engines_asleep(ctx, True)
                 with handling(ctx, "update"):
                     metrics = await anyio.to_thread.run_sync(state.train_on, results, step)
                 return controller.update_done(step, metrics, started, time.perf_counter())
@@ -311,6 +327,25 @@ class LearnerActor(Actor):
             "weights_buckets": float(parts),
             "weights_bucket_max_bytes": float(largest),
         }
+
+    async def _set_engines_asleep(self, ctx: ActorContext, asleep: bool) -> None:
+        """Colocation (`cluster.colocate`): put every engine to sleep before the update (vLLM
+        sleep mode frees the GPUs it shares with the learner) or wake them before the push."""
+        msg: Message = EngineSleep() if asleep else EngineWake()
+        start = time.perf_counter()
+
+        async def one(peer: int) -> None:
+            ack = await ctx.request("weights", msg, peer=peer, timeout=300.0)
+            if not (isinstance(ack, EngineSleepAck) and ack.sleeping == asleep):
+                raise RuntimeError(f"engine {peer} answered {ack!r} to {type(msg).__name__}")
+
+        async with anyio.create_task_group() as tg:
+            for peer in range(ctx.peers("weights")):
+                tg.start_soon(one, peer)
+        self.engines_asleep = asleep
+        log.info(
+            "engines %s in %.3fs", "asleep" if asleep else "awake", time.perf_counter() - start
+        )
 
     async def _push_one(self, ctx: ActorContext, update: WeightUpdate, peer: int) -> None:
         ack = await ctx.request("weights", update, peer=peer, timeout=300.0)

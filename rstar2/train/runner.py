@@ -29,7 +29,7 @@ from rstar2.actors.graph_config import actor_node
 from rstar2.config import from_dict
 from rstar2.learner.sft import encode_examples, train_sft
 from rstar2.metrics import plot_metrics, read_metrics
-from rstar2.model.loader import load_model
+from rstar2.model.loader import largest_tensor_bytes, load_model
 from rstar2.model.tiny import init_model
 from rstar2.reward.actor import RewardActor
 from rstar2.rollout.worker import RolloutWorker, RolloutWorkerParams
@@ -119,6 +119,17 @@ def vllm_options(cluster: ClusterConfig) -> dict[str, Any]:
     }
 
 
+MESSAGE_LIMIT = 64 * 2**20
+"""The graph's message size limit for models whose weight buckets fit in it (the tiny one)."""
+
+
+def message_limit(cfg: TrainConfig, model_dir: Path) -> int:
+    """Room for one weight push bucket: `cluster.weight_bucket_mb` plus one whole tensor (a
+    bucket holds whole tensors: SmolLM2-135M's embedding alone is 113 MB in float32)."""
+    bucket = int(cfg.cluster.weight_bucket_mb * 2**20)
+    return max(MESSAGE_LIMIT, bucket + largest_tensor_bytes(model_dir) + 2**20)
+
+
 def train_graph(cfg: TrainConfig, run_dir: Path, model_dir: Path, resume: bool) -> GraphConfig:
     """The RL actor graph of one run."""
     g = cfg.graph
@@ -167,7 +178,13 @@ def train_graph(cfg: TrainConfig, run_dir: Path, model_dir: Path, resume: bool) 
         "reward.scored -> learner.scored",
     ]
     graph = graph_config(
-        {"name": "train", "actors": actors, "edges": edges, "handshake_timeout_s": 120.0}
+        {
+            "name": "train",
+            "actors": actors,
+            "edges": edges,
+            "handshake_timeout_s": 120.0,
+            "max_message_bytes": message_limit(cfg, model_dir),
+        }
     )
     # The learner roots the weight group (weight_sync "broadcast") on its host's graph address.
     learner = graph.actors[0]

@@ -10,8 +10,8 @@ would instead pick the model type's class (`Qwen2Tokenizer` for a `qwen2` config
 transformers 5 rebuilds its own pre-tokenizer around the saved vocabulary and so tokenizes
 numbers differently from training. Other checkpoints (Qwen3, ...) go through `AutoTokenizer`.
 
-`largest_tensor_bytes(path)` reads only the safetensors headers: the size of the largest
-weight tensor in float32 (the unit the trainer's weight pushes cannot split).
+`weight_bytes(path)` reads only the safetensors headers: the sizes of the largest weight tensor
+(the unit the trainer's weight pushes cannot split) and of all of them, in float32.
 
 What it does not do: create models (see `rstar2.model.tiny`) or move them to a device.
 """
@@ -69,10 +69,10 @@ def load_model(
     return model, tokenizer
 
 
-def largest_tensor_bytes(path: str | Path) -> int:
-    """Bytes of the largest tensor of the safetensors files in `path`, counted in float32
-    (at least 4 bytes per element), from the file headers alone; 0 when there are none."""
-    largest = 0
+def weight_bytes(path: str | Path) -> tuple[int, int]:
+    """(largest tensor, all tensors) of the safetensors files in `path`, in bytes counted in
+    float32 (at least 4 bytes per element), from the file headers alone; (0, 0) if none."""
+    largest = total = 0
     for file in sorted(Path(path).glob("*.safetensors")):
         with safe_open(file, framework="pt") as f:
             for name in f.keys():
@@ -80,4 +80,5 @@ def largest_tensor_bytes(path: str | Path) -> int:
                 for dim in f.get_slice(name).get_shape():
                     numel *= int(dim)
                 largest = max(largest, 4 * numel)
-    return largest
+                total += 4 * numel
+    return largest, total

@@ -29,7 +29,7 @@ from rstar2.actors.graph_config import actor_node
 from rstar2.config import from_dict
 from rstar2.learner.sft import encode_examples, train_sft
 from rstar2.metrics import plot_metrics, read_metrics
-from rstar2.model.loader import largest_tensor_bytes, load_model
+from rstar2.model.loader import load_model, weight_bytes
 from rstar2.model.tiny import init_model
 from rstar2.reward.actor import RewardActor
 from rstar2.rollout.worker import RolloutWorker, RolloutWorkerParams
@@ -124,10 +124,12 @@ MESSAGE_LIMIT = 64 * 2**20
 
 
 def message_limit(cfg: TrainConfig, model_dir: Path) -> int:
-    """Room for one weight push bucket: `cluster.weight_bucket_mb` plus one whole tensor (a
-    bucket holds whole tensors: SmolLM2-135M's embedding alone is 113 MB in float32)."""
-    bucket = int(cfg.cluster.weight_bucket_mb * 2**20)
-    return max(MESSAGE_LIMIT, bucket + largest_tensor_bytes(model_dir) + 2**20)
+    """Room for one weight push bucket: `cluster.weight_bucket_mb` (or the whole model, when
+    smaller) plus one whole tensor, as a bucket holds whole tensors: SmolLM2-135M's embedding
+    alone is 113 MB in float32."""
+    largest, total = weight_bytes(model_dir)
+    bucket = min(int(cfg.cluster.weight_bucket_mb * 2**20), total)
+    return max(MESSAGE_LIMIT, bucket + largest + 2**20)
 
 
 def train_graph(cfg: TrainConfig, run_dir: Path, model_dir: Path, resume: bool) -> GraphConfig:

@@ -15,9 +15,8 @@ from rstar2.train.runner import train_graph
 
 CONFIG = Path(__file__).parents[2] / "configs" / "smollm2_135m.toml"
 
-pytestmark = pytest.mark.slow
 
-
+@pytest.mark.slow
 def test_the_train_graph_admits_a_weight_bucket_of_smollm2(
     smollm2_dir: Path, tmp_path: Path
 ) -> None:
@@ -27,6 +26,12 @@ def test_the_train_graph_admits_a_weight_bucket_of_smollm2(
     assert graph.max_message_bytes >= cfg.cluster.weight_bucket_mb * 2**20 + embedding
 
 
+def test_the_tiny_models_message_limit_is_unchanged(tiny_dir: Path, tmp_path: Path) -> None:
+    cfg = load_train_config(None, sets=[f"model.path={tiny_dir}"])
+    assert train_graph(cfg, tmp_path, tiny_dir, resume=False).max_message_bytes == 64 * 2**20
+
+
+@pytest.mark.slow
 def test_sft_then_rl_runs_on_smollm2(smollm2_dir: Path, tmp_path: Path) -> None:
     sets = [
         f"model.path={smollm2_dir}",

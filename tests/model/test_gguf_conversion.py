@@ -34,7 +34,7 @@ TEXTS = (
 )
 
 
-def _convert_error(capsys: pytest.CaptureFixture[str], *argv: str) -> str:
+def _convert_error(*argv: str) -> str:
     with pytest.raises(SystemExit) as exc:
         main(["convert", "gguf", *argv])
     message = str(exc.value.code)
@@ -42,20 +42,20 @@ def _convert_error(capsys: pytest.CaptureFixture[str], *argv: str) -> str:
     return message
 
 
-def test_missing_file_is_a_one_line_error(tmp_path: Path, capsys) -> None:
-    message = _convert_error(capsys, str(tmp_path / "none.gguf"), str(tmp_path / "out"))
+def test_missing_file_is_a_one_line_error(tmp_path: Path) -> None:
+    message = _convert_error(str(tmp_path / "none.gguf"), str(tmp_path / "out"))
     assert "no such file" in message
     assert not (tmp_path / "out").exists()
 
 
-def test_a_file_that_is_not_gguf_is_rejected(tmp_path: Path, capsys) -> None:
+def test_a_file_that_is_not_gguf_is_rejected(tmp_path: Path) -> None:
     bogus = tmp_path / "model.safetensors"
     bogus.write_bytes(b"\x08\x00\x00\x00\x00\x00\x00\x00{}      ")
-    message = _convert_error(capsys, str(bogus), str(tmp_path / "out"))
+    message = _convert_error(str(bogus), str(tmp_path / "out"))
     assert "is not a GGUF file" in message
 
 
-def test_an_unsupported_architecture_is_rejected(tmp_path: Path, capsys) -> None:
+def test_an_unsupported_architecture_is_rejected(tmp_path: Path) -> None:
     gguf = pytest.importorskip("gguf")
     path = tmp_path / "gpt2.gguf"
     writer = gguf.GGUFWriter(str(path), "gpt2")
@@ -64,7 +64,7 @@ def test_an_unsupported_architecture_is_rejected(tmp_path: Path, capsys) -> None
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()
     writer.close()
-    message = _convert_error(capsys, str(path), str(tmp_path / "out"))
+    message = _convert_error(str(path), str(tmp_path / "out"))
     assert "architecture 'gpt2' is not supported" in message
 
 

@@ -35,13 +35,11 @@ from pathlib import Path
 from typing import Any
 
 import torch
-import torch.distributed as dist
 
 from rstar2.config import ConfigError
-from rstar2.learner.policy import LearnerPolicy, resolve_device
+from rstar2.learner.policy import backend_for, load_policy, policy_rank, resolve_device
 from rstar2.learner.policy_update import LearnerConfig
-from rstar2.learner.rank_group import RankGroup, join_group, serve_commands
-from rstar2.model.loader import load_model
+from rstar2.learner.rank_group import RankGroup
 from rstar2.model.tiny import TinyModelConfig, init_model
 from rstar2.rl import RLConfig, TrainingBatch
 from rstar2.weights.flat_codec import flatten_weights
@@ -109,28 +107,8 @@ def synthetic_batch(vocab: int, rollouts: int, tokens: int, seed: int = 0) -> Tr
     )
 
 
-def _policy(model_dir: Path, cfg: LearnerConfig, local_rank: int) -> LearnerPolicy:
-    device = resolve_device(cfg.device, local_rank)
-    if device.type == "cuda":
-        torch.cuda.set_device(device)
-    model, tokenizer = load_model(model_dir)
-    return LearnerPolicy(model, cfg, RLConfig(), int(tokenizer.pad_token_id or 0), device)
-
-
 def _threads(ranks: int, threads: int = 0) -> int:
     return threads if threads > 0 else max(1, (os.cpu_count() or 1) // ranks)
-
-
-def follower(
-    rank: int, world: int, init: str, model_dir: str, cfg: LearnerConfig, threads: int
-) -> None:
-    torch.set_num_threads(threads)
-    device = resolve_device(cfg.device, rank)
-    control = join_group(rank, world, init, "nccl" if device.type == "cuda" else "gloo")
-    try:
-        serve_commands(_policy(Path(model_dir), cfg, rank), control)
-    finally:
-        dist.destroy_process_group()
 
 
 class _RssPeak:
@@ -178,9 +156,11 @@ def measure(args: argparse.Namespace, model_dir: Path) -> dict[str, Any]:
     device = resolve_device(cfg.device)
     threads = _threads(args.ranks, args.threads)
     torch.set_num_threads(threads)
-    backend = "nccl" if device.type == "cuda" else "gloo"
+    backend = backend_for(device)
     group = (
-        RankGroup.spawn(args.ranks, follower, (str(model_dir), cfg, threads), backend)
+        RankGroup.spawn(
+            args.ranks, policy_rank, (str(model_dir), cfg, RLConfig(), threads), backend
+        )
         if args.ranks > 1
         else None
     )
@@ -189,9 +169,9 @@ def measure(args: argparse.Namespace, model_dir: Path) -> dict[str, Any]:
         return group.run(policy, op, *a) if group else getattr(policy, op)(*a)
 
     try:
-        policy = _policy(model_dir, cfg, 0)
+        policy, _ = load_policy(model_dir, cfg, RLConfig(), 0)
         vocab = int(policy.model.config.vocab_size)
-        params = sum(p.numel() for p in load_model(model_dir)[0].parameters())
+        params = sum(p.numel() for p in policy.model.parameters())  # DTensors: global
         batch = synthetic_batch(vocab, args.rollouts, args.tokens)
         run("update", batch)  # warm-up
         times = []

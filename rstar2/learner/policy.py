@@ -22,6 +22,9 @@ weights and fp32 optimizer state (FSDP2's `MixedPrecisionPolicy` when sharded on
 `torch.autocast` otherwise); `activation_checkpointing`: recompute each decoder layer's
 activations in backward (the Hugging Face model's own gradient checkpointing).
 
+`load_policy` builds a rank's policy from a model directory; `policy_rank` is the body of every
+rank but 0 (used by `rstar2 train` and `rstar2 bench learner`).
+
 What it does not do: start processes or pass commands between ranks (`rank_group.py`), choose
 rollouts (rstar2.rl) or checkpoint the run's other state (the train package).
 """
@@ -48,6 +51,8 @@ from rstar2.learner.policy_update import (
     make_optimizer,
     update_policy,
 )
+from rstar2.learner.rank_group import join_group, serve_commands
+from rstar2.model.loader import load_model
 from rstar2.rl import RLConfig, TrainingBatch
 
 log = logging.getLogger(__name__)
@@ -183,3 +188,44 @@ class LearnerPolicy:
         )
         if schedule is not None:
             self.schedule.load_state_dict(schedule)
+
+
+def backend_for(device: torch.device) -> str:
+    """The process-group backend of learner ranks on `device`: NCCL (RCCL) on GPUs, else gloo."""
+    return "nccl" if device.type == "cuda" else "gloo"
+
+
+def load_policy(
+    model_dir: Path, cfg: LearnerConfig, rl: RLConfig, local_rank: int
+) -> tuple[LearnerPolicy, Any]:
+    """This rank's policy from a model directory (sharded when the process group has several
+    ranks) and the tokenizer, on the device `cfg.device` gives this local rank."""
+    device = resolve_device(cfg.device, local_rank)
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+    model, tokenizer = load_model(model_dir)
+    pad_id = int(tokenizer.pad_token_id or 0)
+    return LearnerPolicy(model, cfg, rl, pad_id, device), tokenizer
+
+
+def policy_rank(
+    rank: int,
+    world: int,
+    init_method: str,
+    model_dir: str,
+    cfg: LearnerConfig,
+    rl: RLConfig,
+    threads: int = 0,
+    seed: int = 0,
+) -> None:
+    """A follower rank (`RankGroup.spawn`'s entry): join, load the policy, follow rank 0 until it
+    stops. `threads` > 0 sets torch's thread count."""
+    if threads > 0:
+        torch.set_num_threads(threads)
+    torch.manual_seed(seed)
+    control = join_group(rank, world, init_method, backend_for(resolve_device(cfg.device, rank)))
+    try:
+        policy, _ = load_policy(Path(model_dir), cfg, rl, local_rank=rank)
+        serve_commands(policy, control)
+    finally:
+        dist.destroy_process_group()

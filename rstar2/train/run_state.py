@@ -37,14 +37,14 @@ from rstar2.learner.checkpoint import (
     save_checkpoint,
     set_rng_state,
 )
-from rstar2.learner.policy import LearnerPolicy
+from rstar2.learner.policy import LearnerPolicy, load_policy
 from rstar2.learner.rank_group import RankGroup
 from rstar2.model.chat_format import render_prompt
 from rstar2.rl import build_training_batch
 from rstar2.tasks.arithmetic import generate_problems
 from rstar2.train.config import TrainConfig
 from rstar2.train.controller import derive_seed, group_results
-from rstar2.train.learner_ranks import build_policy, start_ranks
+from rstar2.train.learner_ranks import start_ranks
 from rstar2.train.problem_stream import TrainProblem
 from rstar2.wire import TrajectoryResult
 
@@ -89,7 +89,7 @@ class RunState:
         policy and, when resuming, restore the latest checkpoint on every rank."""
         ranks = start_ranks(cfg, model_dir)
         try:
-            policy, tokenizer = build_policy(cfg, model_dir, local_rank=0)
+            policy, tokenizer = load_policy(model_dir, cfg.learner, cfg.rl, local_rank=0)
             state = cls(cfg, run_dir, policy, tokenizer, ranks)
             ck = load_latest(run_dir) if resume else None
             if ck is not None:

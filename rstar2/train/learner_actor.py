@@ -43,6 +43,7 @@ from __future__ import annotations
 import logging
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
@@ -315,9 +316,12 @@ class LearnerActor(Actor):
                     break
                 names, shapes, flat = flatten_weights(bucket)
             update = WeightUpdate(version=version, names=names, shapes=shapes, flat=flat.numpy())
-            async with anyio.create_task_group() as tg:
-                for peer in range(peers):
-                    tg.start_soon(self._push_one, ctx, update, peer)
+            await self._ask_every_engine(
+                ctx,
+                update,
+                lambda ack: isinstance(ack, WeightAck) and ack.version == version,
+                f"a WeightAck of version {version}",
+            )
             sent += frames_size(to_frames(update)) * peers
             largest = max(largest, sum(t.numel() * t.element_size() for t in bucket.values()))
             parts += 1
@@ -334,20 +338,32 @@ class LearnerActor(Actor):
         msg: Message = EngineSleep() if asleep else EngineWake()
         start = time.perf_counter()
 
-        async def one(peer: int) -> None:
-            ack = await ctx.request("weights", msg, peer=peer, timeout=300.0)
-            if not (isinstance(ack, EngineSleepAck) and ack.sleeping == asleep):
-                raise RuntimeError(f"engine {peer} answered {ack!r} to {type(msg).__name__}")
-
-        async with anyio.create_task_group() as tg:
-            for peer in range(ctx.peers("weights")):
-                tg.start_soon(one, peer)
+        await self._ask_every_engine(
+            ctx,
+            msg,
+            lambda ack: isinstance(ack, EngineSleepAck) and ack.sleeping == asleep,
+            f"an EngineSleepAck with sleeping={asleep}",
+        )
         self.engines_asleep = asleep
         log.info(
             "engines %s in %.3fs", "asleep" if asleep else "awake", time.perf_counter() - start
         )
 
-    async def _push_one(self, ctx: ActorContext, update: WeightUpdate, peer: int) -> None:
-        ack = await ctx.request("weights", update, peer=peer, timeout=300.0)
-        if not (isinstance(ack, WeightAck) and ack.version == update.version):
-            raise RuntimeError(f"engine {peer} acknowledged {ack!r}, not version {update.version}")
+    async def _ask_every_engine(
+        self,
+        ctx: ActorContext,
+        msg: Message,
+        accepted: Callable[[Message], bool],
+        wanted: str,
+    ) -> None:
+        """Send `msg` to every rollout worker on ``weights`` at once; each must answer with a
+        reply `accepted` takes (else RuntimeError naming the engine and what was `wanted`)."""
+
+        async def one(peer: int) -> None:
+            ack = await ctx.request("weights", msg, peer=peer, timeout=300.0)
+            if not accepted(ack):
+                raise RuntimeError(f"engine {peer} answered {ack!r}, not {wanted}")
+
+        async with anyio.create_task_group() as tg:
+            for peer in range(ctx.peers("weights")):
+                tg.start_soon(one, peer)

@@ -21,7 +21,7 @@ from __future__ import annotations
 import ipaddress
 import logging
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import anyio
 import zmq
@@ -38,9 +38,9 @@ class CurveKeys:
     """Z85-encoded CURVE keys: the graph's server pair and its client pair."""
 
     server_public: str
-    server_secret: str
+    server_secret: str = field(repr=False)
     client_public: str
-    client_secret: str
+    client_secret: str = field(repr=False)
 
 
 def is_local_endpoint(endpoint: str) -> bool:

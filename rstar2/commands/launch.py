@@ -25,7 +25,7 @@ from rstar2.actors.backend import BACKENDS
 from rstar2.actors.graph import GraphStartError, run_graph_blocking
 from rstar2.actors.graph_config import MAIN_PROCESS, GraphConfig, load_graph_config
 from rstar2.actors.nodes import node_host
-from rstar2.config import to_dict
+from rstar2.redaction import redact
 
 HELP = "run an actor graph (with --node-rank, this node's share of a multi-host graph)"
 log = logging.getLogger(__name__)
@@ -58,7 +58,7 @@ def run(args: argparse.Namespace) -> int:
     if args.one_process:
         cfg = one_process(cfg)
     host = None if args.node_rank is None else node_host(cfg, args.node_rank)
-    log.info("graph config: %s", json.dumps(to_dict(cfg), default=str))
+    log.info("graph config: %s", json.dumps(redact(cfg), default=str))
     if host is not None:
         log.info("node %d of %s: host %s", args.node_rank, cfg.nodes(), host)
     try:

@@ -31,6 +31,7 @@ from rstar2.learner.sft import encode_examples, train_sft
 from rstar2.metrics import plot_metrics, read_metrics
 from rstar2.model.loader import load_model, weight_bytes
 from rstar2.model.tiny import init_model
+from rstar2.redaction import redact
 from rstar2.reward.actor import RewardActor
 from rstar2.rollout.worker import RolloutWorker, RolloutWorkerParams
 from rstar2.sandbox.actor import SandboxActor
@@ -49,7 +50,8 @@ class TrainingFailed(RuntimeError):
 
 def save_config(cfg: TrainConfig, run_dir: Path) -> None:
     run_dir.mkdir(parents=True, exist_ok=True)
-    (run_dir / "config.json").write_text(json.dumps(config_dict(cfg), indent=1))
+    # redacted: no secret is ever written to a run directory (rstar2.redaction)
+    (run_dir / "config.json").write_text(json.dumps(redact(config_dict(cfg)), indent=1))
 
 
 def load_run_config(run_dir: Path) -> TrainConfig:

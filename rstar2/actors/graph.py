@@ -17,6 +17,8 @@ One node of a multi-host graph: `open_graph(cfg, host=H)` runs only the instance
 host H (`GraphPlan.on_host`) and joins the other nodes over the control link of `nodes.py`:
 actors start once every node is up, events go to node 0, and node 0 stops every node.
 
+The ipc dir is `<tmp>/rstar2-graph-<name>-<pid>-<random>` with an `owner.json` (see
+`graph_dirs.py`); a graph sweeps the folders of killed runs (owner pid gone) when it starts.
 A stats ROUTER at `<ipc dir>/stats.sock` answers `StatsRequest` with one `StatsReply` per
 process; `stats_endpoints()` lists running graphs for `rstar2 top`.
 
@@ -25,13 +27,10 @@ What it does not do: start processes on other hosts (run `rstar2 launch --node-r
 
 from __future__ import annotations
 
-import glob
 import logging
 import multiprocessing
-import os
 import shutil
 import signal
-import tempfile
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -46,6 +45,8 @@ import zmq
 from rstar2.actors.backend import backend_options
 from rstar2.actors.child import child_main
 from rstar2.actors.graph_config import MAIN_PROCESS, GraphConfig
+from rstar2.actors.graph_dirs import TMP_PREFIX as TMP_PREFIX  # re-exported
+from rstar2.actors.graph_dirs import make_graph_dir, running_graphs, sweep_stale_dirs
 from rstar2.actors.nodes import NodeLink, NodeLinkError, node_role
 from rstar2.actors.plan import GraphPlan, build_plan
 from rstar2.actors.sockets import AsyncSocket, SocketFactory
@@ -70,7 +71,6 @@ log = logging.getLogger(__name__)
 
 _MONITOR_S = 0.2
 _STATS_TIMEOUT_S = 2.0
-TMP_PREFIX = "rstar2-graph-"
 
 
 class GraphStartError(RuntimeError):
@@ -420,11 +420,13 @@ def _new_graph(
 
 @asynccontextmanager
 async def open_graph(
-    cfg: GraphConfig, *, handle_signals: bool = False, host: str | None = None
+    cfg: GraphConfig, *, handle_signals: bool = False, host: str | None = None, run_dir: str = ""
 ) -> AsyncIterator[RunningGraph]:
     """Start the graph (with `host`, only that node's share); on exit stop it and clean up
-    (see the module docstring)."""
-    ipc_dir = tempfile.mkdtemp(prefix=f"{TMP_PREFIX}{cfg.name}-")
+    (see the module docstring). `run_dir`: the run directory it works for (`rstar2 top`
+    shows it)."""
+    sweep_stale_dirs()
+    ipc_dir = make_graph_dir(cfg.name, run_dir)
     context = zmq.Context()
     factory = SocketFactory(context, hwm=cfg.hwm, curve=cfg.curve.keys())
     graph: RunningGraph | None = None
@@ -469,11 +471,16 @@ async def open_graph(
 
 
 async def run_graph(
-    cfg: GraphConfig, *, handle_signals: bool = False, spans: bool = False, host: str | None = None
+    cfg: GraphConfig,
+    *,
+    handle_signals: bool = False,
+    spans: bool = False,
+    host: str | None = None,
+    run_dir: str = "",
 ) -> GraphResult:
     """Run the graph (with `host`, one node's share) until it stops; the result carries final
     stats (and spans if asked) of this node's processes."""
-    async with open_graph(cfg, handle_signals=handle_signals, host=host) as graph:
+    async with open_graph(cfg, handle_signals=handle_signals, host=host, run_dir=run_dir) as graph:
         await graph.wait()
         if spans:
             graph.result.spans = [s for r in await graph.collect(spans=True) for s in r.spans]
@@ -487,18 +494,20 @@ def run_graph_blocking(
     handle_signals: bool = True,
     spans: bool = False,
     host: str | None = None,
+    run_dir: str = "",
 ) -> GraphResult:
     """`run_graph` from synchronous code: asyncio (with uvloop when installed) or trio."""
     if backend not in ("asyncio", "trio"):
         raise ValueError(f"backend must be 'asyncio' or 'trio', got {backend!r}")
     return anyio.run(
-        lambda: run_graph(cfg, handle_signals=handle_signals, spans=spans, host=host),
+        lambda: run_graph(
+            cfg, handle_signals=handle_signals, spans=spans, host=host, run_dir=run_dir
+        ),
         backend=backend,
         backend_options=backend_options(backend),
     )
 
 
 def stats_endpoints() -> list[str]:
-    """Stats endpoints of the graphs running on this machine (their temp dirs still exist)."""
-    pattern = os.path.join(tempfile.gettempdir(), f"{TMP_PREFIX}*", "stats.sock")
-    return [f"ipc://{p}" for p in sorted(glob.glob(pattern))]
+    """Stats endpoints of the graphs running on this machine (their stats socket answers)."""
+    return [d.stats_endpoint for d in running_graphs()]

@@ -1,11 +1,16 @@
 """`rstar2 top`: live per-actor rates, busy share and queue depth of running graphs.
 
 Attaches to every graph running on this machine (or the one `--endpoint` names) through its
-stats endpoint, polls counters (never spans) every `--interval` seconds and reprints a table:
-input and output messages/s, busy / idle / blocked share of the interval, the share spent
-waiting on replies to its own requests (which overlaps idle for a client), the queue depth
-the actor sees, messages handled so far. `--once` prints one table after one interval and
-exits; `--json` prints that as JSON (for scripts and tests). Exit code 1 when no graph runs.
+stats endpoint, polls counters (never spans) every `--interval` seconds and reprints a table
+per graph, titled with the graph's name, the pid running it and its run directory (or its
+command line): input and output messages/s, busy / blocked / idle share of each actor's wall
+time over the interval (together at most 100%, see `rstar2.profile.live_view`), the share spent
+waiting on replies to its own requests (which overlaps the others), the queue depth the actor
+sees, messages handled so far. `--once` prints one table after one interval and exits; `--json`
+prints that as JSON (for scripts and tests). Exit code 1 when no graph runs.
+
+Before it looks for graphs it removes the temp folders that killed runs left behind
+(`rstar2.actors.graph_dirs`): polling their dead sockets made each refresh wait seconds.
 
 What it does not do: attach to graphs on other hosts (their stats sockets are local files).
 """
@@ -15,21 +20,26 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import os
 import sys
 import time
 
 from rstar2.actors.graph import stats_endpoints
+from rstar2.actors.graph_dirs import parse_graph_dir, sweep_stale_dirs
 from rstar2.profile.live_view import (
     LiveRow,
     StatsUnavailable,
     format_rows,
-    graph_name,
     live_rows,
     timed_poll,
 )
 
 HELP = "live per-actor rates, queue depths and busy share"
 _CLEAR = "\x1b[H\x1b[2J"
+SHARES = (
+    "busy / blocked / idle: share of each actor's wall time over the interval (at most 100% "
+    "together; the rest is unaccounted); replies: awaiting its own requests (overlaps them)"
+)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -58,10 +68,25 @@ def _sample(endpoints: list[str], interval: float) -> dict[str, list[LiveRow]]:
     return out
 
 
+def graph_title(endpoint: str) -> str:
+    """ "graph NAME  pid P  run RUN_DIR" for a local graph (its command line when it has no
+    run directory); the endpoint itself for anything else."""
+    if not endpoint.startswith("ipc://"):
+        return f"graph at {endpoint}"
+    d = parse_graph_dir(os.path.dirname(endpoint.removeprefix("ipc://")))
+    pid = d.owner.get("pid", d.pid)
+    where = f"run {d.run_dir}" if d.run_dir else " ".join(map(str, d.owner.get("argv", [])))
+    started = d.owner.get("started")
+    since = time.strftime("  since %H:%M:%S", time.localtime(started)) if started else ""
+    return f"graph {d.name}  pid {pid if pid is not None else '?'}{since}  {where}".rstrip()
+
+
 def run(args: argparse.Namespace) -> int:
     if args.interval <= 0:
         print(f"rstar2 top: --interval must be > 0, got {args.interval}", file=sys.stderr)
         return 2
+    if not args.endpoint:
+        sweep_stale_dirs()
     endpoints = [args.endpoint] if args.endpoint else stats_endpoints()
     if not endpoints:
         print("rstar2 top: no running graph found on this machine", file=sys.stderr)
@@ -75,12 +100,12 @@ def run(args: argparse.Namespace) -> int:
             doc = {ep: [dataclasses.asdict(r) for r in rows] for ep, rows in sampled.items()}
             print(json.dumps(doc))
             return 0
-        text = "\n\n".join(
-            format_rows(f"graph {graph_name(ep)}  ({ep})", rows) for ep, rows in sampled.items()
-        )
+        tables = [format_rows(graph_title(ep), rows) for ep, rows in sampled.items()]
+        text = "\n\n".join([SHARES, *tables])
         if args.once:
             print(text)
             return 0
         print(_CLEAR + time.strftime("%H:%M:%S  rstar2 top (Ctrl-C to quit)\n") + text, flush=True)
         if not args.endpoint:
+            sweep_stale_dirs()
             endpoints = stats_endpoints() or endpoints

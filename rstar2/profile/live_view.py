@@ -5,6 +5,14 @@ for its counters (`StatsRequest(spans=False)`: no spans, so the graph pays one c
 per actor per poll) and returns the `StatsReply` of every process. `live_rows(prev, cur, dt)`
 turns two snapshots into rows (a pure function) and `format_rows` into a fixed-width table.
 
+Shares are per actor instance, of the wall time between the two polls, and never add to more
+than 100%: busy (a unit of work in flight), then blocked (a send waiting on backpressure) in
+the time not busy, then idle (waiting for input) in the time neither busy nor blocked; what is
+left is unaccounted (the actor's own code outside any recorded span). The raw counters overlap:
+a service that receives in one task while it works in others waits for input *while* busy, so
+summing them gave rows of 190%. "replies" (its own requests awaiting replies) is shown apart
+and overlaps the others.
+
 What it does not do: draw a full-screen UI (the command clears the screen and reprints) or
 read spans (that is `rstar2 profile`).
 """
@@ -17,7 +25,7 @@ from dataclasses import dataclass
 
 import zmq
 
-from rstar2.actors.graph import TMP_PREFIX
+from rstar2.actors.graph_dirs import parse_graph_dir
 from rstar2.frames import from_frames, to_frames
 from rstar2.wire import ActorStats, StatsReply, StatsRequest, WireError
 
@@ -31,8 +39,11 @@ class LiveRow:
     msgs_per_s: float
     sent_per_s: float
     busy: float
+    """Share of the interval with work in flight."""
     idle: float
+    """Share waiting for input, not busy and not blocked."""
     blocked: float
+    """Share with a send waiting on a full downstream queue, not busy."""
     replies: float
     """Share of the interval with requests of its own awaiting replies (overlaps idle)."""
     queue_depth: int
@@ -45,10 +56,8 @@ class StatsUnavailable(RuntimeError):
 
 
 def graph_name(endpoint: str) -> str:
-    """ "ipc:///tmp/rstar2-graph-demo-abc123/stats.sock" -> "demo"."""
-    folder = os.path.basename(os.path.dirname(endpoint.removeprefix("ipc://")))
-    name = folder.removeprefix(TMP_PREFIX)
-    return name.rsplit("-", 1)[0] if "-" in name else name
+    """ "ipc:///tmp/rstar2-graph-demo-4242-abc123/stats.sock" -> "demo"."""
+    return parse_graph_dir(os.path.dirname(endpoint.removeprefix("ipc://"))).name
 
 
 def poll_stats(
@@ -90,22 +99,29 @@ def live_rows(prev: list[ActorStats], cur: list[ActorStats], dt: float) -> list[
     rows = []
     for s in cur:
         p = before.get(s.actor, ActorStats(s.actor, s.process))
+        busy = _share(s.busy_s - p.busy_s, dt)
+        blocked = min(1.0 - busy, _share(s.blocked_s - p.blocked_s, dt))
+        idle = max(0.0, min(1.0 - busy - blocked, _share(s.wait_s - p.wait_s, dt)))
         rows.append(
             LiveRow(
                 actor=s.actor,
                 process=s.process,
                 msgs_per_s=max(0, s.received - p.received) / dt,
                 sent_per_s=max(0, s.sent - p.sent) / dt,
-                busy=min(1.0, max(0.0, s.busy_s - p.busy_s) / dt),
-                idle=min(1.0, max(0.0, s.wait_s - p.wait_s) / dt),
-                blocked=min(1.0, max(0.0, s.blocked_s - p.blocked_s) / dt),
-                replies=min(1.0, max(0.0, s.reply_s - p.reply_s) / dt),
+                busy=busy,
+                idle=idle,
+                blocked=blocked,
+                replies=_share(s.reply_s - p.reply_s, dt),
                 queue_depth=s.queue_depth,
                 handled=s.handled,
                 alive=s.alive,
             )
         )
     return sorted(rows, key=lambda r: r.actor)
+
+
+def _share(seconds: float, dt: float) -> float:
+    return min(1.0, max(0.0, seconds) / dt)
 
 
 def format_rows(title: str, rows: list[LiveRow]) -> str:

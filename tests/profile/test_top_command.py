@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import threading
 import time
 
@@ -10,6 +11,7 @@ import pytest
 
 from rstar2.actors.graph import run_graph_blocking, stats_endpoints
 from rstar2.cli import main
+from rstar2.commands.top import SHARES
 from rstar2.profile.live_view import format_rows, graph_name, live_rows
 from rstar2.profile.synthetic import synthetic_graph
 from rstar2.wire import ActorStats
@@ -47,7 +49,22 @@ def test_live_rows_are_rates_over_the_interval() -> None:
         live_rows(prev, cur, 0.0)
 
 
+def test_shares_of_overlapping_counters_add_to_at_most_100_percent() -> None:
+    """A service receives in one task while it works in others: its wait and busy counters
+    overlap (each near the whole interval); the shares are busy, then blocked, then idle."""
+    prev = [ActorStats("engine.0", "main")]
+    cur = [ActorStats("engine.0", "main", busy_s=1.8, wait_s=2.0, blocked_s=0.4, reply_s=1.0)]
+    (row,) = live_rows(prev, cur, 2.0)
+    assert (row.busy, row.blocked, row.replies) == pytest.approx((0.9, 0.1, 0.5))
+    assert row.idle == 0.0
+    assert row.busy + row.blocked + row.idle <= 1.0
+
+
 def test_graph_name_from_endpoint() -> None:
+    assert graph_name("ipc:///tmp/rstar2-graph-synthetic-sandbox-4242-k2j3/stats.sock") == (
+        "synthetic-sandbox"
+    )
+    # a folder named by an older rstar2 (no pid)
     assert graph_name("ipc:///tmp/rstar2-graph-synthetic-sandbox-k2j3/stats.sock") == (
         "synthetic-sandbox"
     )
@@ -85,6 +102,34 @@ def test_top_attaches_to_a_running_graph(capsys: pytest.CaptureFixture[str]) -> 
     finally:
         runner.join(timeout=20)
     assert not runner.is_alive()
+
+
+def test_top_titles_each_graph_with_its_pid_and_run_directory(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    cfg = synthetic_graph("sandbox", steps=8)
+    cfg.name = f"titled{os.getpid()}"
+    runner = threading.Thread(
+        target=run_graph_blocking,
+        args=(cfg,),
+        kwargs={"handle_signals": False, "run_dir": "runs/demo-run"},
+        daemon=True,
+    )
+    runner.start()
+    try:
+        deadline = time.monotonic() + 10
+        mine: list[str] = []
+        while not mine and time.monotonic() < deadline:
+            mine = [e for e in stats_endpoints() if graph_name(e) == cfg.name]
+            time.sleep(0.02)
+        assert mine, "the graph's stats endpoint did not appear"
+        assert main(["-q", "top", "--once", "--interval", "0.2", "--endpoint", mine[0]]) == 0
+        out = capsys.readouterr().out
+        assert f"graph {cfg.name}  pid {os.getpid()}  since " in out
+        assert out.splitlines()[2].endswith("run runs/demo-run")
+        assert out.startswith(SHARES)
+    finally:
+        runner.join(timeout=20)
 
 
 def test_top_without_graphs_or_with_bad_interval(capsys: pytest.CaptureFixture[str]) -> None:

@@ -203,7 +203,7 @@ def run_training(cfg: TrainConfig, run_dir: Path, resume: bool = False) -> dict[
         save_config(cfg, run_dir)
     model_dir = prepare_policy(cfg, run_dir)
     graph = train_graph(cfg, run_dir, model_dir, resume)
-    result = run_graph_blocking(graph, backend=cfg.graph.backend)
+    result = run_graph_blocking(graph, backend=cfg.graph.backend, run_dir=str(run_dir))
     if not result.ok:
         details = "; ".join(
             f"{f.actor}: {f.traceback.strip().splitlines()[-1]}" for f in result.failures

@@ -1,8 +1,9 @@
 """`rstar2 sandbox exec|bench|serve`: the isolated Python code executor from the command line.
 
-- `exec`: JSON lines `{"id", "code", "stdin"?, "timeout_s"?, "memory_mb"?}` on stdin; exactly
-  one JSON result line per input line on stdout, in completion order. A bad line gets a result
-  with status `rejected` and a message, and processing goes on.
+- `exec`: JSON lines `{"id", "code", "stdin"?, "timeout_s"?, "memory_mb"?}` on stdin (`input`,
+  the tool protocol's name, is an alias of `stdin`; giving both is rejected); exactly one JSON
+  result line per input line on stdout, in completion order. A bad line gets a result with
+  status `rejected` and a message, and processing goes on. docs/usage.md lists the fields.
 - `bench [--json]`: executor vs fresh-subprocess baseline on three workloads, plus a burst.
 - `serve --bind ADDR`: the executor as a ZeroMQ service (see `rstar2.sandbox.service`).
 """
@@ -84,10 +85,15 @@ def parse_line(line: str, lineno: int) -> ExecRequest | ExecResult:
         )
     rid = obj.get("id")
     rid = rid if isinstance(rid, str) else (str(rid) if isinstance(rid, int) else fallback)
-    unknown = set(obj) - {"id", "code", "stdin", "timeout_s", "memory_mb"}
+    unknown = set(obj) - {"id", "code", "stdin", "input", "timeout_s", "memory_mb"}
     if unknown:
         message = f"unknown field(s): {', '.join(sorted(unknown))}"
         return ExecResult(id=rid, status="rejected", stderr=message, exit_code=-1)
+    if "input" in obj:  # the tool protocol's name for stdin
+        if "stdin" in obj:
+            message = 'give "stdin" or its alias "input", not both'
+            return ExecResult(id=rid, status="rejected", stderr=message, exit_code=-1)
+        obj["stdin"] = obj.pop("input")
     problem = _field_problem(obj)
     if problem:
         return ExecResult(id=rid, status="rejected", stderr=problem, exit_code=-1)

@@ -19,6 +19,11 @@ def test_a_good_line_becomes_a_request() -> None:
     assert parsed == ExecRequest(id="a", code="1", stdin="x", timeout_s=2)
 
 
+def test_input_is_an_alias_of_stdin() -> None:
+    parsed = parse_line('{"id": "a", "code": "print(input())", "input": "x"}', 1)
+    assert parsed == ExecRequest(id="a", code="print(input())", stdin="x")
+
+
 @pytest.mark.parametrize(
     ("line", "rid", "message"),
     [
@@ -27,6 +32,8 @@ def test_a_good_line_becomes_a_request() -> None:
         ('{"id": "x"}', "x", '"code" must be a string'),
         ('{"id": 5, "code": "1", "timeout_s": "soon"}', "5", '"timeout_s" must be a number'),
         ('{"id": "y", "code": "1", "user": "root"}', "y", "unknown field(s): user"),
+        ('{"id": "z", "code": "1", "stdin": "a", "input": "b"}', "z", '"stdin" or its alias'),
+        ('{"id": "w", "code": "1", "input": 3}', "w", '"stdin" must be a string'),
     ],
 )
 def test_a_bad_line_becomes_a_rejected_result(line: str, rid: str, message: str) -> None:

@@ -4,22 +4,45 @@ Each subcommand lives in `rstar2/commands/<name>.py` and exposes `HELP` (one lin
 `add_arguments(parser)` and `run(args) -> int`. Only the chosen subcommand's module is imported,
 so `rstar2 --help` stays fast and a heavy dependency (torch) is loaded only by commands that use
 it. Logging is configured here (`rstar2.log_format`), and alike in the graph's spawned
-processes, nowhere else. A `ConfigError` (bad config key or value) becomes a one-line
-message and exit code 2, never a traceback.
+processes, nowhere else.
+
+`main` is the one error boundary. An expected failure is one line on stderr,
+`rstar2 <command>: error: <message>`, never a traceback, and the exit code says which kind:
+
+- 0: success;
+- 1: an unexpected error, i.e. a bug: its traceback is printed (also a command's own
+  `SystemExit("message")`, which prints the message);
+- 2: bad input: a bad command line (argparse: an unknown flag, a value of the wrong type or
+  out of range, named by its flag), a bad config key or value (`ConfigError`), a bad
+  combination of flags (`UsageError`), a user-given path that is missing, of the wrong kind or
+  not readable (`FileNotFoundError`, `IsADirectoryError`, `NotADirectoryError`,
+  `PermissionError`, `FileExistsError`), or a user file that does not decode (JSON, TOML,
+  YAML, msgspec, UTF-8); `-v` adds the traceback of such an error, for reporting;
+- 130: interrupted (Ctrl-C, `KeyboardInterrupt`);
+- 141: stdout was closed early (`rstar2 sim ... | head -1`): the rest of the output is dropped
+  without a message, as a process killed by SIGPIPE would (128 + 13).
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import importlib.metadata
 import importlib.util
+import json
 import logging
 import os
 import sys
+import tomllib
 from types import ModuleType
 
-from rstar2.config import ConfigError
+from rstar2.commands.arguments import EXIT_USAGE, CommandParser
+from rstar2.config import ConfigError, UsageError
 from rstar2.log_format import setup_logging
+
+EXIT_FAILURE = 1
+EXIT_INTERRUPTED = 130
+EXIT_BROKEN_PIPE = 141
 
 # name -> (module, one-line help). Help strings live here so `--help` imports nothing heavy.
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -40,6 +63,17 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "launch": ("rstar2.commands.launch", "start this node's share of a multi-host graph"),
 }
 
+# user-given paths that are missing, of the wrong kind or not readable: bad input, not a bug
+_PATH_ERRORS = (
+    FileNotFoundError,
+    IsADirectoryError,
+    NotADirectoryError,
+    PermissionError,
+    FileExistsError,
+)
+# user files that do not decode; yaml and msgspec are matched by name (see _decode_error)
+_DECODE_ERRORS = (json.JSONDecodeError, tomllib.TOMLDecodeError, UnicodeDecodeError)
+
 log = logging.getLogger("rstar2")
 
 
@@ -57,10 +91,19 @@ def _available() -> dict[str, tuple[str, str]]:
     return out
 
 
+def version() -> str:
+    """The installed `rstar2` distribution's version ("unknown" when run from a bare tree)."""
+    try:
+        return importlib.metadata.version("rstar2")
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown"
+
+
 def build_parser(selected: str | None = None) -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = CommandParser(
         prog="rstar2", description="Agentic RL of language models with a code tool."
     )
+    parser.add_argument("--version", action="version", version=f"rstar2 {version()}")
     parser.add_argument("-v", "--verbose", action="count", default=0, help="more log output")
     parser.add_argument("-q", "--quiet", action="store_true", help="warnings and errors only")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
@@ -72,6 +115,8 @@ def build_parser(selected: str | None = None) -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Parse `argv`, run the chosen command and return its exit code (see the module
+    docstring). A bad command line or `--help` raises SystemExit, as argparse does."""
     argv = sys.argv[1:] if argv is None else argv
     # weight-loading progress bars of transformers/huggingface_hub would interleave with our
     # one-line-per-step progress output; set before any command module imports transformers
@@ -84,14 +129,56 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help()
         return 0
     setup_logging(args.verbose, args.quiet)
+    return run_command(args)
+
+
+def run_command(args: argparse.Namespace) -> int:
+    """Run `args.command`: the error boundary."""
+    name = args.command
     try:
-        return int(_load(args.command).run(args) or 0)
-    except ConfigError as e:
-        print(f"rstar2 {args.command}: error: {e}", file=sys.stderr)
-        return 2
+        code = int(_load(name).run(args) or 0)
+        sys.stdout.flush()  # a closed pipe shows here, not as a traceback at interpreter exit
+        return code
     except KeyboardInterrupt:
-        print(f"rstar2 {args.command}: interrupted", file=sys.stderr)
-        return 130
+        print(f"rstar2 {name}: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except BrokenPipeError:
+        # Python's recipe (docs: "Note on SIGPIPE"): point stdout at devnull so that the flush
+        # at exit does not fail a second time
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return EXIT_BROKEN_PIPE
+    except Exception as e:
+        message = bad_input_message(e)
+        if message is None:
+            raise  # a bug: keep the traceback
+        log.debug("the traceback of this error", exc_info=True)
+        print(f"rstar2 {name}: error: {message}", file=sys.stderr)
+        return EXIT_USAGE
+
+
+def bad_input_message(e: BaseException) -> str | None:
+    """The one-line message of an error that is bad input (see the module docstring), None
+    for any other error."""
+    if isinstance(e, ConfigError | UsageError):
+        return str(e)
+    if isinstance(e, _PATH_ERRORS):
+        if e.filename is None:
+            return str(e)
+        where = f"{e.filename} -> {e.filename2}" if e.filename2 else str(e.filename)
+        return f"{e.strerror}: {where}"
+    if isinstance(e, _DECODE_ERRORS) or _decode_error(e):
+        return " ".join(f"{type(e).__name__}: {e}".split())  # YAML's messages span lines
+    return None
+
+
+def _decode_error(e: BaseException) -> bool:
+    """A PyYAML or msgspec decode error. Matched through the loaded module (never imported
+    here: an error of a module nobody imported cannot have been raised)."""
+    yaml, msgspec = sys.modules.get("yaml"), sys.modules.get("msgspec")
+    return (yaml is not None and isinstance(e, yaml.YAMLError)) or (
+        msgspec is not None and isinstance(e, msgspec.DecodeError)
+    )
 
 
 if __name__ == "__main__":

@@ -32,6 +32,11 @@ class ConfigError(ValueError):
         super().__init__(f"config key '{key}': got {value!r}, expected {expected}")
 
 
+class UsageError(ValueError):
+    """A command line the command cannot use beyond what argparse checks: flags that do not go
+    together, a path of the wrong kind. The CLI prints the message as one line, exit code 2."""
+
+
 def load_file(path: str | Path) -> dict[str, Any]:
     """Read a TOML (.toml) or YAML (.yaml/.yml) file into a dict; errors name the file."""
     path = Path(path)
@@ -50,7 +55,11 @@ def load_file(path: str | Path) -> dict[str, Any]:
             raise ConfigError(
                 "<file>", str(path), "a .toml file (PyYAML is not installed)"
             ) from None
-        data = yaml.safe_load(text) or {}
+        try:
+            data = yaml.safe_load(text) or {}
+        except yaml.YAMLError as e:
+            message = " ".join(str(e).split())
+            raise ConfigError("<file>", str(path), f"valid YAML ({message})") from None
         if not isinstance(data, dict):
             raise ConfigError("<file>", str(path), "a mapping at the top level")
         return data

@@ -35,6 +35,8 @@ import zmq
 from rstar2.actors.backend import BACKENDS
 from rstar2.actors.graph import run_graph_blocking
 from rstar2.actors.graph_config import GraphConfig, graph_config
+from rstar2.commands.arguments import nonnegative_int, positive_int
+from rstar2.config import UsageError
 from rstar2.wire import Item
 
 HELP = "actor bus throughput/latency vs bare pyzmq"
@@ -47,10 +49,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--json", action="store_true", help="print one JSON list, one object per transport"
     )
-    parser.add_argument("--messages", type=int, default=20000, help="messages per throughput run")
-    parser.add_argument("--repeats", type=int, default=3, help="throughput runs per side (median)")
-    parser.add_argument("--round-trips", type=int, default=1000, help="round trips per latency run")
-    parser.add_argument("--size", type=int, default=1024, help="payload bytes per message")
+    parser.add_argument(
+        "--messages", type=positive_int, default=20000, help="messages per throughput run (>= 2)"
+    )
+    parser.add_argument(
+        "--repeats", type=positive_int, default=3, help="throughput runs per side (median)"
+    )
+    parser.add_argument(
+        "--round-trips", type=positive_int, default=1000, help="round trips per latency run"
+    )
+    parser.add_argument(
+        "--size", type=nonnegative_int, default=1024, help="payload bytes per message"
+    )
     parser.add_argument("--backend", choices=BACKENDS, default="asyncio")
     parser.add_argument("--transports", default=",".join(TRANSPORTS), help="comma-separated subset")
 
@@ -286,9 +296,14 @@ def measure(transport: str, args: argparse.Namespace, tmp: str) -> dict[str, Any
 def run(args: argparse.Namespace) -> int:
     transports = [t.strip() for t in args.transports.split(",") if t.strip()]
     bad = [t for t in transports if t not in TRANSPORTS]
-    if bad or args.messages < 2 or args.round_trips < 1 or args.size < 0 or args.repeats < 1:
-        raise SystemExit(
-            f"bench bus: bad arguments (transports {bad}, messages, round trips, size, repeats)"
+    if bad or not transports:
+        raise UsageError(
+            f"--transports: got {args.transports!r}, expected a subset of {TRANSPORTS}"
+        )
+    if args.messages < 2 or args.round_trips < 1 or args.size < 0 or args.repeats < 1:
+        raise UsageError(
+            "bad arguments: --messages >= 2, --round-trips >= 1, --size >= 0 and "
+            "--repeats >= 1 are needed"
         )
     rows = []
     with tempfile.TemporaryDirectory(prefix="rstar2-bench-") as tmp:

@@ -12,6 +12,7 @@ import logging
 
 import torch
 
+from rstar2.commands.arguments import int_list, model_directory, nonnegative_int, positive_int
 from rstar2.engine.benchmark import make_workload, run_engine, run_hf, tiny_random_model
 from rstar2.engine.config import EngineConfig
 from rstar2.engine.core import load_causal_lm
@@ -20,14 +21,25 @@ log = logging.getLogger(__name__)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--model", help="local HF model directory (default: random tiny Qwen2)")
-    parser.add_argument("--requests", type=int, default=256, help="number of requests")
-    parser.add_argument("--max-tokens", type=int, default=512, help="cap on output lengths")
     parser.add_argument(
-        "--batch-sizes", default="4,8,16,32,64,128,256", help="HF generate batch sizes to sweep"
+        "--model",
+        type=model_directory,
+        help="local HF model directory (default: random tiny Qwen2)",
     )
-    parser.add_argument("--kv-budget", type=int, default=65536, help="engine KV tokens")
-    parser.add_argument("--threads", type=int, default=0, help="torch threads (0: default)")
+    parser.add_argument("--requests", type=positive_int, default=256, help="number of requests")
+    parser.add_argument(
+        "--max-tokens", type=positive_int, default=512, help="cap on output lengths"
+    )
+    parser.add_argument(
+        "--batch-sizes",
+        type=int_list,
+        default="4,8,16,32,64,128,256",
+        help="HF generate batch sizes to sweep",
+    )
+    parser.add_argument("--kv-budget", type=positive_int, default=65536, help="engine KV tokens")
+    parser.add_argument(
+        "--threads", type=nonnegative_int, default=0, help="torch threads (0: default)"
+    )
     parser.add_argument("--seed", type=int, default=0, help="workload and weights seed")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
 
@@ -35,9 +47,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     if args.threads:
         torch.set_num_threads(args.threads)
-    sizes = [int(s) for s in args.batch_sizes.split(",") if s.strip()]
-    if not sizes or min(sizes) < 1:
-        raise ValueError(f"--batch-sizes must be positive integers, got {args.batch_sizes!r}")
+    sizes: list[int] = args.batch_sizes
     model = load_causal_lm(args.model) if args.model else tiny_random_model(args.seed)
     work = make_workload(args.requests, model.config.vocab_size, args.max_tokens, args.seed)
     cfg = EngineConfig(kv_budget_tokens=args.kv_budget, max_num_seqs=max(args.requests, 1))

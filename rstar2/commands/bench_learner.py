@@ -36,6 +36,7 @@ from typing import Any
 
 import torch
 
+from rstar2.commands.arguments import model_directory
 from rstar2.config import ConfigError
 from rstar2.learner.policy import backend_for, load_policy, policy_rank, resolve_device
 from rstar2.learner.policy_update import LearnerConfig
@@ -49,7 +50,9 @@ PEAK_TFLOPS = {"H100": 989.0, "H200": 989.0, "MI300X": 1307.0, "A100": 312.0}
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--model", type=Path, help="a Hugging Face model directory (default: tiny)")
+    p.add_argument(
+        "--model", type=model_directory, help="a Hugging Face model directory (default: tiny)"
+    )
     p.add_argument("--ranks", type=int, default=1, help="learner ranks (default 1)")
     p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
     p.add_argument("--rollouts", type=int, default=32, help="sequences in the batch")

@@ -19,6 +19,7 @@ import statistics
 import tempfile
 from pathlib import Path
 
+from rstar2.commands.arguments import model_directory, nonnegative_int
 from rstar2.config import require
 from rstar2.metrics import read_metrics
 from rstar2.train.config import load_train_config
@@ -28,9 +29,15 @@ HELP = "RL completions/s and step time split"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--model", help="a tool-calling policy directory (default: tiny + SFT)")
+    parser.add_argument(
+        "--model",
+        type=model_directory,
+        help="a tool-calling policy directory (default: tiny + SFT)",
+    )
     parser.add_argument("--steps", type=int, default=6, help="RL steps to time (first = warm-up)")
-    parser.add_argument("--sft-steps", type=int, default=150, help="SFT steps when building")
+    parser.add_argument(
+        "--sft-steps", type=nonnegative_int, default=150, help="SFT steps when building"
+    )
     parser.add_argument("--json", action="store_true", help="print one JSON object")
 
 

@@ -7,7 +7,7 @@ may be `pkg:NAME` for the `.gguf` an installed Python package ships, e.g. `pkg:l
 `rstar2 eval/chat --model OUT_DIR` and `rstar2 train --set model.path=OUT_DIR`.
 
 A missing file, a file that is not GGUF, an architecture the engine cannot run, a missing
-`gguf` extra or a non-empty OUT_DIR is a one-line error and exit code 1, never a traceback.
+`gguf` extra or a non-empty OUT_DIR is a one-line error and exit code 2, never a traceback.
 
 What it does not do: other source formats (the subcommand leaves room for them) or keep the
 weights quantised.
@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from rstar2.config import UsageError
 from rstar2.model.gguf_conversion import convert_gguf, gguf_in_package
 
 HELP = "convert a checkpoint into an rstar2 model directory (gguf)"
@@ -50,6 +51,6 @@ def run(args: argparse.Namespace) -> int:
     try:
         out = convert_gguf(source_path(args.file), args.out_dir, force=args.force)
     except (OSError, ValueError, ModuleNotFoundError) as e:
-        raise SystemExit(f"rstar2 convert gguf: {e}") from None
+        raise UsageError(f"gguf: {e}") from None
     print(out)
     return 0

@@ -36,6 +36,8 @@ from pathlib import Path
 from rstar2.actors.backend import BACKENDS
 from rstar2.actors.graph import GraphResult
 from rstar2.actors.graph_config import load_graph_config
+from rstar2.commands.arguments import model_directory, positive_float, positive_int
+from rstar2.config import UsageError
 from rstar2.profile.chrome_trace import write_chrome_trace
 from rstar2.profile.overhead import TARGET, demo_pipeline, measure_overhead_blocking
 from rstar2.profile.recording import Recording
@@ -59,7 +61,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     what.add_argument(
         "--config", help="train config file (default workload: the embedded train config)"
     )
-    parser.add_argument("--steps", type=int, default=3, help="training steps to run")
+    parser.add_argument("--steps", type=positive_int, default=3, help="training steps to run")
     parser.add_argument("--rollout-only", action="store_true", help="rollout without updates")
     parser.add_argument(
         "--set",
@@ -71,31 +73,34 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--model",
         metavar="DIR",
+        type=model_directory,
         help="starting policy (a Hugging Face model directory such as RUN/model-sft of an earlier "
         "rstar2 train; same as --set model.path=DIR; default: the untrained tiny model)",
     )
     parser.add_argument("--sft", action="store_true", help="run SFT first, as rstar2 train does")
     parser.add_argument("--out", default="profile-out", help="folder for trace.json and report")
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
-    parser.add_argument("--timeout", type=float, default=600.0, help="stop the run after this")
+    parser.add_argument(
+        "--timeout", type=positive_float, default=600.0, help="stop the run after this (s)"
+    )
     parser.add_argument(
         "--backend", choices=BACKENDS, help="event loop (default: asyncio, or the train config's)"
     )
     parser.add_argument(
         "--overhead", action="store_true", help="measure tracing overhead instead (on vs off)"
     )
-    parser.add_argument("--repeats", type=int, default=5, help="runs per side for --overhead")
+    parser.add_argument(
+        "--repeats", type=positive_int, default=5, help="runs per side for --overhead"
+    )
 
 
 def _record(args: argparse.Namespace) -> tuple[GraphResult, Recording]:
     """Run the chosen workload with tracing on."""
     if args.steps < 1:
-        raise SystemExit(f"rstar2 profile: --steps must be >= 1, got {args.steps}")
+        raise UsageError(f"--steps must be >= 1, got {args.steps}")
     if args.graph or args.synthetic:
         if args.set or args.sft or args.rollout_only or args.model:
-            raise SystemExit(
-                "rstar2 profile: --set, --model, --sft and --rollout-only are for the trainer"
-            )
+            raise UsageError("--set, --model, --sft and --rollout-only are for the trainer")
         if args.graph:
             cfg = load_graph_config(args.graph)
         else:
@@ -104,8 +109,6 @@ def _record(args: argparse.Namespace) -> tuple[GraphResult, Recording]:
         return record_graph_blocking(cfg, timeout_s=args.timeout, backend=args.backend or "asyncio")
     sets = [*args.set, *([f"graph.backend={args.backend}"] if args.backend else [])]
     if args.model:
-        if not (Path(args.model) / "config.json").is_file():
-            raise SystemExit(f"rstar2 profile: --model {args.model} is not a model directory")
         sets.append(f"model.path={args.model}")
     train_cfg = profile_config(args.config, args.steps, sets)
     run_dir = Path(args.out) / time.strftime("run-%Y%m%d-%H%M%S")

@@ -17,6 +17,7 @@ from typing import Any, TextIO
 
 import anyio
 
+from rstar2.commands.arguments import positive_float, positive_int
 from rstar2.reward import RewardConfig, RewardResult, open_reward_pool
 from rstar2.reward.reward_pool import RewardPool
 
@@ -28,8 +29,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     sub = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
     p = sub.add_parser("verify", help="score JSON lines {id, response, answer} from stdin")
     defaults = RewardConfig()
-    p.add_argument("--workers", type=int, default=defaults.workers, help="verifier processes")
-    p.add_argument("--timeout", type=float, default=defaults.timeout_s, help="seconds per answer")
+    p.add_argument(
+        "--workers", type=positive_int, default=defaults.workers, help="verifier processes"
+    )
+    p.add_argument(
+        "--timeout", type=positive_float, default=defaults.timeout_s, help="seconds per answer"
+    )
     p.add_argument("--no-fast-path", action="store_true", help="send every answer to math-verify")
 
 

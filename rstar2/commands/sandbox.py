@@ -21,6 +21,13 @@ import anyio
 import msgspec
 
 from rstar2.actors.sockets import CurveKeys
+from rstar2.commands.arguments import (
+    int_list,
+    nonnegative_int,
+    positive_float,
+    positive_int,
+    zmq_endpoint,
+)
 from rstar2.config import ConfigError, from_dict, load_file, override, to_dict
 from rstar2.sandbox.bench import run_bench
 from rstar2.sandbox.config import SandboxConfig
@@ -41,17 +48,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     p_serve = sub.add_parser("serve", help="serve the executor on a ZeroMQ address")
     for p in (p_exec, p_bench, p_serve):
         p.add_argument("--config", type=Path, help="TOML file with a [sandbox] table")
-        p.add_argument("--concurrency", type=int, help="children running at once")
+        p.add_argument("--concurrency", type=positive_int, help="children running at once")
         p.add_argument("--preload", help="comma-separated modules to pre-import ('' for none)")
         p.add_argument("--no-bwrap", action="store_true", help="do not use bubblewrap")
         p.add_argument(
             "--require-isolation", action="store_true", help="refuse to start with a layer off"
         )
     p_bench.add_argument("--json", action="store_true", help="print one JSON object")
-    p_bench.add_argument("--seconds", type=float, default=5.0, help="per workload (default 5)")
-    p_bench.add_argument("--sweep", default="1,2,4,8", help="baseline concurrencies")
-    p_bench.add_argument("--burst", type=int, default=45000, help="burst size (0 to skip)")
-    p_serve.add_argument("--bind", required=True, help="e.g. ipc:///tmp/sbx.sock, tcp://*:5555")
+    p_bench.add_argument("--seconds", type=positive_float, default=5.0, help="per workload")
+    p_bench.add_argument("--sweep", type=int_list, default="1,2,4,8", help="baseline concurrencies")
+    p_bench.add_argument(
+        "--burst", type=nonnegative_int, default=45000, help="burst size (0 to skip)"
+    )
+    p_serve.add_argument(
+        "--bind", required=True, type=zmq_endpoint, help="e.g. ipc:///tmp/sbx.sock, tcp://*:5555"
+    )
     p_serve.add_argument("--curve-keys", type=Path, help="JSON file with the four CURVE keys")
 
 
@@ -178,7 +189,7 @@ def run(args: argparse.Namespace) -> int:
         curve = _curve(args.curve_keys)
         anyio.run(lambda: serve_sandbox(cfg, args.bind, curve=curve))
         return 0
-    sweep = [int(c) for c in args.sweep.split(",") if c.strip()]
+    sweep: list[int] = args.sweep
 
     def progress(line: str) -> None:
         log.info("bench %s", line)

@@ -25,17 +25,24 @@ import sys
 import time
 from dataclasses import replace
 
-from rstar2.config import to_dict
+from rstar2.commands.arguments import (
+    model_directory,
+    nonnegative_float,
+    nonnegative_int,
+    positive_float,
+    positive_int,
+)
+from rstar2.config import UsageError, to_dict
 from rstar2.engine.benchmark import tiny_random_model
 from rstar2.engine.core import load_causal_lm
 from rstar2.scheduler import POLICY_NAMES, SchedulerConfig
 from sim.bound import bound_parts
 from sim.config import SimConfig, build
-from sim.cost import GPUS, MODELS, fit, load_points
+from sim.cost import GPUS, MODELS, StepPoint, fit, load_points
 from sim.fidelity import fidelity
 from sim.report import table, write_plots
 from sim.simulator import ProgressFn, SimResult
-from sim.workload import SCENARIOS, WorkloadConfig
+from sim.workload import SCENARIOS, WorkloadConfig, load_trace
 
 HELP = "simulate rollout scheduling policies without GPUs"
 log = logging.getLogger(__name__)
@@ -44,71 +51,108 @@ COMPARED = (*POLICY_NAMES, "kv_aware_max")
 """Policies of `compare`: the five, plus kv_aware with the literal rStar2 'max' reservation."""
 
 
+ACTIONS = {
+    "run": "simulate one policy (the default action: `rstar2 sim [options]`)",
+    "compare": "simulate every policy on the same workload and seed, and plot them",
+    "bound": "print the terms of the workload's lower bound, simulating nothing",
+    "calibrate": "fit the cost model to measured steps, or check it against the embedded engine",
+}
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "action", nargs="?", default="run", choices=["run", "compare", "calibrate", "bound"]
-    )
-    parser.add_argument("--policy", default="kv_aware", choices=COMPARED, help="routing policy")
-    parser.add_argument("--gpus", type=int, default=64)
-    parser.add_argument("--gpu", default="mi300x", choices=sorted(GPUS))
-    parser.add_argument("--model", default="qwen3-14b", choices=sorted(MODELS))
-    parser.add_argument("--tp", type=int, default=0, help="GPUs per engine (0: auto)")
-    parser.add_argument("--cost", default="roofline", choices=["roofline", "constant"])
-    parser.add_argument(
-        "--step-s", type=float, default=0.03, help="decode step time, --cost constant"
-    )
-    parser.add_argument("--calibration", help="JSON/CSV of measured steps to fit the cost model")
-    parser.add_argument("--kv-tokens", type=int, help="override KV tokens per engine")
-    parser.add_argument("--max-num-seqs", type=int, default=1024)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--scenario", default="paper", choices=sorted(SCENARIOS))
-    parser.add_argument("--prompts", type=int, help="prompts per step (default 512)")
-    parser.add_argument("--rollouts", type=int, help="rollouts per prompt (default 32)")
-    parser.add_argument("--mean-response", type=float, help="mean response tokens (default 4000)")
-    parser.add_argument("--sigma", type=float, help="lognormal sigma (default 1.0)")
-    parser.add_argument("--max-response", type=int, help="response budget (default 12288)")
-    parser.add_argument("--tool-calls", type=float, help="mean tool calls per trajectory")
-    parser.add_argument("--tool-latency", type=float, help="mean tool latency in s (default 0.3)")
-    parser.add_argument(
-        "--trace", help="replay a JSONL trace (e.g. RUN/rollout_trace.jsonl) instead of generating"
-    )
-    parser.add_argument(
-        "--trace-step", type=int, help="with a trace of several steps: which (default: the last)"
-    )
-    _add_scheduler_arguments(parser)
-    parser.add_argument("--json", action="store_true", help="machine-readable output")
-    parser.add_argument("--out-dir", default="sim-out", help="compare: where the PNGs go")
+    """`rstar2 sim [options]` runs one policy; `compare`, `bound` and `calibrate` are actions
+    with their own `--help`. The workload options may stand before or after the action: after
+    it they are parsed with no default (`argparse.SUPPRESS`), so that they do not overwrite
+    what was given before it."""
+    _add_run_options(parser, suppress=False)
     parser.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
-    parser.add_argument("--points", help="calibrate: measured steps (JSON or CSV)")
-    parser.add_argument("--check", help="calibrate: other measured steps to predict")
-    parser.add_argument(
-        "--engine", action="store_true", help="calibrate: fidelity check on the embedded engine"
-    )
-    parser.add_argument(
-        "--model-dir", help="calibrate --engine: local HF model (default: tiny random Qwen2)"
-    )
-    parser.add_argument("--threads", type=int, default=1, help="calibrate --engine: torch threads")
+    sub = parser.add_subparsers(dest="action", metavar="[ACTION]")
+    parser.set_defaults(action="run")  # after add_subparsers, whose default it replaces
+    for name, text in ACTIONS.items():
+        p = sub.add_parser(name, help=text, description=text)
+        if name == "calibrate":
+            _add_calibrate_options(p)
+            continue
+        _add_run_options(p, suppress=True)
+        if name != "bound":
+            p.add_argument(
+                "--no-progress",
+                action="store_true",
+                default=argparse.SUPPRESS,
+                help="no progress bar on stderr",
+            )
+        if name == "compare":
+            p.add_argument("--out-dir", default="sim-out", help="where the PNGs go")
 
 
-def _add_scheduler_arguments(parser: argparse.ArgumentParser) -> None:
-    """The policy knobs of `rstar2 sim` (beyond --policy)."""
-    parser.add_argument("--reservation", choices=["max", "predicted"], help="kv_aware reservation")
-    parser.add_argument(
+def _add_run_options(parser: argparse.ArgumentParser, suppress: bool) -> None:
+    """The cluster, workload and policy options, and --json."""
+
+    def add(*flags: str, default: object = None, help: str = "", **kwargs: object) -> None:
+        if suppress:
+            if default is not None and default is not False:
+                help += f" (default: {default})"
+            default = argparse.SUPPRESS
+        parser.add_argument(*flags, default=default, help=help, **kwargs)  # type: ignore[arg-type]
+
+    add("--policy", default="kv_aware", choices=COMPARED, help="routing policy")
+    add("--gpus", type=positive_int, default=64, help="GPUs in the cluster")
+    add("--gpu", default="mi300x", choices=sorted(GPUS), help="GPU type (cost model)")
+    add("--model", default="qwen3-14b", choices=sorted(MODELS), help="model (cost model)")
+    add("--tp", type=nonnegative_int, default=0, help="GPUs per engine (0: auto)")
+    add("--cost", default="roofline", choices=["roofline", "constant"], help="cost model")
+    add("--step-s", type=positive_float, default=0.03, help="decode step time, --cost constant")
+    add("--calibration", help="JSON/CSV of measured steps to fit the cost model")
+    add("--kv-tokens", type=positive_int, help="KV tokens per engine (default: from the GPU)")
+    add("--max-num-seqs", type=positive_int, default=1024, help="sequences per engine at once")
+    add("--seed", type=int, default=0, help="workload seed")
+    add("--scenario", default="paper", choices=sorted(SCENARIOS), help="workload preset")
+    add("--prompts", type=positive_int, help="prompts per step (default 512)")
+    add("--rollouts", type=positive_int, help="rollouts per prompt (default 32)")
+    add("--mean-response", type=positive_float, help="mean response tokens (default 4000)")
+    add("--sigma", type=nonnegative_float, help="lognormal sigma (default 1.0)")
+    add("--max-response", type=positive_int, help="response budget (default 12288)")
+    add("--tool-calls", type=nonnegative_float, help="mean tool calls per trajectory")
+    add("--tool-latency", type=nonnegative_float, help="mean tool latency in s (default 0.3)")
+    add("--trace", help="replay a JSONL trace (e.g. RUN/rollout_trace.jsonl) instead of generating")
+    add("--trace-step", type=int, help="with a trace of several steps: which (default: the last)")
+    add("--reservation", choices=["max", "predicted"], help="kv_aware reservation")
+    add(
         "--cold-predictor",
         action="store_true",
+        default=False,
         help="start the length predictor empty (a run's first step) instead of from the step "
         "before (an independent draw of the same workload, or a trace's earlier step)",
     )
-    parser.add_argument(
+    add(
         "--no-turn-moves",
         action="store_true",
+        default=False,
         help="never move a later turn off its engine (scheduler.move_turns = false)",
     )
-    parser.add_argument(
+    add(
         "--overload-factor",
         type=float,
         help="kv_aware: move a turn off an engine holding more KV than this x the least-used"
         " engine's + 2%% of its capacity (default 1.3)",
+    )
+    add("--json", action="store_true", default=False, help="machine-readable output")
+
+
+def _add_calibrate_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--points", help="measured steps (JSON or CSV) to fit")
+    parser.add_argument("--check", help="other measured steps to predict")
+    parser.add_argument(
+        "--engine", action="store_true", help="fidelity check on the embedded engine instead"
+    )
+    parser.add_argument(
+        "--model-dir",
+        type=model_directory,
+        help="--engine: local HF model (default: tiny random Qwen2)",
+    )
+    parser.add_argument("--threads", type=positive_int, default=1, help="--engine: torch threads")
+    parser.add_argument(
+        "--json", action="store_true", default=argparse.SUPPRESS, help="machine-readable output"
     )
 
 
@@ -134,6 +178,13 @@ def config_from_args(args: argparse.Namespace, policy: str) -> SimConfig:
     }
     workload = replace(WorkloadConfig(), **overrides)
     workload.validate()
+    if workload.trace is not None:
+        try:  # a bad trace is bad input, named by its line; read again by the simulator
+            load_trace(workload.trace, workload.trace_step)
+        except ValueError as e:
+            raise UsageError(f"--trace: {e}") from None
+    if args.calibration is not None:
+        _points(args.calibration, "--calibration")  # the same: checked here, read by build
     scheduler = SchedulerConfig(policy="kv_aware" if policy == "kv_aware_max" else policy)  # type: ignore[arg-type]
     if policy == "kv_aware_max":
         scheduler.reservation = "max"
@@ -234,15 +285,14 @@ def _calibrate(args: argparse.Namespace) -> int:
     if args.engine:
         return _fidelity(args)
     if args.points is None:
-        print("rstar2 sim calibrate: error: --points FILE or --engine is required", file=sys.stderr)
-        return 2
-    points = load_points(args.points)
+        raise UsageError("sim calibrate needs --points FILE or --engine")
+    points = _points(args.points, "--points")
     cost = fit(points)
     report: dict[str, object] = {"fit": to_dict(cost), "points": len(points)}
     for name, path in (("fit_error", args.points), ("check_error", args.check)):
         if path is None:
             continue
-        pts = load_points(path)
+        pts = _points(path, "--check")
         errors = [
             abs(cost.step_s(p.batch, p.context_tokens, p.prefill_tokens) - p.step_s) / p.step_s
             for p in pts
@@ -259,6 +309,14 @@ def _calibrate(args: argparse.Namespace) -> int:
         else "\n".join(f"{k}: {v}" for k, v in report.items())
     )
     return 0
+
+
+def _points(path: str, flag: str) -> list[StepPoint]:
+    """The measured steps of a user file; a file that holds none is bad input naming the flag."""
+    try:
+        return load_points(path)
+    except ValueError as e:
+        raise UsageError(f"{flag}: {e}") from None
 
 
 def _fidelity(args: argparse.Namespace) -> int:

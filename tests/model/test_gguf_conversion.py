@@ -7,6 +7,8 @@ itself: config, tokenization, logits, and the embedded engine's greedy tokens.
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 from pathlib import Path
 
@@ -35,10 +37,11 @@ TEXTS = (
 
 
 def _convert_error(*argv: str) -> str:
-    with pytest.raises(SystemExit) as exc:
-        main(["convert", "gguf", *argv])
-    message = str(exc.value.code)
-    assert message.startswith("rstar2 convert gguf: ") and "\n" not in message
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err):
+        assert main(["convert", "gguf", *argv]) == 2
+    message = err.getvalue()
+    assert message.startswith("rstar2 convert: error: gguf: ") and message.count("\n") == 1
     return message
 
 

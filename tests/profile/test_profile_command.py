@@ -65,14 +65,23 @@ def test_profile_runs_a_graph_file(tmp_path: Path, capsys: pytest.CaptureFixture
 @pytest.mark.parametrize(
     "extra", [["--set", "seed=1"], ["--sft"], ["--rollout-only"], ["--model", "m"]]
 )
-def test_trainer_options_are_refused_for_other_workloads(extra: list[str]) -> None:
-    with pytest.raises(SystemExit, match="for the trainer"):
-        main(["profile", "--synthetic", "reward", *extra])
+def test_trainer_options_are_refused_for_other_workloads(
+    extra: list[str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    if extra[0] == "--model":  # a real model directory, so that the combination is refused
+        (tmp_path / "config.json").write_text("{}")
+        extra = ["--model", str(tmp_path)]
+    assert main(["profile", "--synthetic", "reward", *extra]) == 2
+    assert "for the trainer" in capsys.readouterr().err
 
 
-def test_a_model_dir_without_a_model_is_refused(tmp_path: Path) -> None:
-    with pytest.raises(SystemExit, match="not a model directory"):
+def test_a_model_dir_without_a_model_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exit_info:
         main(["profile", "--model", str(tmp_path), "--out", str(tmp_path / "out")])
+    assert exit_info.value.code == 2
+    assert "not a model directory" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize(
@@ -92,9 +101,11 @@ def test_bad_what_if_settings_name_their_key(
     assert not tmp_path.exists() or not any(tmp_path.iterdir())  # refused before running
 
 
-def test_zero_steps_are_refused() -> None:
-    with pytest.raises(SystemExit, match="--steps must be >= 1"):
+def test_zero_steps_are_refused(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_info:
         main(["profile", "--steps", "0"])
+    assert exit_info.value.code == 2
+    assert "argument --steps: expected an integer >= 1" in capsys.readouterr().err
 
 
 def test_overhead_reports_both_sides(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:

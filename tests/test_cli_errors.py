@@ -1,0 +1,214 @@
+"""The CLI's error boundary: every subcommand, given bad input, prints one line on stderr (no
+traceback) and exits with the documented code (rstar2/cli.py; docs/usage.md, "Exit codes and
+errors"): 2 for bad input, 130 for Ctrl-C, 141 for a closed stdout, 1 with the traceback for a
+bug. Commands run in this process (`rstar2.cli.main`), except the closed pipe."""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+
+import pytest
+
+from rstar2 import cli
+from rstar2.cli import main
+
+# placeholders in argv: {missing} a path that does not exist, {dir} an empty directory, {file} a
+# text file, {bad_yaml}/{bad_toml}/{bad_jsonl}/{bad_json} files that do not parse
+CASES: list[tuple[str, int]] = [
+    ("--bogus", 2),
+    ("no-such-command", 2),
+    # train
+    ("train --config {missing}.toml", 2),
+    ("train --config {bad_yaml}", 2),
+    ("train --config {bad_toml}", 2),
+    ("train --config {dir}", 2),
+    ("train --processes x", 2),
+    ("train --algo nope", 2),
+    ("train --run-dir {file}", 2),
+    # eval, chat
+    ("eval --data {file}", 2),
+    ("eval --model {dir} --data {file} --samples x", 2),
+    ("chat --model {dir}", 2),
+    # init-model
+    ("init-model {file}", 2),
+    ("init-model {dir}/m --config {missing}.toml", 2),
+    ("init-model {dir}/m --config {bad_toml}", 2),
+    ("init-model {dir}/m --seed x", 2),
+    # convert
+    ("convert", 2),
+    ("convert gguf {missing}.gguf {dir}/out", 2),
+    ("convert gguf {file} {dir}/out", 2),
+    # sandbox
+    ("sandbox", 2),
+    ("sandbox exec --config {missing}.toml", 2),
+    ("sandbox exec --config {bad_toml}", 2),
+    ("sandbox exec --concurrency 0", 2),
+    ("sandbox serve", 2),
+    ("sandbox serve --bind garbage", 2),
+    ("sandbox serve --bind ipc://{dir}/s.sock --curve-keys {missing}.json", 2),
+    ("sandbox bench --seconds 0", 2),
+    ("sandbox bench --sweep a,b", 2),
+    ("sandbox bench --burst -1", 2),
+    # reward
+    ("reward", 2),
+    ("reward verify --workers 0", 2),
+    ("reward verify --timeout -5", 2),
+    # sim
+    ("sim --trace {missing}.jsonl", 2),
+    ("sim --trace {dir}", 2),
+    ("sim --trace {bad_jsonl}", 2),
+    ("sim --prompts 0", 2),
+    ("sim --gpus abc", 2),
+    ("sim --tp -1", 2),
+    ("sim --tp 3 --gpus 4", 2),
+    ("sim --calibration {missing}.json", 2),
+    ("sim compare --rollouts 0", 2),
+    ("sim bound --sigma -1", 2),
+    ("sim calibrate", 2),
+    ("sim calibrate --points {missing}.json", 2),
+    ("sim calibrate --points {bad_json}", 2),
+    ("sim calibrate --points {file}", 2),
+    ("sim calibrate --engine --model-dir {dir}", 2),
+    ("sim calibrate --threads 0", 2),
+    # bench
+    ("bench", 2),
+    ("bench bus --messages 1", 2),
+    ("bench bus --transports carrier-pigeon", 2),
+    ("bench engine --model {dir}", 2),
+    ("bench engine --requests 0", 2),
+    ("bench engine --batch-sizes a", 2),
+    ("bench train --steps 1", 2),
+    ("bench train --model {missing}", 2),
+    ("bench learner --steps 0", 2),
+    ("bench learner --model {file}", 2),
+    # profile
+    ("profile --steps 0", 2),
+    ("profile --timeout 0", 2),
+    ("profile --overhead --repeats 0", 2),
+    ("profile --graph {missing}.toml", 2),
+    ("profile --config {bad_toml}", 2),
+    ("profile --model {dir}", 2),
+    ("profile --synthetic reward --sft", 2),
+    # top, launch
+    ("top --interval 0 --once", 2),
+    ("launch {missing}.toml", 2),
+    ("launch {dir}", 2),
+    ("launch {bad_yaml}", 2),
+]
+
+
+@pytest.fixture(scope="module")
+def paths(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    root = tmp_path_factory.mktemp("cli-errors")
+    (root / "dir").mkdir()
+    files = {
+        "file": "hello\n",
+        "bad.yaml": "a: [b\n",
+        "bad.toml": "x = \n",
+        "bad.jsonl": "not json\n",
+        "bad.json": "{not json",
+    }
+    for name, text in files.items():
+        (root / name).write_text(text)
+    return {
+        "missing": str(root / "missing"),
+        "dir": str(root / "dir"),
+        "file": str(root / "file"),
+        "bad_yaml": str(root / "bad.yaml"),
+        "bad_toml": str(root / "bad.toml"),
+        "bad_jsonl": str(root / "bad.jsonl"),
+        "bad_json": str(root / "bad.json"),
+    }
+
+
+def _run(argv: list[str]) -> int:
+    """main's exit code, whether it returns it or raises SystemExit (argparse)."""
+    try:
+        return main(argv)
+    except SystemExit as e:
+        return e.code if isinstance(e.code, int) else 1
+
+
+@pytest.mark.parametrize(("line", "code"), CASES)
+def test_bad_input_is_one_line_and_its_exit_code(
+    line: str, code: int, paths: dict[str, str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = ["-q", *line.format(**paths).split()]
+    assert _run(argv) == code
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("rstar2"), err
+
+
+def test_ctrl_c_is_exit_code_130(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr(cli, "_load", lambda name: _Raising(KeyboardInterrupt()))
+    assert cli.run_command(argparse.Namespace(command="sim")) == 130
+    assert capsys.readouterr().err == "rstar2 sim: interrupted\n"
+
+
+def test_a_bug_keeps_its_traceback(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(cli, "_load", lambda name: _Raising(RuntimeError("a bug")))
+    with pytest.raises(RuntimeError, match="a bug"):
+        cli.run_command(argparse.Namespace(command="sim"))
+
+
+class _Raising:
+    """A command module whose run raises `error`."""
+
+    def __init__(self, error: BaseException) -> None:
+        self.error = error
+
+    def run(self, args: argparse.Namespace) -> int:
+        raise self.error
+
+
+def test_a_closed_stdout_exits_quietly_with_141() -> None:
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "rstar2.cli", "sim", "bound", "--gpus", "1", "--prompts", "1"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    assert proc.stdout is not None and proc.stderr is not None
+    proc.stdout.close()  # as `| head -1` does once it has its line
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=120) == 141
+    assert err == ""
+
+
+def test_version(capsys: pytest.CaptureFixture[str]) -> None:
+    assert _run(["--version"]) == 0
+    assert capsys.readouterr().out.startswith("rstar2 ")
+
+
+HELPS = [
+    "train", "eval", "chat", "init-model", "convert gguf", "sandbox exec", "sandbox serve",
+    "sandbox bench", "reward verify", "sim", "sim compare", "sim bound", "sim calibrate",
+    "bench bus", "bench engine", "bench train", "bench learner", "profile", "top", "launch",
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("command", HELPS)
+def test_help_is_the_commands_own_and_shows_defaults_without_none(
+    command: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert _run([*command.split(), "--help"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith(f"usage: rstar2 {command} ")
+    assert "(default: None)" not in out
+
+
+def test_sim_help_shows_defaults(capsys: pytest.CaptureFixture[str]) -> None:
+    assert _run(["sim", "compare", "--help"]) == 0
+    assert "GPUs in the cluster (default: 64)" in capsys.readouterr().out
+
+
+def test_sim_options_before_the_action_are_kept() -> None:
+    parser = cli.build_parser("sim")
+    args = parser.parse_args(["sim", "--gpus", "8", "compare", "--seed", "3"])
+    assert (args.action, args.gpus, args.seed, args.out_dir) == ("compare", 8, 3, "sim-out")
+    assert parser.parse_args(["sim"]).action == "run"

@@ -1,4 +1,4 @@
-"""Problem data: loading JSONL/Parquet problem sets into `Problem` records."""
+"""Problem data: loading JSONL, JSON and Parquet problem sets into `Problem` records."""
 
 from rstar2.data.problem_loader import BadRow, LoadedProblems, Problem, load_problems
 

@@ -1,4 +1,4 @@
-"""Problem sets from JSONL or Parquet files, with configurable field names.
+"""Problem sets from JSONL, JSON or Parquet files, with configurable field names.
 
     problems, skipped = load_problems("train.jsonl", answer_field="solution")
 
@@ -6,7 +6,13 @@ Each row becomes a `Problem(id, problem, answer)` of strings. The problem must b
 string; the answer a non-empty string or a number (integers are what RL data keeps; a finite
 float is accepted and written with `repr`); the id, when `id_field` is given, a non-empty
 string or an integer, unique in the file. Without `id_field` the id is the 1-based line number
-(JSONL) or row number (Parquet), which stays stable when other rows are skipped.
+(JSONL), item number (JSON) or row number (Parquet), which stays stable when other rows are
+skipped.
+
+A field name with dots selects a nested field: `metadata.question` is `row["metadata"]
+["question"]` (a Parquet struct column alike). A key that itself contains the dots wins over the
+nested path. A `.json` file holds one JSON array of row objects. JSON and JSONL files may start
+with a UTF-8 byte order mark (written by some Windows tools); it is skipped.
 
 A bad row - invalid JSON, not an object, a missing field, a wrong type, an empty value, a
 duplicate id - raises ValueError naming the file and the line (or row), unless
@@ -30,6 +36,7 @@ from typing import Any, NamedTuple
 log = logging.getLogger(__name__)
 
 JSONL_SUFFIXES = (".jsonl", ".ndjson")
+JSON_SUFFIXES = (".json",)
 PARQUET_SUFFIXES = (".parquet", ".pq")
 
 
@@ -56,18 +63,21 @@ def load_problems(
     id_field: str | None = None,
     skip_bad_rows: bool = False,
 ) -> LoadedProblems:
-    """Read every row of a .jsonl/.ndjson or .parquet/.pq file (see the module docstring)."""
+    """Read every row of a .jsonl/.ndjson, .json or .parquet/.pq file (see the module
+    docstring)."""
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"problem file not found: {path}")
     suffix = path.suffix.lower()
     if suffix in JSONL_SUFFIXES:
         rows, where = _jsonl_rows(path), "line"
+    elif suffix in JSON_SUFFIXES:
+        rows, where = _json_rows(path), "item"
     elif suffix in PARQUET_SUFFIXES:
         rows = _parquet_rows(path, [f for f in (problem_field, answer_field, id_field) if f])
         where = "row"
     else:
-        raise ValueError(f"{path}: unknown problem file type (expected .jsonl or .parquet)")
+        raise ValueError(f"{path}: unknown problem file type (expected .jsonl, .json or .parquet)")
     problems: list[Problem] = []
     seen: set[str] = set()
     skipped = 0
@@ -108,9 +118,15 @@ def problem_from_row(
 
 
 def _field(row: dict[str, Any], name: str) -> Any:
-    if name not in row or row[name] is None:
+    """`row[name]`, or for a dotted name not itself a key the nested field it names."""
+    value = row.get(name)
+    if value is None and name not in row and "." in name:
+        value = row
+        for part in name.split("."):
+            value = value.get(part) if isinstance(value, dict) else None
+    if value is None:
         raise BadRow(f"missing field {name!r}")
-    return row[name]
+    return value
 
 
 def _text_or_number(value: Any, name: str, allow_float: bool = False) -> str:
@@ -134,7 +150,7 @@ def _jsonl_rows(path: Path) -> Iterator[tuple[int, Any]]:
     with path.open("rb") as f:
         for number, raw in enumerate(f, start=1):
             try:
-                line = raw.decode("utf-8")
+                line = raw.decode("utf-8-sig" if number == 1 else "utf-8")
             except UnicodeDecodeError as e:
                 yield number, BadRow(f"not UTF-8 ({e.reason})")
                 continue
@@ -146,21 +162,38 @@ def _jsonl_rows(path: Path) -> Iterator[tuple[int, Any]]:
                 yield number, BadRow(f"invalid JSON: {e.msg} at column {e.colno}")
 
 
+def _json_rows(path: Path) -> Iterator[tuple[int, Any]]:
+    """(item number, object) for each item of the file's one JSON array; a file that is not
+    UTF-8 JSON or not an array raises ValueError at once (no row of it is usable)."""
+    try:
+        data = json.loads(path.read_bytes().decode("utf-8-sig"))
+    except UnicodeDecodeError as e:
+        raise ValueError(f"{path}: not UTF-8 ({e.reason})") from None
+    except json.JSONDecodeError as e:
+        raise ValueError(
+            f"{path}: invalid JSON: {e.msg} at line {e.lineno} column {e.colno}"
+        ) from None
+    if not isinstance(data, list):
+        raise ValueError(f"{path}: expected a JSON array of objects, got {type(data).__name__}")
+    yield from enumerate(data, start=1)
+
+
 def _parquet_rows(path: Path, columns: list[str]) -> Iterator[tuple[int, Any]]:
-    """(row number, row dict) for each row; a missing column raises ValueError at once."""
+    """(row number, row dict) for each row; a missing column raises ValueError at once. A
+    dotted field name reads its top-level column (a struct); `_field` walks into it."""
     import pyarrow.parquet as pq  # pyarrow is heavy: only Parquet users pay for it
 
     try:
         parquet = pq.ParquetFile(path)
     except Exception as e:  # pyarrow raises its own ArrowInvalid/OSError family
         raise ValueError(f"{path}: not a readable Parquet file ({e})") from None
-    missing = [c for c in columns if c not in parquet.schema_arrow.names]
+    names = parquet.schema_arrow.names
+    wanted = [c if c in names else c.split(".")[0] for c in columns]
+    missing = [c for c, w in zip(columns, wanted, strict=True) if w not in names]
     if missing:
-        raise ValueError(
-            f"{path}: no column {missing[0]!r} (columns: {', '.join(parquet.schema_arrow.names)})"
-        )
+        raise ValueError(f"{path}: no column {missing[0]!r} (columns: {', '.join(names)})")
     number = 0
-    for batch in parquet.iter_batches(columns=columns):
+    for batch in parquet.iter_batches(columns=list(dict.fromkeys(wanted))):
         for row in batch.to_pylist():
             number += 1
             yield number, row

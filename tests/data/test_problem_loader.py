@@ -111,3 +111,70 @@ def test_file_errors(tmp_path: Path) -> None:
     (tmp_path / "broken.parquet").write_bytes(b"not parquet")
     with pytest.raises(ValueError, match="not a readable Parquet file"):
         load_problems(tmp_path / "broken.parquet")
+
+
+NESTED = [
+    {"metadata": {"question": "a?", "meta": {"ans": 1}}, "id": 1},
+    {"metadata": {"question": "b?", "meta": {"ans": 2}}, "id": 2},
+]
+
+
+def test_dotted_field_names_select_nested_fields(tmp_path: Path) -> None:
+    path = write_jsonl(tmp_path / "p.jsonl", NESTED)
+    loaded = load_problems(path, "metadata.question", "metadata.meta.ans")
+    assert loaded.problems == [Problem("1", "a?", "1"), Problem("2", "b?", "2")]
+
+
+def test_a_dotted_key_wins_over_the_nested_path(tmp_path: Path) -> None:
+    row = {"a.b": "flat?", "a": {"b": "nested?"}, "answer": 1}
+    path = write_jsonl(tmp_path / "p.jsonl", [row])
+    assert load_problems(path, "a.b").problems == [Problem("1", "flat?", "1")]
+
+
+@pytest.mark.parametrize(
+    "row", [{"metadata": "x", "answer": 1}, {"metadata": {"q": "x"}, "answer": 1}, {"answer": 1}]
+)
+def test_a_missing_nested_field_is_a_bad_row(tmp_path: Path, row: dict[str, object]) -> None:
+    path = write_jsonl(tmp_path / "p.jsonl", [row])
+    with pytest.raises(BadRow, match="line 1: missing field 'metadata.question'"):
+        load_problems(path, "metadata.question")
+
+
+def test_parquet_dotted_field_names_read_struct_columns(tmp_path: Path) -> None:
+    path = tmp_path / "p.parquet"
+    pq.write_table(pa.Table.from_pylist(NESTED), path)
+    loaded = load_problems(path, "metadata.question", "metadata.meta.ans", id_field="id")
+    assert loaded.problems == [Problem("1", "a?", "1"), Problem("2", "b?", "2")]
+    with pytest.raises(ValueError, match="no column 'meta.question'"):
+        load_problems(path, "meta.question", "metadata.meta.ans")
+
+
+def test_json_array_file(tmp_path: Path) -> None:
+    path = tmp_path / "p.json"
+    path.write_text(json.dumps([{"problem": "a?", "answer": 1}, 3, {"problem": "c?", "answer": 3}]))
+    with pytest.raises(BadRow, match=r"p.json item 2: expected an object"):
+        load_problems(path)
+    problems, skipped = load_problems(path, skip_bad_rows=True)
+    assert problems == [Problem("1", "a?", "1"), Problem("3", "c?", "3")] and skipped == 1
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [('{"problem": "a?"}', "expected a JSON array of objects, got dict"), ("[1,", "invalid JSON")],
+)
+def test_json_file_that_is_not_an_array_is_a_file_error(
+    tmp_path: Path, text: str, message: str
+) -> None:
+    path = tmp_path / "p.json"
+    path.write_text(text)
+    with pytest.raises(ValueError, match=message):
+        load_problems(path, skip_bad_rows=True)
+
+
+@pytest.mark.parametrize("name", ["p.jsonl", "p.json"])
+def test_a_utf8_byte_order_mark_is_skipped(tmp_path: Path, name: str) -> None:
+    rows = [{"problem": "a?", "answer": 1}, {"problem": "b?", "answer": 2}]
+    body = json.dumps(rows) if name == "p.json" else "\n".join(json.dumps(r) for r in rows)
+    path = tmp_path / name
+    path.write_bytes(b"\xef\xbb\xbf" + body.encode())
+    assert load_problems(path).problems == [Problem("1", "a?", "1"), Problem("2", "b?", "2")]

@@ -4,8 +4,15 @@ Runs K rollouts per problem with the code tool (real sandbox) over the embedded 
 them with the reward pool, writes every trajectory to a JSONL file as it finishes, shows a
 progress bar on stderr and prints the summary: a table, or with `--json` one object with the
 keys `pass_at_1`, `samples`, `problems`, `mean_response_tokens`, `tool_calls_per_problem`,
-`tool_error_rate` (and `finish_reasons`, `trajectories_file`). Works with the embedded default
-and with any local Hugging Face model directory the embedded engine supports.
+`tool_error_rate`, `prompts_too_long` (and `finish_reasons`, `trajectories_file`). Works with
+the embedded default and with any local Hugging Face model directory the embedded engine
+supports.
+
+A problem whose prompt does not fit the model's context does not stop the run: it is warned
+about by id, written to the trajectories file with no response, finish reason
+"prompt_too_long" and reward 0, and counted as not solved (in pass@1) and in
+`prompts_too_long`. A bad count flag (`--samples`, `--limit`, `--concurrency`) or an unusable
+`--data` file is a `ConfigError` naming the flag (exit code 2).
 
 What it does not do: pass@k for k > 1, or run on several engines (the trainer's rollout does).
 """
@@ -23,6 +30,7 @@ from typing import TextIO
 import anyio
 
 from rstar2.commands.rollout_options import RunSettings, add_rollout_arguments, resolve_settings
+from rstar2.config import ConfigError
 from rstar2.data import Problem, load_problems
 from rstar2.engine.async_engine import open_engine
 from rstar2.model import load_model, render_prompt
@@ -38,11 +46,18 @@ log = logging.getLogger(__name__)
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_rollout_arguments(parser)
-    parser.add_argument("--data", required=True, metavar="FILE", help="JSONL or Parquet problems")
+    parser.add_argument(
+        "--data", required=True, metavar="FILE", help="JSONL, JSON or Parquet problems"
+    )
     parser.add_argument("--samples", type=int, default=1, metavar="K", help="rollouts per problem")
     parser.add_argument("--limit", type=int, metavar="N", help="only the first N problems")
-    parser.add_argument("--problem-field", default="problem", help="problem text field")
-    parser.add_argument("--answer-field", default="answer", help="reference answer field")
+    parser.add_argument(
+        "--problem-field", default="problem",
+        help="problem text field; dots select a nested field (metadata.question)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--answer-field", default="answer", help="reference answer field (dotted: nested)"
+    )
     parser.add_argument("--id-field", help="problem id field (default: the row number)")
     parser.add_argument(
         "--skip-bad-rows", action="store_true", help="skip and count bad rows instead of failing"
@@ -59,12 +74,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    if args.samples < 1:
-        raise SystemExit(f"rstar2 eval: --samples must be >= 1, got {args.samples}")
-    if args.concurrency < 1:
-        raise SystemExit(f"rstar2 eval: --concurrency must be >= 1, got {args.concurrency}")
-    settings = resolve_settings(args)
+    check_counts(args)
     problems = load_problem_set(args)
+    settings = resolve_settings(args)
     summary = anyio.run(_evaluate, args, settings, problems)
     if args.json:
         print(json.dumps({**dataclasses.asdict(summary), "trajectories_file": args.out}))
@@ -73,21 +85,33 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+def check_counts(args: argparse.Namespace) -> None:
+    """Every count flag is an integer >= 1 (`--limit` when given); ConfigError names the flag."""
+    for flag, value in (
+        ("--samples", args.samples),
+        ("--limit", args.limit),
+        ("--concurrency", args.concurrency),
+    ):
+        if value is not None and value < 1:
+            raise ConfigError(flag, value, "an integer >= 1")
+
+
 def load_problem_set(args: argparse.Namespace) -> list[Problem]:
-    """The problems to evaluate; a missing file or a bad row is a one-line exit, not a traceback."""
+    """The problems to evaluate; a missing file or a bad row is a one-line error, not a
+    traceback (ConfigError on `--data`, the loader's message naming the file and line)."""
     try:
         loaded = load_problems(
             args.data, args.problem_field, args.answer_field, args.id_field, args.skip_bad_rows
         )
     except (OSError, ValueError) as e:  # missing file, bad row (named by file and line)
-        raise SystemExit(f"rstar2 eval: {e}") from None
+        raise ConfigError("--data", args.data, f"a usable problem file ({e})") from None
     if loaded.skipped:
         log.warning("skipped %d bad rows of %s", loaded.skipped, args.data)
     problems = loaded.problems
     if args.limit is not None:
-        problems = problems[: max(args.limit, 0)]
+        problems = problems[: args.limit]
     if not problems:
-        raise SystemExit(f"rstar2 eval: no problems in {args.data}")
+        raise ConfigError("--data", args.data, "a file with at least one problem")
     return problems
 
 
@@ -101,16 +125,18 @@ async def _evaluate(
     out_path.parent.mkdir(parents=True, exist_ok=True)
     bar = ProgressBar(len(items) * args.samples, sys.stderr)
     with out_path.open("w") as out:
-
-        def on_done(traj: Trajectory, item: EvalItem) -> None:
-            out.write(json.dumps(trajectory_record(traj, item)) + "\n")
-            bar.advance(traj.reward)
-
         async with (
             open_engine(model, settings.engine, seed=args.seed) as engine,
             open_executor(settings.sandbox) as executor,
             open_reward_pool(settings.reward) as scorer,
         ):
+
+            def on_done(traj: Trajectory, item: EvalItem) -> None:
+                if traj.finish_reason == "prompt_too_long" and traj.sample == 0:
+                    warn_too_long(traj, args.data, engine.core.max_model_len)
+                out.write(json.dumps(trajectory_record(traj, item)) + "\n")
+                bar.advance(traj.reward)
+
             trajs = await evaluate(
                 engine, executor, scorer, codec, items, settings.rollout,
                 samples=args.samples, seed=args.seed, concurrency=args.concurrency,
@@ -119,6 +145,15 @@ async def _evaluate(
     bar.close()
     log.info("wrote %d trajectories to %s", len(trajs), out_path)
     return summarize(trajs, args.samples)
+
+
+def warn_too_long(traj: Trajectory, data: str, context_limit: int) -> None:
+    """Name a problem whose prompt does not fit (once per problem: its sample 0)."""
+    log.warning(
+        "problem %s of %s: its prompt of %d tokens does not fit the model's context of %d "
+        "tokens; scored 0 (finish reason prompt_too_long)",
+        traj.prompt_id, data, traj.prompt_len, context_limit,
+    )  # fmt: skip
 
 
 def trajectory_record(traj: Trajectory, item: EvalItem) -> dict[str, object]:
@@ -170,6 +205,7 @@ def print_table(summary: EvalSummary, out_file: str, out: TextIO) -> None:
         ("mean response tokens", f"{summary.mean_response_tokens:.1f}"),
         ("tool calls per problem", f"{summary.tool_calls_per_problem:.2f}"),
         ("tool error rate", f"{summary.tool_error_rate:.3f}"),
+        ("prompts too long (scored 0)", str(summary.prompts_too_long)),
         (
             "finish reasons",
             ", ".join(f"{k} {v}" for k, v in sorted(summary.finish_reasons.items())),

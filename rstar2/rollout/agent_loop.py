@@ -11,6 +11,10 @@ Each turn is its own engine request `"{prompt_id}/{sample}/t{turn}"` whose promp
 trajectory so far (engines with a prefix cache reuse it); its seed is derived from the
 trajectory's seed and the turn index, so a seeded rollout is reproducible.
 
+A prompt that leaves no room under the context limit is data, not an error: the rollout comes
+back at once with no turns and finish reason "prompt_too_long", so one over-long problem does
+not tear down the task group running the others (`rstar2 eval`, the trainer's rollouts).
+
 What it does not do: scheduling across engines, reward, or retrying a failed engine or executor
 (their errors propagate; failures of the model's code come back as a failed tool response).
 """
@@ -35,6 +39,7 @@ from rstar2.rollout.trajectory import (
     TurnStop,
     classify_stop,
     count_answer_tags,
+    unfit_trajectory,
 )
 from rstar2.wire import ExecRequest, ExecResult
 
@@ -90,15 +95,11 @@ def turn_seed(seed: int | None, turn: int) -> int | None:
 
 
 def response_budget(prompt_len: int, max_response_tokens: int, context_limit: int | None) -> int:
-    """Tokens a trajectory may add after its prompt: the config's budget, cut to the context."""
+    """Tokens a trajectory may add after its prompt: the config's budget, cut to the context
+    (0 when the prompt leaves no room)."""
     if context_limit is None:
         return max_response_tokens
-    room = context_limit - prompt_len
-    if room < 1:
-        raise ValueError(
-            f"prompt of {prompt_len} tokens leaves no room under the context limit {context_limit}"
-        )
-    return min(max_response_tokens, room)
+    return max(0, min(max_response_tokens, context_limit - prompt_len))
 
 
 async def run_trajectory(
@@ -119,12 +120,19 @@ async def run_trajectory(
 
     `tok` is a Hugging Face tokenizer or a prebuilt `TokenCodec` (build one per tokenizer and
     pass it when running many rollouts). `context_limit` is the engine's longest sequence
-    (prompt + output); when given, the budget shrinks so no turn is ever asked past it.
+    (prompt + output); when given, the budget shrinks so no turn is ever asked past it, and a
+    prompt with no room left comes back unrun, finish reason "prompt_too_long".
     `on_event` sees each turn, call and tool response as it happens (for `rstar2 chat`); it
     must not block. `on_tool_turn` is awaited when a turn ends in a tool call (the live graph
     tells its scheduler that the engine is done with the turn).
     """
     codec = tok if isinstance(tok, TokenCodec) else TokenCodec(tok)
+    if context_limit is not None and len(prompt_ids) >= context_limit:
+        log.debug(
+            "%s/%d: prompt of %d tokens leaves no room under the context limit %s",
+            prompt_id, sample, len(prompt_ids), context_limit,
+        )  # fmt: skip
+        return unfit_trajectory(prompt_ids, prompt_id, sample)
     budget = response_budget(len(prompt_ids), cfg.max_response_tokens, context_limit)
     state = TrajectoryState(prompt_ids, budget, cfg.max_turns)
     emit: EventSink = on_event if on_event is not None else _ignore

@@ -9,7 +9,10 @@ executor (at most `concurrency` at once), scores each finished rollout with the 
 - mean_response_tokens:   mean tokens after the prompt (model and tool tokens);
 - tool_calls_per_problem: mean tool calls per rollout (one attempt at a problem);
 - tool_error_rate:        failed calls (errors and timeouts) / all calls, over every rollout
-                          (0.0 with no calls).
+                          (0.0 with no calls);
+- prompts_too_long:       problems whose prompt leaves no room under the context limit; they
+                          are kept in every figure above, scored 0 with no response (finish
+                          reason "prompt_too_long"), so pass@1 stays over all the problems.
 
 What it does not do: load models, data or sandboxes (the `eval` command does), or write files.
 """
@@ -63,6 +66,7 @@ class EvalSummary:
     tool_calls_per_problem: float
     tool_error_rate: float
     finish_reasons: dict[str, int] = field(default_factory=dict)
+    prompts_too_long: int = 0
 
 
 def summarize(trajectories: Sequence[Trajectory], samples: int) -> EvalSummary:
@@ -85,6 +89,9 @@ def summarize(trajectories: Sequence[Trajectory], samples: int) -> EvalSummary:
         tool_calls_per_problem=calls / n,
         tool_error_rate=errors / calls if calls else 0.0,
         finish_reasons=dict(Counter(t.finish_reason for t in trajectories)),
+        prompts_too_long=len(
+            {t.prompt_id for t in trajectories if t.finish_reason == "prompt_too_long"}
+        ),
     )
 
 

@@ -9,7 +9,9 @@ where masked), turn and tool counters, and decides after every turn whether the 
 - "no_tool_call": a turn ended without a tool call and without an `<answer>` tag;
 - "budget":       the one shared token budget ran out (model or tool tokens);
 - "turns":        a turn ended in a tool call at the assistant-turn limit (call not executed);
-- "abort":        the engine aborted the request.
+- "abort":        the engine aborted the request;
+- "prompt_too_long": the prompt leaves no room under the context limit, so no turn was asked
+                  (`unfit_trajectory`; the state machine never sees such a rollout).
 
 Counters: `tool_calls` counts every call answered (malformed ones included); `tool_errors`
 and `tool_timeouts` are disjoint: a failed call that timed out counts in `tool_timeouts`, any
@@ -62,7 +64,8 @@ class Trajectory:
 
     @property
     def truncated(self) -> bool:
-        """True when the rollout was cut (budget, turn limit, abort) rather than finishing."""
+        """True when the rollout was cut (budget, turn limit, abort, prompt too long) rather
+        than finishing."""
         return self.finish_reason in TRUNCATED_REASONS
 
 
@@ -95,6 +98,27 @@ def classify_stop(
 def count_answer_tags(text: str) -> int:
     """Number of `<answer>` opening tags in model-written text."""
     return text.count(ANSWER_TAG)
+
+
+def unfit_trajectory(prompt_ids: Sequence[int], prompt_id: str, sample: int) -> Trajectory:
+    """The record of a rollout whose prompt does not fit the context: no turns, no response,
+    finish reason "prompt_too_long" (scored 0 like any truncated rollout)."""
+    n = len(prompt_ids)
+    return Trajectory(
+        prompt_id=prompt_id,
+        sample=sample,
+        token_ids=list(prompt_ids),
+        loss_mask=[0] * n,
+        logprobs=[0.0] * n,
+        prompt_len=n,
+        response_text="",
+        turns=0,
+        tool_calls=0,
+        tool_errors=0,
+        tool_timeouts=0,
+        answer_tags=0,
+        finish_reason="prompt_too_long",
+    )
 
 
 class TrajectoryState:

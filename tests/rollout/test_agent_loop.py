@@ -279,5 +279,27 @@ def test_response_budget():
     assert response_budget(10, 100, None) == 100
     assert response_budget(10, 100, 50) == 40
     assert response_budget(10, 20, 50) == 20
-    with pytest.raises(ValueError, match="no room"):
-        response_budget(50, 100, 50)
+    assert response_budget(50, 100, 50) == 0
+    assert response_budget(70, 100, 50) == 0
+
+
+@pytest.mark.parametrize("over", [0, 1, 500])
+async def test_a_prompt_over_the_context_comes_back_as_data(over: int):
+    """A prompt with no room left is a finished trajectory, not an exception."""
+    engine = ScriptedEngine(TOK, {"p/0": [ANSWER]})
+    traj = await run_trajectory(
+        engine, FakeExecutor(), TOK, PROMPT, cfg(), prompt_id="p", sample=0,
+        context_limit=len(PROMPT) - over,
+    )  # fmt: skip
+    assert (traj.finish_reason, traj.turns, traj.response_tokens) == ("prompt_too_long", 0, 0)
+    assert traj.truncated and traj.token_ids == PROMPT and traj.loss_mask == [0] * len(PROMPT)
+    assert engine.requests == []
+
+
+async def test_a_prompt_one_token_under_the_context_gets_one_token():
+    engine = ScriptedEngine(TOK, {"p/0": [ANSWER]})
+    traj = await run_trajectory(
+        engine, FakeExecutor(), TOK, PROMPT, cfg(), prompt_id="p", sample=0,
+        context_limit=len(PROMPT) + 1,
+    )  # fmt: skip
+    assert traj.finish_reason == "budget" and traj.response_tokens == 1

@@ -61,6 +61,34 @@ def test_eval_on_the_tiny_model(model_dir: Path, tmp_path: Path):
         assert r["turns"] >= 1 and r["reference"]
 
 
+def test_eval_scores_and_counts_a_problem_over_the_context(model_dir: Path, tmp_path: Path):
+    """One problem far over the tiny model's 1024-token context among normal ones: the run
+    finishes (rc 0), warns naming the problem, scores it 0 and counts it."""
+    rows = [
+        {"problem": p.problem, "answer": p.answer}
+        for p in generate_problems(TaskConfig(), "heldout")[:3]
+    ]
+    rows.insert(1, {"problem": "What is 1 + 1? " * 400, "answer": "2"})  # line 2
+    data = tmp_path / "p.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    out = tmp_path / "trajs.jsonl"
+    proc = rstar2(
+        "eval", "--model", str(model_dir), "--data", str(data), "--samples", "2",
+        "--max-tokens", "16", "--out", str(out), "--json", cwd=tmp_path,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert f"problem 2 of {data}: its prompt of" in proc.stderr and "prompt_too_long" in proc.stderr
+    summary = json.loads(proc.stdout)
+    assert (summary["problems"], summary["prompts_too_long"]) == (4, 1)
+    assert summary["finish_reasons"]["prompt_too_long"] == 2
+    records = [json.loads(line) for line in out.read_text().splitlines()]
+    assert len(records) == 8
+    long = [r for r in records if r["prompt_id"] == "2"]
+    assert [r["finish_reason"] for r in long] == ["prompt_too_long"] * 2
+    assert all(r["reward"] == 0.0 and r["turns"] == 0 and r["prompt_len"] > 1024 for r in long)
+
+
 def test_chat_on_the_tiny_model(model_dir: Path, tmp_path: Path):
     proc = rstar2(
         "chat", "--model", str(model_dir), "--max-tokens", "48", "--temperature", "0",

@@ -87,3 +87,29 @@ async def test_evaluate_scores_every_sample_and_zeroes_truncated():
     assert [t.reward for t in trajs] == [1.0, 0.0, 0.0, 1.0]
     assert trajs[2].reward_status == "truncated" and len(scorer.calls) == 3
     assert summarize(trajs, samples=2).pass_at_1 == pytest.approx(0.5)
+
+
+@pytest.mark.anyio
+async def test_evaluate_scores_an_overlong_prompt_zero_and_goes_on():
+    """One problem over the context limit among normal ones: every rollout finishes, the long
+    one as "prompt_too_long" with reward 0 (never sent to the scorer), and it is counted."""
+    tok = CharTokenizer()
+    right = "<answer>\\boxed{5}</answer><|im_end|>"
+    engine = ScriptedEngine(tok, {"a/0": [right], "a/1": [right], "c/0": [right], "c/1": [right]})
+    items = [
+        EvalItem("a", tok.encode("qa"), "5"),
+        EvalItem("long", tok.encode("q" * 200), "5"),
+        EvalItem("c", tok.encode("qc"), "5"),
+    ]
+    scorer = FakeScorer()
+    trajs = await evaluate(
+        engine, FakeExecutor(), scorer, TokenCodec(tok), items,
+        RolloutConfig(max_response_tokens=30), samples=2, context_limit=100,
+    )  # fmt: skip
+    assert [t.finish_reason for t in trajs[2:4]] == ["prompt_too_long"] * 2
+    assert [t.reward for t in trajs] == [1.0, 1.0, 0.0, 0.0, 1.0, 1.0]
+    assert trajs[2].reward_status == "truncated" and len(scorer.calls) == 4
+    summary = summarize(trajs, samples=2)
+    assert (summary.problems, summary.prompts_too_long) == (3, 1)
+    assert summary.pass_at_1 == pytest.approx(2 / 3)
+    assert summary.finish_reasons == {"answer": 4, "prompt_too_long": 2}

@@ -1,0 +1,41 @@
+"""`rstar2 eval`'s count flags: a bad value is one line naming the flag, exit code 2, before
+any model is loaded (so these tests need none)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from rstar2.cli import main
+
+
+@pytest.mark.parametrize(
+    ("flag", "value"),
+    [("--samples", "0"), ("--samples", "-3"), ("--limit", "0"), ("--limit", "-2"),
+     ("--concurrency", "0")],
+)  # fmt: skip
+def test_a_bad_count_flag_is_named(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], flag: str, value: str
+) -> None:
+    data = tmp_path / "p.jsonl"
+    data.write_text('{"problem": "1+1?", "answer": 2}\n')
+    argv = ["eval", "--model", str(tmp_path / "no-model"), "--data", str(data), flag, value]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert flag in err and value in err and "Traceback" not in err
+    assert len(err.splitlines()) == 1
+
+
+@pytest.mark.parametrize(
+    ("text", "message"), [(None, "not found"), ("", "at least one problem"), ("{", "line 1")]
+)
+def test_an_unusable_data_file_is_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], text: str | None, message: str
+) -> None:
+    data = tmp_path / "p.jsonl"
+    if text is not None:
+        data.write_text(text)
+    assert main(["eval", "--model", str(tmp_path), "--data", str(data)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "--data" in err and message in err and len(err.splitlines()) == 1

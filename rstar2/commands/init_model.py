@@ -1,13 +1,16 @@
 """`rstar2 init-model DIR`: create the embedded default model and tokenizer locally.
 
-Optional `--config FILE` reads a TOML table `[model]` of `TinyModelConfig` keys.
+Optional `--config FILE` reads a TOML table `[model]` of `TinyModelConfig` keys. An existing
+`DIR` (a file, or a directory that is not empty) is refused (exit code 2) unless `--force`,
+which writes into it.
 """
 
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
-from rstar2.config import from_dict, load_file
+from rstar2.config import ConfigError, from_dict, load_file
 from rstar2.model import TinyModelConfig, init_model
 
 HELP = "create the tiny embedded default model locally"
@@ -17,9 +20,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("dir", help="directory to write the model and tokenizer into")
     parser.add_argument("--config", help="TOML file with a [model] table of TinyModelConfig keys")
     parser.add_argument("--seed", type=int, default=None, help="override model.seed")
+    parser.add_argument(
+        "--force", action="store_true", help="write into DIR even if it exists and is not empty"
+    )
 
 
 def run(args: argparse.Namespace) -> int:
+    check_target(Path(args.dir), args.force)
     data = load_file(args.config).get("model", {}) if args.config else {}
     cfg = from_dict(TinyModelConfig, data, "model")
     if args.seed is not None:
@@ -28,3 +35,11 @@ def run(args: argparse.Namespace) -> int:
     path = init_model(args.dir, cfg)
     print(path)
     return 0
+
+
+def check_target(path: Path, force: bool) -> None:
+    """Refuse to write over a file or a non-empty directory unless `force` (a file always)."""
+    if path.exists() and not path.is_dir():
+        raise ConfigError("dir", str(path), "a directory (this is a file)")
+    if not force and path.is_dir() and any(path.iterdir()):
+        raise ConfigError("dir", str(path), "a new or empty directory (--force to write into it)")

@@ -66,3 +66,26 @@ def test_init_model_command(tmp_path: Path) -> None:
     assert model.config.hidden_size == 16
     config.write_text("[model]\nhidden = 16\n")
     assert main(["init-model", str(tmp_path / "n"), "--config", str(config)]) == 2
+
+
+def test_init_model_refuses_an_existing_directory_unless_forced(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = tmp_path / "m.toml"
+    config.write_text(
+        "[model]\nhidden_size = 16\nnum_layers = 1\nnum_heads = 2\nnum_kv_heads = 1\n"
+        "intermediate_size = 16\ncorpus_problems = 50\n"
+    )
+    target = tmp_path / "m"
+    target.mkdir()  # an empty directory is fine
+    assert main(["init-model", str(target), "--config", str(config)]) == 0
+    capsys.readouterr()
+    before = (target / "model.safetensors").stat().st_mtime_ns
+    assert main(["init-model", str(target), "--config", str(config)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "--force" in err and str(target) in err
+    assert (target / "model.safetensors").stat().st_mtime_ns == before  # untouched
+    assert main(["init-model", str(target), "--config", str(config), "--force"]) == 0
+    (tmp_path / "file").write_text("x")
+    assert main(["init-model", str(tmp_path / "file"), "--force"]) == 2
+    assert "this is a file" in capsys.readouterr().err

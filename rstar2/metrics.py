@@ -23,6 +23,7 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
+from matplotlib.ticker import MaxNLocator  # noqa: E402
 from torch.utils.tensorboard import SummaryWriter  # noqa: E402
 
 log = logging.getLogger(__name__)
@@ -124,6 +125,7 @@ def plot_metrics(
                 ax.plot(xs, ys, marker="." if len(pts) < 30 else None, label=label)
         ax.set_title(title, fontsize=10)
         ax.set_xlabel("step")
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # no step 1.5
         ax.grid(alpha=0.3)
         if len(runs) > 1:
             ax.legend(fontsize=8)

@@ -1,4 +1,5 @@
-"""Presenting simulator results: the comparison table and the PNG plots of `rstar2 sim compare`.
+"""Presenting simulator results: the comparison table and the PNG plots of `rstar2 sim compare`,
+and the key-value table of `rstar2 sim calibrate`.
 
 Plots use matplotlib's Agg backend (files only, no display): KV use per engine over time (one
 panel per policy), idle fraction per engine, and makespan per policy against the lower bound.
@@ -7,13 +8,14 @@ It does not run simulations.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402 - the backend must be chosen first
+from matplotlib.ticker import MaxNLocator  # noqa: E402
 
 from sim.simulator import SimResult  # noqa: E402
 
@@ -39,6 +41,21 @@ def table(results: Sequence[SimResult]) -> str:
         f"lower bound: {results[0].lower_bound_s:.1f} s; spread floor (no even length-blind "
         f"sticky split beats it): {results[0].spread_floor_s:.1f} s (see docs/sim.md)"
     )
+    return "\n".join(lines)
+
+
+def key_value_table(report: Mapping[str, object], indent: int = 0) -> str:
+    """A report of `rstar2 sim calibrate` as aligned `name  value` lines: a nested mapping (the
+    fitted cost model, an error summary) is a heading with its entries indented under it;
+    floats show 6 significant digits."""
+    lines = []
+    for key, value in report.items():
+        if isinstance(value, Mapping):
+            lines.append(" " * indent + f"{key}:")
+            lines.append(key_value_table(value, indent + 2))
+        else:
+            text = f"{value:.6g}" if isinstance(value, float) else str(value)
+            lines.append(f"{' ' * indent + key:<32}{text}")
     return "\n".join(lines)
 
 
@@ -74,6 +91,7 @@ def plot_idle(results: Sequence[SimResult], path: Path) -> None:
     for r in results:
         ax.plot(range(len(r.busy_s)), r.idle_fractions, marker=".", linewidth=0.8, label=r.policy)
     ax.set_xlabel("engine")
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # engines are numbered, no 1.5
     ax.set_ylabel("idle fraction of the makespan")
     ax.set_title("Idle fraction per engine")
     ax.legend(fontsize=8)

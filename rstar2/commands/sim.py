@@ -40,7 +40,7 @@ from sim.bound import bound_parts
 from sim.config import SimConfig, build
 from sim.cost import GPUS, MODELS, StepPoint, fit, load_points
 from sim.fidelity import fidelity
-from sim.report import table, write_plots
+from sim.report import key_value_table, table, write_plots
 from sim.simulator import ProgressFn, SimResult
 from sim.workload import SCENARIOS, WorkloadConfig, load_trace
 
@@ -303,11 +303,7 @@ def _calibrate(args: argparse.Namespace) -> int:
             "mean_abs_step_error": round(sum(errors) / len(errors), 4),
             "total_time_error": round(abs(total_pred - total_meas) / total_meas, 4),
         }
-    print(
-        json.dumps(report, indent=2)
-        if args.json
-        else "\n".join(f"{k}: {v}" for k, v in report.items())
-    )
+    print(json.dumps(report, indent=2) if args.json else key_value_table(report))
     return 0
 
 
@@ -332,9 +328,5 @@ def _fidelity(args: argparse.Namespace) -> int:
         "check_preemptions": r.check.preemptions,
         "predicted_preemptions": r.predicted_preemptions,
     }
-    print(
-        json.dumps(report, indent=2)
-        if args.json
-        else "\n".join(f"{k}: {v}" for k, v in report.items())
-    )
+    print(json.dumps(report, indent=2) if args.json else key_value_table(report))
     return 0

@@ -1,5 +1,5 @@
-"""`rstar2 eval`'s count flags: a bad value is one line naming the flag, exit code 2, before
-any model is loaded (so these tests need none)."""
+"""`rstar2 eval`'s count flags and data file: a bad value is one line naming the flag, exit
+code 2, before any model is loaded (so a directory with a config.json stands for the model)."""
 
 from __future__ import annotations
 
@@ -10,18 +10,34 @@ import pytest
 from rstar2.cli import main
 
 
+def exit_code(argv: list[str]) -> int:
+    """`main`'s exit code, whether it returns it or argparse raises SystemExit."""
+    try:
+        return main(argv)
+    except SystemExit as e:
+        return int(e.code or 0)
+
+
+@pytest.fixture
+def model(tmp_path: Path) -> Path:
+    path = tmp_path / "model"
+    path.mkdir()
+    (path / "config.json").write_text("{}")
+    return path
+
+
 @pytest.mark.parametrize(
     ("flag", "value"),
     [("--samples", "0"), ("--samples", "-3"), ("--limit", "0"), ("--limit", "-2"),
      ("--concurrency", "0")],
 )  # fmt: skip
 def test_a_bad_count_flag_is_named(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str], flag: str, value: str
+    tmp_path: Path, model: Path, capsys: pytest.CaptureFixture[str], flag: str, value: str
 ) -> None:
     data = tmp_path / "p.jsonl"
     data.write_text('{"problem": "1+1?", "answer": 2}\n')
-    argv = ["eval", "--model", str(tmp_path / "no-model"), "--data", str(data), flag, value]
-    assert main(argv) == 2
+    argv = ["eval", "--model", str(model), "--data", str(data), flag, value]
+    assert exit_code(argv) == 2
     err = capsys.readouterr().err.strip()
     assert flag in err and value in err and "Traceback" not in err
     assert len(err.splitlines()) == 1
@@ -31,11 +47,15 @@ def test_a_bad_count_flag_is_named(
     ("text", "message"), [(None, "not found"), ("", "at least one problem"), ("{", "line 1")]
 )
 def test_an_unusable_data_file_is_one_line(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str], text: str | None, message: str
+    tmp_path: Path,
+    model: Path,
+    capsys: pytest.CaptureFixture[str],
+    text: str | None,
+    message: str,
 ) -> None:
     data = tmp_path / "p.jsonl"
     if text is not None:
         data.write_text(text)
-    assert main(["eval", "--model", str(tmp_path), "--data", str(data)]) == 2
+    assert exit_code(["eval", "--model", str(model), "--data", str(data)]) == 2
     err = capsys.readouterr().err.strip()
     assert "--data" in err and message in err and len(err.splitlines()) == 1

@@ -8,6 +8,8 @@ control ROUTER (identity = process name) and sends `Hello`; it starts its actors
 `StatsRequest`, and exits on `Shutdown`, on SIGTERM, or when its parent disappears.
 
 SIGINT is ignored here: Ctrl-C reaches the whole process group and the parent coordinates.
+The parent starts this process with SIGINT already ignored (`start_child`), so a
+Ctrl-C while it still imports, before `child_main` runs, prints no traceback either.
 
 What it does not do: decide anything about the graph (the parent does).
 """
@@ -15,8 +17,10 @@ What it does not do: decide anything about the graph (the parent does).
 from __future__ import annotations
 
 import logging
+import multiprocessing.process
 import os
 import signal
+import threading
 from collections.abc import Callable
 
 import anyio
@@ -54,7 +58,7 @@ def child_main(
     log_level: int,
 ) -> None:
     """multiprocessing target: run this process's share of the graph until told to stop."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # already so when started by start_child
     setup_logging(1 if log_level <= logging.DEBUG else 0, log_level >= logging.WARNING)
     plan = msgspec.msgpack.decode(plan_bytes, type=GraphPlan)
     keys = CurveKeys(*curve) if curve else None
@@ -67,6 +71,29 @@ def child_main(
         backend=backend,
         backend_options=backend_options(backend),
     )
+
+
+def start_child(proc: multiprocessing.process.BaseProcess) -> None:
+    """The parent's side: start `proc` (running `child_main`) with SIGINT ignored, the one
+    signal setting a new interpreter inherits. A Ctrl-C while the child still imports (before
+    `child_main` ignores SIGINT itself) would otherwise end it with a KeyboardInterrupt
+    traceback. SIGINT is also blocked in this thread meanwhile, and Linux keeps a blocked
+    signal pending even while it is ignored, so the parent still gets its Ctrl-C once its
+    handler is back, unless the kernel hands it to one of this process's other threads that
+    do not block it (numpy's, torch's) during those few milliseconds: then it is lost, and a
+    second Ctrl-C is needed. Off the main thread (where handlers cannot be set) `proc` just
+    starts."""
+    handler = signal.getsignal(signal.SIGINT)
+    if threading.current_thread() is not threading.main_thread() or handler is None:
+        proc.start()
+        return
+    mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        proc.start()
+    finally:
+        signal.signal(signal.SIGINT, handler)
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
 
 
 async def _serve_child(plan: GraphPlan, process: str, control: str, keys: CurveKeys | None) -> None:

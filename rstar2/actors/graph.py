@@ -43,7 +43,7 @@ import sniffio
 import zmq
 
 from rstar2.actors.backend import backend_options
-from rstar2.actors.child import child_main
+from rstar2.actors.child import child_main, start_child
 from rstar2.actors.graph_config import MAIN_PROCESS, GraphConfig
 from rstar2.actors.graph_dirs import TMP_PREFIX as TMP_PREFIX  # re-exported
 from rstar2.actors.graph_dirs import make_graph_dir, running_graphs, sweep_stale_dirs
@@ -265,7 +265,7 @@ def _spawn(graph: RunningGraph, control_ep: str, backend: str) -> None:
             args=(plan_bytes, name, control_ep, backend, curve, level),
             name=f"rstar2-{graph.plan.name}-{name}",
         )
-        proc.start()
+        start_child(proc)
         graph.procs[name] = proc
         log.debug("spawned process %s (pid %s)", name, proc.pid)
 

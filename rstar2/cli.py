@@ -50,7 +50,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "eval": ("rstar2.commands.eval", "evaluate a model on a problem set (pass@1, tool use)"),
     "chat": ("rstar2.commands.chat", "one tool-using conversation, printed as it happens"),
     "init-model": ("rstar2.commands.init_model", "create the tiny embedded default model locally"),
-    "convert": ("rstar2.commands.convert", "convert a checkpoint into an rstar2 model directory"),
+    "convert": (
+        "rstar2.commands.convert",
+        "a GGUF file or training checkpoint as a model directory",
+    ),
     "sandbox": (
         "rstar2.commands.sandbox",
         "the isolated Python code executor (exec, serve, bench)",

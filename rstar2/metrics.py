@@ -3,7 +3,9 @@
 `MetricsLog` appends one JSON object per step to `RUN/metrics.jsonl` (flushed every step, so a
 killed run loses nothing it has reported) and mirrors numeric values to TensorBoard under
 `RUN/tensorboard/` with names like `reward/mean`. On resume it first drops the lines of steps
-after the checkpoint being resumed, so a resumed run's file equals an uninterrupted run's.
+after the checkpoint being resumed (and a "final" row: the run goes on), so a resumed run's file
+equals an uninterrupted run's; TensorBoard's event files cannot be edited, so they are rewritten
+from the kept lines (else the re-run steps would appear twice).
 `plot_metrics` draws the main curves into a PNG.
 
 What it does not do: aggregation across ranks (the learner reports rank 0's view) or remote
@@ -15,6 +17,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+import shutil
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -62,15 +65,32 @@ class MetricsLog:
     def __init__(self, run_dir: Path, resume_step: int | None = None, tensorboard: bool = True):
         self.path = Path(run_dir) / "metrics.jsonl"
         self.path.parent.mkdir(parents=True, exist_ok=True)
+        kept: list[dict[str, Any]] = []
         if resume_step is not None:
-            kept = [r for r in read_metrics(self.path) if r.get("step", 0) <= resume_step]
+            kept = [
+                r
+                for r in read_metrics(self.path)
+                if r.get("step", 0) <= resume_step and r.get("stage") != "final"
+            ]
             self.path.write_text("".join(json.dumps(r) + "\n" for r in kept))
         elif self.path.exists():
             self.path.unlink()
         self._file = open(self.path, "a")  # noqa: SIM115 - closed in close()
         self._tb = None
         if tensorboard:
-            self._tb = SummaryWriter(str(Path(run_dir) / "tensorboard"))
+            tb_dir = Path(run_dir) / "tensorboard"
+            shutil.rmtree(tb_dir, ignore_errors=True)
+            self._tb = SummaryWriter(str(tb_dir))
+            for row in kept:
+                self._scalars(row)
+
+    def _scalars(self, row: dict[str, Any]) -> None:
+        assert self._tb is not None
+        for key, value in row.items():
+            if isinstance(value, int | float) and not isinstance(value, bool):
+                if key == "step" or not math.isfinite(value):
+                    continue
+                self._tb.add_scalar(TB_TAGS.get(key, f"misc/{key}"), value, row["step"])
 
     def write(self, row: dict[str, Any]) -> None:
         if "step" not in row:
@@ -78,11 +98,7 @@ class MetricsLog:
         self._file.write(json.dumps(row, default=_jsonable) + "\n")
         self._file.flush()
         if self._tb is not None:
-            for key, value in row.items():
-                if isinstance(value, int | float) and not isinstance(value, bool):
-                    if key == "step" or not math.isfinite(value):
-                        continue
-                    self._tb.add_scalar(TB_TAGS.get(key, f"misc/{key}"), value, row["step"])
+            self._scalars(row)
 
     def close(self) -> None:
         self._file.close()

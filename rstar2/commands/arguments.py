@@ -16,8 +16,9 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Callable
-from pathlib import Path
 from typing import NoReturn
+
+from rstar2.run_layout import model_dir_of
 
 EXIT_USAGE = 2
 """Exit code of bad input: a flag, a path or a file the command cannot use."""
@@ -83,13 +84,17 @@ def int_list(text: str) -> list[int]:
 
 
 def model_directory(text: str) -> str:
-    """A local Hugging Face model directory: one holding a `config.json`."""
-    path = Path(text)
-    if not path.is_dir():
-        raise argparse.ArgumentTypeError(f"{text} is not a directory")
+    """A local Hugging Face model directory, or a run or checkpoint directory standing for the
+    policy it holds (`rstar2.run_layout.model_dir_of`): the model directory meant."""
+    try:
+        path = model_dir_of(text)
+    except OSError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
     if not (path / "config.json").is_file():
-        raise argparse.ArgumentTypeError(f"{text} is not a model directory (no config.json)")
-    return text
+        raise argparse.ArgumentTypeError(
+            f"{text} is not a model, checkpoint or run directory (no config.json)"
+        )
+    return str(path)
 
 
 def zmq_endpoint(text: str) -> str:

@@ -1,4 +1,6 @@
-"""`rstar2 convert gguf FILE OUT_DIR`: a GGUF checkpoint as an rstar2 model directory.
+"""`rstar2 convert gguf FILE OUT_DIR` / `convert checkpoint PATH OUT_DIR`: a model directory.
+
+`gguf`: a GGUF checkpoint as an rstar2 model directory.
 
 Writes float32 safetensors, the tokenizer and rstar2's chat template (docs/format.md), adding
 the tool-protocol tokens the GGUF vocabulary lacks (see `rstar2.model.gguf_conversion`). FILE
@@ -8,6 +10,10 @@ may be `pkg:NAME` for the `.gguf` an installed Python package ships, e.g. `pkg:l
 
 A missing file, a file that is not GGUF, an architecture the engine cannot run, a missing
 `gguf` extra or a non-empty OUT_DIR is a one-line error and exit code 2, never a traceback.
+
+`checkpoint`: the policy of a training checkpoint (`RUN/checkpoints/step-N`, or a run directory
+for its latest) as a Hugging Face model directory, laid out like the run's starting model.
+Checkpoints written now already hold one (`step-N/model/`); this serves older ones and copies.
 
 What it does not do: other source formats (the subcommand leaves room for them) or keep the
 weights quantised.
@@ -19,9 +25,10 @@ import argparse
 from pathlib import Path
 
 from rstar2.config import UsageError
+from rstar2.learner.checkpoint import export_checkpoint
 from rstar2.model.gguf_conversion import convert_gguf, gguf_in_package
 
-HELP = "convert a checkpoint into an rstar2 model directory (gguf)"
+HELP = "convert a checkpoint into an rstar2 model directory (gguf, checkpoint)"
 
 PACKAGE_PREFIX = "pkg:"
 
@@ -38,6 +45,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     p.add_argument("out_dir", metavar="OUT_DIR", help="directory to write the model into")
     p.add_argument("--force", action="store_true", help="replace a non-empty OUT_DIR")
+    c = sub.add_parser(
+        "checkpoint",
+        help="a training checkpoint (RUN/checkpoints/step-N, or RUN for its latest)",
+        description="Write a training checkpoint's policy as a Hugging Face model directory.",
+    )
+    c.add_argument("path", metavar="PATH", help="a checkpoint directory or a run directory")
+    c.add_argument("out_dir", metavar="OUT_DIR", help="directory to write the model into")
+    c.add_argument("--force", action="store_true", help="replace a non-empty OUT_DIR")
 
 
 def source_path(spec: str) -> Path:
@@ -48,6 +63,16 @@ def source_path(spec: str) -> Path:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.source_format == "checkpoint":
+        out_dir = Path(args.out_dir)
+        if out_dir.exists() and any(out_dir.iterdir()) and not args.force:
+            raise UsageError(f"checkpoint: {out_dir} is not empty (use --force to replace it)")
+        try:
+            out = export_checkpoint(Path(args.path), out_dir)
+        except (OSError, ValueError) as e:
+            raise UsageError(f"checkpoint: {e}") from None
+        print(out)
+        return 0
     try:
         out = convert_gguf(source_path(args.file), args.out_dir, force=args.force)
     except (OSError, ValueError, ModuleNotFoundError) as e:

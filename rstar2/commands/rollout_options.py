@@ -2,8 +2,10 @@
 
 Settings come from an optional TOML file (`--config`: tables `[rollout]`, `[engine]`,
 `[sandbox]`, `[reward]`, each validated by its component's dataclass) and a few flags that
-override single rollout keys. Without `--config`, a model that a training run wrote
-(`RUN/model-sft`, `RUN/checkpoints/step-N/...`: a directory up to three levels below a run's
+override single rollout keys. `--model` takes a model directory, or a run or checkpoint
+directory for the policy it holds (`rstar2.run_layout.model_dir_of`). Without `--config`, a
+model that a training run wrote (`RUN/model-rl`, `RUN/model-sft`,
+`RUN/checkpoints/step-N/model`: a directory up to three levels below a run's
 `config.json`) is rolled out with that run's `[rollout]` table, so the tool output format
 (`tool_show_time`, `tool_output_chars`) and the budgets are the ones it was trained with.
 Whatever is resolved is logged once at start.
@@ -20,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from rstar2.commands.arguments import model_directory
 from rstar2.config import from_dict, load_file, override, to_dict
 from rstar2.engine.config import EngineConfig
 from rstar2.reward import RewardConfig
@@ -48,7 +51,14 @@ class RunSettings:
 
 
 def add_rollout_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--model", required=True, metavar="DIR", help="local HF model directory")
+    parser.add_argument(
+        "--model",
+        required=True,
+        metavar="DIR",
+        type=model_directory,
+        help="a local HF model directory, or a training run (its final RL policy, else its "
+        "latest checkpoint's) or checkpoint directory (RUN/checkpoints/step-N)",
+    )
     parser.add_argument(
         "--config", metavar="FILE",
         help="TOML with [rollout], [engine], [sandbox], [reward] tables",

@@ -12,12 +12,16 @@ import argparse
 import json
 import logging
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
-from rstar2.commands.train_plan import print_plan
+from rstar2.commands.train_plan import dry_run_plan, print_plan
 from rstar2.config import ConfigError, require
+from rstar2.learner.checkpoint import load_checkpoint, load_latest
+from rstar2.redaction import redact
 from rstar2.train.config import TrainConfig, config_dict, load_train_config
-from rstar2.train.runner import TrainingFailed, load_run_config, run_training
+from rstar2.train.resumption import locate, resumed_config
+from rstar2.train.runner import TrainingFailed, run_training
 
 HELP = "run the full trainer (SFT then GRPO-RoC RL stages)"
 
@@ -29,7 +33,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--quick", action="store_true", help="a few-minute smoke run")
     parser.add_argument("--algo", choices=["roc", "grpo"], help="RL algorithm (default: roc)")
     parser.add_argument("--run-dir", help="run directory (default: runs/<time>-<algo>)")
-    parser.add_argument("--resume", metavar="RUN_DIR", help="continue a run from its checkpoint")
+    parser.add_argument(
+        "--resume",
+        metavar="RUN_DIR",
+        help="continue a run from its latest checkpoint (or from a checkpoint directory "
+        "RUN/checkpoints/step-N); takes --set of what may change (graph.*, "
+        "cluster.learner_ranks, eval/checkpoint cadence, stages.N.steps, a new stage), "
+        "--processes and --backend",
+    )
     parser.add_argument("--processes", type=int, help="spread the actors over N local processes")
     parser.add_argument("--backend", choices=["asyncio", "trio"], help="event loop of the graph")
     parser.add_argument("--seed", type=int, help="override the seed")
@@ -48,40 +59,83 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print the summary as JSON")
 
 
-def resolve(args: argparse.Namespace) -> tuple[TrainConfig, Path, bool]:
-    if args.resume:
-        run_dir = Path(args.resume)
-        return load_run_config(run_dir), run_dir, True
+@dataclass
+class Plan:
+    """What `rstar2 train` was asked to do: a new run, or a resumed one."""
+
+    cfg: TrainConfig
+    run_dir: Path
+    resume: bool = False
+    checkpoint: Path | None = None
+    """The checkpoint a resumed run continues from (None: the latest)."""
+    done_step: int = 0
+    """A resumed run: the last RL step its checkpoint had trained."""
+
+
+NOT_ON_RESUME = ("config", "quick", "algo", "seed", "run_dir")
+"""Flags that define a new run; a resumed run keeps its own (see `rstar2.train.resumption`)."""
+
+
+def resolve(args: argparse.Namespace) -> Plan:
     sets = list(args.set)
-    if args.algo:
-        sets.append(f"rl.algo={args.algo}")
     if args.processes is not None:
         require(args.processes >= 1, "--processes", args.processes, "an integer >= 1")
         sets.append(f"graph.processes={args.processes}")
     if args.backend:
         sets.append(f"graph.backend={args.backend}")
+    if args.resume:
+        return _resumed(args, sets)
+    if args.algo:
+        sets.append(f"rl.algo={args.algo}")
     if args.seed is not None:
         sets.append(f"seed={args.seed}")
     cfg = load_train_config(args.config, quick=args.quick, sets=sets)
     name = time.strftime("%Y%m%d-%H%M%S") + f"-{cfg.rl.algo}"
     run_dir = Path(args.run_dir) if args.run_dir else Path("runs") / name
+    if run_dir.exists() and not run_dir.is_dir():
+        raise ConfigError("--run-dir", str(run_dir), "a directory (that path is a file)")
     if (run_dir / "config.json").exists():
         raise ConfigError("--run-dir", str(run_dir), "a new directory (use --resume to continue)")
-    return cfg, run_dir, False
+    return Plan(cfg, run_dir)
+
+
+def _resumed(args: argparse.Namespace, sets: list[str]) -> Plan:
+    for flag in NOT_ON_RESUME:
+        value = getattr(args, flag)
+        if value not in (None, False):
+            raise ConfigError(
+                "--" + flag.replace("_", "-"),
+                value,
+                "no such flag with --resume: a resumed run keeps its config (only "
+                "--set of what may change, --processes and --backend apply; see "
+                "`rstar2 train --help`)",
+            )
+    run_dir, checkpoint = locate(args.resume)
+    ck = load_checkpoint(checkpoint) if checkpoint else load_latest(run_dir)
+    done = ck.step if ck is not None else 0
+    return Plan(resumed_config(run_dir, sets, done), run_dir, True, checkpoint, done)
 
 
 def run(args: argparse.Namespace) -> int:
-    try:
-        cfg, run_dir, resume = resolve(args)
-    except FileNotFoundError as e:
-        raise ConfigError("--resume", args.resume, str(e)) from None
+    plan = resolve(args)
+    cfg, run_dir = plan.cfg, plan.run_dir
     if args.dry_run:
-        print_plan(cfg)
+        if args.json:
+            print(json.dumps(dry_run_plan(cfg)))
+        else:
+            print_plan(cfg)
         return 0
+    if plan.resume and plan.done_step >= cfg.total_steps and (run_dir / "summary.json").exists():
+        print(
+            f"{run_dir} is finished ({plan.done_step} RL steps): nothing to resume. To train "
+            f"further: rstar2 train --resume {run_dir} --set stages.{len(cfg.stages) - 1}.steps=N"
+        )
+        return 0
+    _check_writable(run_dir)
     log.info("run directory: %s", run_dir)
-    log.info("resolved config: %s", json.dumps(config_dict(cfg)))
+    log.info("resolved config: %s", json.dumps(redact(config_dict(cfg))))
     try:
-        summary = run_training(cfg, run_dir, resume=resume)
+        summary = run_training(cfg, run_dir, resume=plan.resume, checkpoint=plan.checkpoint)
     except TrainingFailed as e:
         log.error("%s", e)
         return 1
@@ -92,9 +146,23 @@ def run(args: argparse.Namespace) -> int:
         print(
             f"done: {summary['steps']} RL steps in {summary['wall_s'] / 60:.1f} min; "
             f"held-out accuracy after SFT {_pct(sft)}, after RL {_pct(final)}; "
-            f"run directory {run_dir} (curves.png, metrics.jsonl)"
+            f"run directory {run_dir} (curves.png, metrics.jsonl; the policy: "
+            f"rstar2 eval --model {run_dir})"
         )
     return 0
+
+
+def _check_writable(run_dir: Path) -> None:
+    """A run directory that cannot be written fails now, in one line, not mid-run."""
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        probe = run_dir / ".write-test"
+        probe.write_text("")
+        probe.unlink()
+    except OSError as e:
+        raise ConfigError(
+            "--run-dir", str(run_dir), f"a writable directory ({e.strerror})"
+        ) from None
 
 
 def _pct(x: float | None) -> str:

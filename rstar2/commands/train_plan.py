@@ -137,6 +137,21 @@ def _learner_line(p: dict[str, Any]) -> str:
     return f"learner: {how} on node 0, {where}, {share}"
 
 
+def dry_run_plan(cfg: TrainConfig) -> dict[str, Any]:
+    """`--dry-run --json`: the validated config's shape, and the memory plan on GPUs."""
+    out: dict[str, Any] = {
+        "valid": True,
+        "rl_steps": cfg.total_steps,
+        "stages": [{"name": s.name, "steps": s.steps} for s in cfg.stages],
+        "engines": cfg.graph.engines,
+        "sandboxes": cfg.graph.sandboxes,
+        "processes": cfg.graph.processes,
+    }
+    if cfg.cluster.gpus > 0:
+        out["plan"] = memory_plan(cfg)
+    return out
+
+
 def print_plan(cfg: TrainConfig) -> None:
     if cfg.cluster.gpus == 0:
         print(

@@ -2,13 +2,17 @@
 
 A checkpoint is a directory `RUN/checkpoints/step-000010/` holding `policy/` (model weights and
 optimizer state as a torch.distributed.checkpoint directory, written by every learner rank
-through the caller's `write_policy`), `state.pt` (lr-scheduler state, data cursor, RNG states,
+through the caller's `write_policy`), `model/` (the policy as a Hugging Face model directory that
+`rstar2 eval`, `chat` and any HF loader read; the caller's `write_model`), `state.pt` (lr-scheduler state, data cursor, RNG states,
 stage, step and any extra trainer state: small, rank 0's) and `meta.json` (step, stage, time;
 human readable). It is written under a
 temporary name, fsynced and renamed into place, and only then does `RUN/checkpoints/LATEST`
 (itself replaced atomically) point at it. A crash at any moment therefore leaves either the
 previous checkpoint or the new one, never a torn one. Old checkpoints beyond `keep` are pruned
 after the new one is in place.
+
+`publish_final_policy(run_dir)` links the latest checkpoint's `model/` as `RUN/model-rl/` when
+a run finishes.
 
 What it does not do: write or read the policy itself (`rstar2.learner.policy.LearnerPolicy`'s
 `save` and `load`, collectives of every rank).
@@ -32,9 +36,11 @@ import numpy as np
 import torch
 from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
 
+from rstar2.model.saver import link_model_dir, save_model_dir
+from rstar2.run_layout import FINAL_POLICY, LATEST, MODEL_DIR, STARTING_POLICIES, is_checkpoint
+
 log = logging.getLogger(__name__)
 
-LATEST = "LATEST"
 POLICY_DIR = "policy"
 """The checkpoint's subdirectory holding the model and optimizer (torch.distributed.checkpoint)."""
 
@@ -77,9 +83,11 @@ def save_checkpoint(
     state: dict[str, Any],
     keep: int = 2,
     write_policy: Callable[[Path], None] | None = None,
+    write_model: Callable[[Path], None] | None = None,
 ) -> Path:
-    """Write `state` (and, through `write_policy(dir)`, the policy into `dir`) as the checkpoint
-    of `step` atomically and point LATEST at it."""
+    """Write `state` (and, through `write_policy(dir)`, the policy's training state into `dir`;
+    through `write_model(dir)`, the policy as a model directory `dir`) as the checkpoint of
+    `step` atomically and point LATEST at it."""
     if keep < 1:
         raise ValueError(f"keep must be >= 1, got {keep}")
     root = Path(run_dir) / "checkpoints"
@@ -92,6 +100,8 @@ def save_checkpoint(
     tmp.mkdir()
     if write_policy is not None:
         write_policy(tmp / POLICY_DIR)
+    if write_model is not None:
+        write_model(tmp / MODEL_DIR)
     with open(tmp / "state.pt", "wb") as f:
         torch.save(state, f)
         f.flush()
@@ -126,9 +136,45 @@ def load_latest(run_dir: Path) -> Checkpoint | None:
     path = root / pointer.read_text().strip()
     if not (path / "state.pt").is_file():
         raise FileNotFoundError(f"{pointer} names {path.name}, which has no state.pt")
+    return load_checkpoint(path)
+
+
+def load_checkpoint(path: Path) -> Checkpoint:
+    """The checkpoint in directory `path` (`RUN/checkpoints/step-N`)."""
+    path = Path(path)
+    if not (path / "state.pt").is_file():
+        raise FileNotFoundError(f"{path} is not a checkpoint directory (it has no state.pt)")
     state = torch.load(path / "state.pt", map_location="cpu", weights_only=False)
     meta = json.loads((path / "meta.json").read_text())
     return Checkpoint(step=int(meta["step"]), path=path, state=state)
+
+
+def drop_checkpoints_after(run_dir: Path, step: int) -> list[Path]:
+    """Remove the run's checkpoints of steps after `step` (a resume from an earlier checkpoint
+    runs those steps again) and point LATEST at `step`'s; returns the removed directories."""
+    root = Path(run_dir) / "checkpoints"
+    removed = []
+    for path in sorted(root.glob("step-*")):
+        if path.is_dir() and int(path.name.split("-")[1]) > step:
+            shutil.rmtree(path)
+            removed.append(path)
+    if removed:
+        latest_tmp = root / f".{LATEST}.tmp"
+        latest_tmp.write_text(f"step-{step:06d}\n")
+        os.replace(latest_tmp, root / LATEST)
+    return removed
+
+
+def publish_final_policy(run_dir: Path) -> Path | None:
+    """Link the latest checkpoint's model directory as `RUN/model-rl/` (None: it has none)."""
+    root = Path(run_dir) / "checkpoints"
+    pointer = root / LATEST
+    if not pointer.is_file():
+        return None
+    model = root / pointer.read_text().strip() / MODEL_DIR
+    if not (model / "config.json").is_file():
+        return None
+    return link_model_dir(model, Path(run_dir) / FINAL_POLICY)
 
 
 def read_policy(checkpoint: Path) -> dict[str, Any]:
@@ -142,3 +188,36 @@ def read_policy(checkpoint: Path) -> dict[str, Any]:
         out = Path(tmp) / "policy.pt"
         dcp_to_torch_save(policy, out)
         return torch.load(out, map_location="cpu", weights_only=False)
+
+
+def checkpoint_weights(checkpoint: Path) -> dict[str, torch.Tensor]:
+    """The model's full tensors of a checkpoint, whatever rank count (or rstar2 version: a
+    `state.pt` holding "model") wrote it."""
+    if (Path(checkpoint) / POLICY_DIR / ".metadata").is_file():
+        return dict(read_policy(checkpoint)["model"])
+    state = load_checkpoint(checkpoint).state
+    if "model" not in state:
+        raise FileNotFoundError(f"{checkpoint} holds no model weights")
+    return dict(state["model"])
+
+
+def export_checkpoint(path: Path, out: Path) -> Path:
+    """Write the policy of checkpoint `path` (or of a run directory's latest checkpoint) as
+    model directory `out`, laid out like the run's starting model (`rstar2 convert
+    checkpoint`)."""
+    path = Path(path)
+    if not is_checkpoint(path):
+        root = path / "checkpoints"
+        if not (root / LATEST).is_file():
+            raise FileNotFoundError(f"{path} is neither a checkpoint nor a run with checkpoints")
+        path = root / (root / LATEST).read_text().strip()
+    run_dir = path.parent.parent
+    like = next(
+        (run_dir / n for n in STARTING_POLICIES if (run_dir / n / "config.json").is_file()), None
+    )
+    if like is None and (run_dir / "config.json").is_file():
+        model_path = json.loads((run_dir / "config.json").read_text()).get("model", {}).get("path")
+        like = Path(model_path) if model_path else None
+    if like is None or not (like / "config.json").is_file():
+        raise FileNotFoundError(f"run {run_dir} has no starting model to take the layout from")
+    return save_model_dir(checkpoint_weights(path), like, out)

@@ -34,6 +34,8 @@ finish with the summary.
   the step's `time_*` metrics and `step_s` (from its rollout's start to the end of its last
   command with a reply) are differences of those stamps.
 - `rollout_only` (`rstar2 profile`): no update and no push after the first; the policy stays.
+- A step that trained no rollout (no group had a reward signal: each prompt's rollouts all
+  scored the same) warns "policy not updated" and is counted (`extra.steps_not_updated`).
 
 What it does not do: I/O (besides its log lines), awaits or clocks (the shell's), the RL math
 (`rstar2.rl`, `run_state.train_on`), tokenizing (an `encode` function is given), or loading
@@ -380,6 +382,15 @@ class Controller:
         s.row.update(s.update)
         s.row.update(stage_split(s.results, s.rollout_s))
         s.row.update(time_learner_s=s.learner_s, time_sync_s=s.sync_s)
+        if not self.rollout_only and not s.update.get("trained_rollouts", 0):
+            skipped = self.progress.extra.get("steps_not_updated", 0) + 1
+            self.progress.extra["steps_not_updated"] = skipped
+            log.warning(
+                "step %d: policy not updated - no group had a reward signal (every rollout of "
+                "each prompt scored the same; %d such step(s) so far)",
+                s.step,
+                skipped,
+            )
         if cfg.eval_every and s.step % cfg.eval_every == 0 and cfg.heldout_problems:
             return [self._evaluate("step_eval")]
         return self._step_done()

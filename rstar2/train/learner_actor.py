@@ -106,6 +106,11 @@ class LearnerParams:
     """The policy to start from (the SFT'd model, or the checkpoint's on resume)."""
     resume: bool = False
     """Continue from the run directory's last checkpoint."""
+    resume_from: str = ""
+    """With `resume`: the checkpoint directory to continue from ("": the latest)."""
+    started_at: float = 0.0
+    """Wall-clock time (`time.time()`) this session of the run began (0: when the actor
+    starts); with the time a resumed checkpoint recorded, the run's `wall_s`."""
     rollout_only: bool = False
     """Profiling: roll out without updating the policy."""
     profile: bool = False
@@ -138,6 +143,8 @@ class LearnerActor(Actor):
         self.run_dir = Path(params.run_dir)
         self.model_dir = Path(params.model_dir)
         self.resume = params.resume
+        self.resume_from = Path(params.resume_from) if params.resume_from else None
+        self.started_at = params.started_at or time.time()
         self.rollout_only = params.rollout_only
         self.profile = params.profile
         self.weight_sync_host = params.weight_sync_host
@@ -178,15 +185,20 @@ class LearnerActor(Actor):
             state.close(abort=failed)  # blocking but short: a stop message, or kills
         if summary is None:
             raise RuntimeError("the RL controller ran out of commands before finishing")
+        summary["wall_s"] = self._wall_s(state)
         if self.profile:
             summary["profile"] = {"counters": self.kv_samples, "window": self.rl_window}
         ctx.stop_graph("done", summary)
+
+    def _wall_s(self, state: RunState) -> float:
+        """The run's wall time so far: this session's and that of the sessions before it."""
+        return state.wall_before + time.time() - self.started_at
 
     def _open(self) -> tuple[RunState, Controller]:
         """The policy and optimizer (restored when resuming) and a controller over the run's
         problems (started later, from the checkpoint's state)."""
         cfg = self.cfg
-        state = RunState.open(cfg, self.run_dir, self.model_dir, self.resume)
+        state = RunState.open(cfg, self.run_dir, self.model_dir, self.resume, self.resume_from)
         train = load_split(cfg, "train")
         heldout = load_split(cfg, "heldout")[: cfg.heldout_problems]
         return state, Controller(cfg, train, heldout, state.prompt_ids, self.rollout_only)
@@ -227,6 +239,7 @@ class LearnerActor(Actor):
                 if line is not None:
                     log.info(line)
             case Checkpoint(step=step, state=saved):
+                saved = {**saved, "wall_s": self._wall_s(state)}
                 await anyio.to_thread.run_sync(state.save, step, saved)
             case EnterPhase():
                 self.rl_window.append(time.time())

@@ -10,7 +10,7 @@ runs for the controller's commands live here, tested without sockets:
 - `train_on(results, step)`: group by prompt, RoC/GRPO selection (its RNG seeded by (seed,
   step)), advantages, and the policy update;
 - `save(step, controller_state)`: model, optimizer, schedule and RNG states with the
-  controller's state. (Sampling and RoC use seeds derived from (seed, step, ...), so no global
+  controller's state, and the policy as a Hugging Face model directory (`model/`). (Sampling and RoC use seeds derived from (seed, step, ...), so no global
   RNG stream is consumed by RL; the RNG states are saved for anything that does.)
 - `load_split(cfg, split)`: the training or held-out problems.
 
@@ -32,6 +32,7 @@ from rstar2.data import load_problems
 from rstar2.learner.checkpoint import (
     POLICY_DIR,
     Checkpoint,
+    load_checkpoint,
     load_latest,
     rng_state,
     save_checkpoint,
@@ -40,6 +41,7 @@ from rstar2.learner.checkpoint import (
 from rstar2.learner.policy import LearnerPolicy, load_policy
 from rstar2.learner.rank_group import RankGroup
 from rstar2.model.chat_format import render_prompt
+from rstar2.model.saver import save_model_dir
 from rstar2.rl import build_training_batch
 from rstar2.tasks.arithmetic import generate_problems
 from rstar2.train.config import TrainConfig
@@ -71,27 +73,43 @@ class RunState:
         policy: LearnerPolicy,
         tokenizer: Any,
         ranks: RankGroup | None = None,
+        model_dir: Path | None = None,
     ) -> None:
         self.cfg = cfg
         self.run_dir = run_dir
+        self.model_dir = model_dir
+        """The model directory training started from: the layout of checkpoints' `model/`
+        (None: checkpoints hold no model directory)."""
         self.policy = policy
         self.tokenizer = tokenizer
         self.ranks = ranks
         """The other learner ranks, driven from here (None: a one-rank learner)."""
         self.pad_id = policy.pad_id
+        self.wall_before = 0.0
+        """Wall time of the run's sessions before this one, up to the resumed checkpoint."""
         self.saved: dict[str, Any] | None = None
         """The controller's part of the checkpoint resumed from (None: a fresh start)."""
         self._prompt_cache: dict[str, list[int]] = {}
 
     @classmethod
-    def open(cls, cfg: TrainConfig, run_dir: Path, model_dir: Path, resume: bool) -> RunState:
+    def open(
+        cls,
+        cfg: TrainConfig,
+        run_dir: Path,
+        model_dir: Path,
+        resume: bool,
+        checkpoint: Path | None = None,
+    ) -> RunState:
         """Rank 0 of the learner: start the other ranks (`cluster.learner_ranks`), load the
-        policy and, when resuming, restore the latest checkpoint on every rank."""
+        policy and, when resuming, restore the latest checkpoint (or `checkpoint`) on every
+        rank."""
         ranks = start_ranks(cfg, model_dir)
         try:
             policy, tokenizer = load_policy(model_dir, cfg.learner, cfg.rl, local_rank=0)
-            state = cls(cfg, run_dir, policy, tokenizer, ranks)
-            ck = load_latest(run_dir) if resume else None
+            state = cls(cfg, run_dir, policy, tokenizer, ranks, model_dir)
+            ck = None
+            if resume:
+                ck = load_checkpoint(checkpoint) if checkpoint else load_latest(run_dir)
             if ck is not None:
                 state._restore(ck)
                 log.info("resumed from %s (step %d)", ck.path, ck.step)
@@ -177,7 +195,13 @@ class RunState:
             state,
             keep=self.cfg.keep_checkpoints,
             write_policy=lambda path: self._run("save", path),
+            write_model=self._write_model if self.model_dir is not None else None,
         )
+
+    def _write_model(self, path: Path) -> None:
+        """The policy as a model directory (gathered from every rank, written by this one)."""
+        assert self.model_dir is not None
+        save_model_dir(self.full_weights(), self.model_dir, path)
 
     def _restore(self, ck: Checkpoint) -> None:
         state = ck.state
@@ -192,4 +216,5 @@ class RunState:
         else:
             self._run("load", ck.path / POLICY_DIR, state["schedule"])
         set_rng_state(state["rng"])
+        self.wall_before = float(state.get("wall_s", 0.0))
         self.saved = {k: state[k] for k in ("stream", "stage", "progress")}

@@ -8,7 +8,9 @@
 3. runs the RL stages on the live actor graph (`train_graph`): learner, scheduler, rollout
    workers with their engines, sandbox services and the reward actor, over ZeroMQ (inproc by
    default; `graph.processes > 1` spreads them over local processes);
-4. draws the curves (`RUN/curves.png`) and returns a summary.
+4. draws the curves (`RUN/curves.png`), links the final policy as `RUN/model-rl/` (a Hugging
+   Face model directory) and returns a summary (`RUN/summary.json`; its `wall_s` counts every
+   session of a resumed run).
 
 What it does not do: RL math or actor logic (their own modules); argument parsing (the CLI).
 """
@@ -27,6 +29,11 @@ import torch
 from rstar2.actors import GraphConfig, graph_config, run_graph_blocking
 from rstar2.actors.graph_config import actor_node
 from rstar2.config import from_dict
+from rstar2.learner.checkpoint import (
+    drop_checkpoints_after,
+    load_checkpoint,
+    publish_final_policy,
+)
 from rstar2.learner.sft import encode_examples, train_sft
 from rstar2.metrics import plot_metrics, read_metrics
 from rstar2.model.loader import load_model, weight_bytes
@@ -134,8 +141,15 @@ def message_limit(cfg: TrainConfig, model_dir: Path) -> int:
     return max(MESSAGE_LIMIT, bucket + largest + 2**20)
 
 
-def train_graph(cfg: TrainConfig, run_dir: Path, model_dir: Path, resume: bool) -> GraphConfig:
-    """The RL actor graph of one run."""
+def train_graph(
+    cfg: TrainConfig,
+    run_dir: Path,
+    model_dir: Path,
+    resume: bool,
+    checkpoint: Path | None = None,
+    started_at: float = 0.0,
+) -> GraphConfig:
+    """The RL actor graph of one run (resuming from `checkpoint`, else the latest one)."""
     g = cfg.graph
 
     workers = "main" if g.processes == 1 else "engines"
@@ -144,7 +158,14 @@ def train_graph(cfg: TrainConfig, run_dir: Path, model_dir: Path, resume: bool) 
         actor_node(
             "learner",
             LearnerActor,
-            LearnerParams(cfg, str(run_dir), str(model_dir), resume=resume),
+            LearnerParams(
+                cfg,
+                str(run_dir),
+                str(model_dir),
+                resume=resume,
+                resume_from=str(checkpoint or ""),
+                started_at=started_at,
+            ),
         ),
         actor_node(
             "scheduler",
@@ -196,13 +217,20 @@ def train_graph(cfg: TrainConfig, run_dir: Path, model_dir: Path, resume: bool) 
     return graph
 
 
-def run_training(cfg: TrainConfig, run_dir: Path, resume: bool = False) -> dict[str, Any]:
-    """Run (or resume) a whole training run; returns its summary."""
-    start = time.perf_counter()
-    if not resume:
-        save_config(cfg, run_dir)
+def run_training(
+    cfg: TrainConfig, run_dir: Path, resume: bool = False, checkpoint: Path | None = None
+) -> dict[str, Any]:
+    """Run (or resume, from the latest checkpoint or `checkpoint`) a whole training run;
+    returns its summary. A resumed run's config is saved again (it may have changed what may
+    change: `rstar2.train.resumption`)."""
+    started_at = time.time()
+    save_config(cfg, run_dir)
+    if checkpoint is not None:
+        step = load_checkpoint(checkpoint).step
+        for path in drop_checkpoints_after(run_dir, step):
+            log.warning("dropped %s: the run goes on from step %d", path, step)
     model_dir = prepare_policy(cfg, run_dir)
-    graph = train_graph(cfg, run_dir, model_dir, resume)
+    graph = train_graph(cfg, run_dir, model_dir, resume, checkpoint, started_at)
     result = run_graph_blocking(graph, backend=cfg.graph.backend, run_dir=str(run_dir))
     if not result.ok:
         details = "; ".join(
@@ -213,7 +241,10 @@ def run_training(cfg: TrainConfig, run_dir: Path, resume: bool = False) -> dict[
     rows = read_metrics(run_dir / "metrics.jsonl")
     if rows:
         plot_metrics({cfg.rl.algo: rows}, run_dir / "curves.png")
-    summary["wall_s"] = time.perf_counter() - start
+    final = publish_final_policy(run_dir)
+    if final is not None:
+        summary["model"] = str(final)
+    summary.setdefault("wall_s", time.time() - started_at)
     summary["run_dir"] = str(run_dir)
     (run_dir / "summary.json").write_text(json.dumps(summary, indent=1))
     return summary

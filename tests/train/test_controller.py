@@ -37,7 +37,7 @@ from rstar2.wire import RolloutTask, TrajectoryResult
 
 PROBLEMS = [TrainProblem(f"p{i}", f"{i} + 1", f"a{i}") for i in range(8)]
 HELDOUT = [TrainProblem(f"h{i}", f"{i} * 2", f"h{i}") for i in range(3)]
-UPDATE = {"loss": 0.5, "clip_fraction": 0.25}
+UPDATE = {"loss": 0.5, "clip_fraction": 0.25, "trained_rollouts": 4}
 PUSH = {"weights_broadcast_bytes": 0.0, "weights_bus_bytes": 64.0}
 
 Reward = Callable[[RolloutTask], float]
@@ -98,6 +98,7 @@ def half_right(task: RolloutTask) -> float:
 class Driver:
     controller: Controller
     reward: Reward = half_right
+    update: dict[str, float] = field(default_factory=lambda: dict(UPDATE))
     commands: list[Command] = field(default_factory=list)
     clock: float = 0.0
 
@@ -124,7 +125,7 @@ class Driver:
                 results = [scored(t, self.reward(t)) for t in reversed(tasks)]
                 return c.rollouts_done(step, results, started, self.clock)
             case Update(step=step):
-                return c.update_done(step, dict(UPDATE), started, self.clock)
+                return c.update_done(step, dict(self.update), started, self.clock)
         return []
 
 
@@ -178,7 +179,7 @@ def test_the_step_row_has_the_metrics_and_timings_of_the_learner_actor() -> None
         "step", "stage",
         "reward_mean", "response_tokens_mean", "tool_calls_mean", "tool_error_ratio_correct",
         "mixed_group_fraction", "gen_tokens", "moved_turns",
-        "loss", "clip_fraction", "weights_broadcast_bytes", "weights_bus_bytes",
+        "loss", "clip_fraction", "trained_rollouts", "weights_broadcast_bytes", "weights_bus_bytes",
         "time_gen_s", "time_tool_s", "time_reward_s", "time_learner_s", "time_sync_s", "step_s",
     ]  # fmt: skip
     row = first.row
@@ -440,3 +441,15 @@ def test_a_reply_to_a_command_not_pending_is_refused() -> None:
     assert isinstance(evaluate, RollOut)
     with pytest.raises(ValueError, match="2 results for 3 tasks"):
         controller.rollouts_done(0, [scored(t, 1.0) for t in evaluate.tasks[:2]], 1.0, 2.0)
+
+
+def test_a_step_that_trains_nothing_warns_and_is_counted(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    cfg = make_config(stages=[{"name": "rl1", "steps": 2}])
+    controller = Controller(cfg, PROBLEMS, HELDOUT[: cfg.heldout_problems], encode)
+    driver = Driver(controller, update={**UPDATE, "trained_rollouts": 0})
+    finish = driver.run(controller.start(resume=False))[-1]
+    assert isinstance(finish, Finish)
+    assert finish.summary["extra"]["steps_not_updated"] == cfg.total_steps
+    assert f"step {cfg.total_steps}: policy not updated" in caplog.text

@@ -16,6 +16,7 @@ import torch
 
 from rstar2.learner.checkpoint import read_policy
 from rstar2.metrics import read_metrics
+from rstar2.model import load_model
 from tests.profile.tool_policy import ToolPolicy
 
 TIMING = ("time_", "step_s", "wall_s")
@@ -156,7 +157,34 @@ def test_resume_restores_the_policy_and_optimizer_of_a_run_that_trains(
         lambda: latest.is_file() and latest.read_text().strip() == "step-000001",
     )
     assert not (run / "checkpoints" / "step-000003").exists()  # killed mid-run
+    # the summary's wall time counts the killed session too (as its checkpoint recorded it,
+    # made large here to tell it apart), not just the resumed one
+    state_file = run / "checkpoints" / "step-000001" / "state.pt"
+    state = torch.load(state_file, weights_only=False)
+    state["wall_s"] = 1000.0
+    torch.save(state, state_file)
+    started = time.monotonic()
     subprocess.run(train_cmd("--resume", str(run)), check=True, capture_output=True, timeout=600)
+    session = time.monotonic() - started
+    wall = json.loads((run / "summary.json").read_text())["wall_s"]
+    assert 1000.0 < wall < 1000.0 + session
+    _assert_same_policy_and_metrics(ref, run)
+    # resume from an earlier checkpoint directory: step 3 is run again, to the same result
+    subprocess.run(
+        train_cmd("--resume", str(run / "checkpoints" / "step-000002")),
+        check=True,
+        capture_output=True,
+        timeout=600,
+    )
+    _assert_same_policy_and_metrics(ref, run)
+    # resuming the finished run changes nothing
+    before = (run / "summary.json").read_bytes(), (run / "metrics.jsonl").read_bytes()
+    out = subprocess.run(train_cmd("--resume", str(run)), capture_output=True, text=True)
+    assert out.returncode == 0 and "nothing to resume" in out.stdout, out.stderr[-2000:]
+    assert ((run / "summary.json").read_bytes(), (run / "metrics.jsonl").read_bytes()) == before
+
+
+def _assert_same_policy_and_metrics(ref: Path, run: Path) -> None:
     want = read_policy(ref / "checkpoints" / "step-000003")
     got = read_policy(run / "checkpoints" / "step-000003")
     for part in ("model", "optim"):
@@ -196,3 +224,31 @@ def test_train_over_two_processes(tmp_path: Path, smoke_config: Path) -> None:
     )
     assert out.returncode == 0, out.stderr[-3000:]
     assert [r["step"] for r in read_metrics(run / "metrics.jsonl") if "reward_mean" in r] == [1]
+
+
+@pytest.mark.slow
+def test_quick_run_updates_the_policy_and_leaves_a_loadable_rl_model(tmp_path: Path) -> None:
+    # `--quick` is the smoke run a new user tries first: it must show the loop working (some
+    # step earns reward and updates the policy), say when a step did not update, and leave
+    # the RL policy where `eval --model RUN` finds it.
+    run = tmp_path / "run"
+    out = subprocess.run(
+        [sys.executable, "-m", "rstar2.cli", "train", "--quick", "--run-dir", str(run), "--json"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    rows = [r for r in read_metrics(run / "metrics.jsonl") if r.get("stage") == "rl1"]
+    trained = [r["trained_rollouts"] for r in rows]
+    assert any(n > 0 for n in trained), trained
+    summary = json.loads(out.stdout.strip().splitlines()[-1])
+    assert summary["extra"].get("steps_not_updated", 0) == sum(n == 0 for n in trained)
+    if summary["extra"].get("steps_not_updated"):
+        assert "policy not updated" in out.stderr
+    assert summary["model"] == str(run / "model-rl")
+    latest = run / "checkpoints" / (run / "checkpoints" / "LATEST").read_text().strip()
+    want = read_policy(latest)["model"]
+    got = load_model(run / "model-rl")[0].state_dict()
+    for name, tensor in got.items():
+        torch.testing.assert_close(tensor, want[name], msg=name)

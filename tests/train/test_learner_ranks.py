@@ -57,17 +57,15 @@ def test_two_learner_ranks_train_and_resume_on_one(tmp_path: Path, tool_policy: 
     assert shards == [".metadata", "__0_0.distcp", "__1_0.distcp"]  # both ranks wrote
 
     # Resume the finished two-rank run on one rank with one more step.
-    config = json.loads((run / "config.json").read_text())
-    config["cluster"]["learner_ranks"] = 1
-    config["stages"][0]["steps"] = 3
-    (run / "config.json").write_text(json.dumps(config))
     before = read_policy(run / "checkpoints" / "step-000002")["model"]
     subprocess.run(
-        [sys.executable, "-m", "rstar2.cli", "train", "--resume", str(run)],
+        [sys.executable, "-m", "rstar2.cli", "train", "--resume", str(run),
+         "--set", "cluster.learner_ranks=1", "--set", "stages.0.steps=3"],
         check=True,
         capture_output=True,
         timeout=600,
-    )
+    )  # fmt: skip
+    assert json.loads((run / "config.json").read_text())["cluster"]["learner_ranks"] == 1
     assert [r["step"] for r in _rl_rows(run)] == [1, 2, 3]
     after = read_policy(run / "checkpoints" / "step-000003")
     assert after["model"].keys() == before.keys()

@@ -96,6 +96,9 @@ class Actor:
     outputs: ClassVar[dict[str, Port]] = {}
     Params: ClassVar[type[Any] | None] = None
     """The typed parameters (a config dataclass), or None for keyword arguments."""
+    drains: ClassVar[bool] = False
+    """Stops the graph itself when asked (`request_stop`): on a first SIGINT/SIGTERM the graph
+    waits for it (up to `graph.drain_timeout_s`) instead of stopping at once."""
 
     name: str = ""
     index: int = 0
@@ -120,6 +123,10 @@ class Actor:
 
     def setup(self) -> None:
         """Optional hook run once per (re)start, before any message is handled."""
+
+    def request_stop(self, reason: str) -> None:
+        """The graph was asked to stop (`reason`: the signal's name). Called on the event loop;
+        an actor that `drains` wraps up (e.g. checkpoints) and calls `stop_graph`."""
 
     def handle(self, port: str, msg: Message) -> Outputs:
         """Decide what to send for one message. Override in handle-style actors."""

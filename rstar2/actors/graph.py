@@ -9,7 +9,9 @@
 
 The graph ends when an actor calls `stop_graph()`, when every actor's `serve()` has returned,
 when an actor fails past its restart budget (or a child process dies), or on `stop()` /
-SIGINT / SIGTERM. Then children get `Shutdown`, `shutdown_timeout_s` to exit, SIGTERM, then
+SIGINT / SIGTERM. A first signal is first handed to the actors of this process that drain
+(`Actor.drains`, `request_stop`: the trainer's learner checkpoints), which stop the graph
+themselves; it is stopped anyway after `drain_timeout_s` or on a second signal. Then children get `Shutdown`, `shutdown_timeout_s` to exit, SIGTERM, then
 SIGKILL; sockets close with linger 0 and the temp dir (ipc socket files) is removed. In-flight
 messages are dropped (abort, not drain): actors that must flush do so before `stop_graph()`.
 
@@ -365,11 +367,31 @@ async def _start(graph: RunningGraph, tg: anyio.abc.TaskGroup, ipc_dir: str) -> 
 async def _watch_signals(
     graph: RunningGraph, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED
 ) -> None:
+    drain_s = graph.cfg.drain_timeout_s
     with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
         task_status.started()
-        async for signum in signals:
-            log.warning("signal %s: stopping the graph", signal.Signals(signum).name)
-            graph.stop("signal", signal.Signals(signum).name)
+        draining = False
+        async with anyio.create_task_group() as tg:
+            async for signum in signals:
+                name = signal.Signals(signum).name
+                if not draining and graph.supervisor.request_stop(name):
+                    draining = True
+                    log.warning(
+                        "signal %s: finishing cleanly (up to %.0fs; again to stop at once)",
+                        name,
+                        drain_s,
+                    )
+                    tg.start_soon(_stop_after, graph, drain_s, name)
+                    continue
+                log.warning("signal %s: stopping the graph", name)
+                graph.stop("signal", name)
+
+
+async def _stop_after(graph: RunningGraph, delay: float, name: str) -> None:
+    await anyio.sleep(delay)
+    if not graph.stopping:
+        log.warning("the graph did not stop within %.0fs of %s: stopping it", delay, name)
+        graph.stop("signal", name)
 
 
 async def _shutdown_children(graph: RunningGraph, timeout_s: float) -> None:

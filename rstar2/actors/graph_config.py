@@ -103,6 +103,10 @@ class GraphConfig:
     """How long spawned processes get to say HELLO (they import torch: be generous)."""
     shutdown_timeout_s: float = 5.0
     """How long processes get to exit after Shutdown before they are killed."""
+    drain_timeout_s: float = 300.0
+    """On a first SIGINT/SIGTERM, how long actors that drain (`Actor.drains`: the trainer's
+    learner, which checkpoints) get to stop the graph themselves before it is stopped; a second
+    signal stops it at once. Without such an actor a signal stops the graph at once."""
     node_heartbeat_s: float = 1.0
     """Multi-host graphs: interval of the ZeroMQ heartbeats on the control link between nodes."""
     node_timeout_s: float = 10.0
@@ -134,6 +138,7 @@ class GraphConfig:
         require(
             self.shutdown_timeout_s > 0, "graph.shutdown_timeout_s", self.shutdown_timeout_s, "> 0"
         )
+        require(self.drain_timeout_s > 0, "graph.drain_timeout_s", self.drain_timeout_s, "> 0")
         require(
             self.node_heartbeat_s >= 0.01,
             "graph.node_heartbeat_s",

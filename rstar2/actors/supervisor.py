@@ -65,6 +65,8 @@ class Supervisor:
         }
         self._sockets: dict[str, ContextSockets] = {}
         self._classes: dict[str, type[Actor]] = {}
+        self._actors: dict[str, Actor] = {}
+        """The live actor of each instance (the latest after a restart)."""
 
     def prepare(self) -> None:
         """Import classes and create all sockets of this process (binds first)."""
@@ -116,7 +118,16 @@ class Supervisor:
             self.events.stop(StopGraph(inst.name, reason, result))
 
         actor.bind_runtime(inst.name, inst.index, inst.count, stop, restarts)
+        self._actors[inst.name] = actor
         return actor
+
+    def request_stop(self, reason: str) -> bool:
+        """Hand a stop request to every live actor of this process that drains; True when one
+        did (it will stop the graph itself)."""
+        draining = [a for a in self._actors.values() if type(a).drains]
+        for actor in draining:
+            actor.request_stop(reason)
+        return bool(draining)
 
     async def _run_instance(self, inst: InstancePlan) -> None:
         tracer = self.tracers[inst.name]

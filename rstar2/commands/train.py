@@ -11,7 +11,11 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import signal
+import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -21,7 +25,7 @@ from rstar2.learner.checkpoint import load_checkpoint, load_latest
 from rstar2.redaction import redact
 from rstar2.train.config import TrainConfig, config_dict, load_train_config
 from rstar2.train.resumption import locate, resumed_config
-from rstar2.train.runner import TrainingFailed, run_training
+from rstar2.train.runner import TrainingFailed, TrainingInterrupted, run_training
 
 HELP = "run the full trainer (SFT then GRPO-RoC RL stages)"
 
@@ -135,10 +139,17 @@ def run(args: argparse.Namespace) -> int:
     log.info("run directory: %s", run_dir)
     log.info("resolved config: %s", json.dumps(redact(config_dict(cfg))))
     try:
-        summary = run_training(cfg, run_dir, resume=plan.resume, checkpoint=plan.checkpoint)
+        with _sigterm_interrupts():
+            summary = run_training(cfg, run_dir, resume=plan.resume, checkpoint=plan.checkpoint)
     except TrainingFailed as e:
         log.error("%s", e)
         return 1
+    except TrainingInterrupted as e:
+        return _interrupted(str(e), e.signal_name, run_dir)
+    except KeyboardInterrupt:  # before the RL graph runs (SFT, model building)
+        return _interrupted("interrupted", "SIGINT", run_dir)
+    except _Terminated:
+        return _interrupted("terminated", "SIGTERM", run_dir)
     if args.json:
         print(json.dumps(summary))
     else:
@@ -150,6 +161,34 @@ def run(args: argparse.Namespace) -> int:
             f"rstar2 eval --model {run_dir})"
         )
     return 0
+
+
+EXIT_SIGNAL = {"SIGINT": 130, "SIGTERM": 143}
+"""Exit codes of a run a signal stopped: 128 + the signal's number, as shells report it."""
+
+
+class _Terminated(Exception):
+    """SIGTERM outside the RL graph (which handles signals itself)."""
+
+
+@contextmanager
+def _sigterm_interrupts() -> Iterator[None]:
+    """SIGTERM ends SFT like Ctrl-C does (one line, an exit code), not with Python's default
+    of dying mid-write."""
+
+    def handler(signum: int, frame: object) -> None:
+        raise _Terminated
+
+    previous = signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _interrupted(what: str, signal_name: str, run_dir: Path) -> int:
+    print(f"rstar2 train: {what}; resume with `rstar2 train --resume {run_dir}`", file=sys.stderr)
+    return EXIT_SIGNAL.get(signal_name, 130)
 
 
 def _check_writable(run_dir: Path) -> None:

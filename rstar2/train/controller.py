@@ -33,6 +33,11 @@ finish with the summary.
 - Timing: the shell stamps each reply with the start and end of its command (`perf_counter`);
   the step's `time_*` metrics and `step_s` (from its rollout's start to the end of its last
   command with a reply) are differences of those stamps.
+- Interruption (a SIGINT/SIGTERM reaching the learner): while the policy is still the last
+  step done's (`interruptible`: before that step's successor has updated it), `interrupt`
+  abandons a rollout in flight, checkpoints that step (state as of its end, so the data
+  cursor is not advanced by the abandoned batch) and finishes with "interrupted" in the
+  summary; otherwise the shell carries on to the next such point (the end of the step).
 - `rollout_only` (`rstar2 profile`): no update and no push after the first; the policy stays.
 - A step that trained no rollout (no group had a reward signal: each prompt's rollouts all
   scored the same) warns "policy not updated" and is counted (`extra.steps_not_updated`).
@@ -179,6 +184,11 @@ class Controller:
         self._phase = "start"
         self._pending: PushWeights | RollOut | Update | None = None
         self._step: _Step | None = None
+        self._boundary: tuple[int, dict[str, Any]] | None = None
+        """(step, state) at the end of the last RL step done (or the run's start): what a
+        checkpoint on an interruption holds, as long as the policy is still that step's."""
+        self._saved_step = -1
+        """The step of the newest checkpoint the run has (-1: none)."""
 
     # --- events ----------------------------------------------------------------------------
 
@@ -190,7 +200,34 @@ class Controller:
             self.stream.load_state(saved["stream"])
             self.progress = from_dict(Progress, saved["progress"])
         resume_step = self.progress.step if resume else None
+        if resume:
+            self._saved_step = self.progress.step
+        self._mark_boundary()
         return [OpenRun(resume_step), self._await("push", PushWeights(self.progress.step))]
+
+    def interrupt(self, reason: str) -> list[Command]:
+        """The run was asked to stop (`reason`, e.g. "SIGINT") while `interruptible`: abandon
+        the command awaited (a rollout), checkpoint the last step done unless that is done, and
+        finish with a summary saying so ("interrupted"). Resuming it continues exactly as an
+        uninterrupted run would from there."""
+        if not self.interruptible:
+            raise ValueError("interrupt() while the policy is past the last step done")
+        assert self._boundary is not None
+        step, state = self._boundary
+        self._pending, self._step, self._phase = None, None, "done"
+        commands: list[Command] = []
+        if step > self._saved_step and step > 0:
+            commands.append(Checkpoint(step, state))
+            self._saved_step = step
+        summary = {
+            "steps": step,
+            "interrupted": reason,
+            "checkpoint_step": self._saved_step,
+            "sft_accuracy": self.progress.sft_accuracy,
+            "final_accuracy": None,
+            "extra": copy.deepcopy(self.progress.extra),
+        }
+        return [*commands, Finish(summary)]
 
     def weights_pushed(
         self, version: int, metrics: dict[str, float], started: float, finished: float
@@ -242,6 +279,19 @@ class Controller:
     def done(self) -> bool:
         return self._phase == "done"
 
+    @property
+    def interruptible(self) -> bool:
+        """The policy is the last step done's (no update since): `interrupt` may end the run
+        here, abandoning a rollout in flight."""
+        return (
+            self._phase != "done"
+            and self._boundary is not None
+            and self.progress.step == self._boundary[0]
+        )
+
+    def _mark_boundary(self) -> None:
+        self._boundary = (self.progress.step, copy.deepcopy(self.state()))
+
     def stage_at(self, step: int) -> int:
         return stage_index(self.cfg.stages, step)
 
@@ -289,6 +339,7 @@ class Controller:
         self.progress.sft_accuracy = self.progress.last_accuracy = acc
         log.info("held-out accuracy after SFT: %.3f", acc)
         row = {"step": 0, "stage": "sft", "heldout_accuracy": acc}
+        self._mark_boundary()
         return [WriteMetrics(row), EnterPhase("rl"), *self._next_step()]
 
     def _next_step(self) -> list[Command]:
@@ -406,9 +457,11 @@ class Controller:
         s = self._in_flight()
         s.row["step_s"] = s.last - s.started
         commands: list[Command] = [WriteMetrics(s.row, progress_line(s.row, self.cfg.total_steps))]
+        self._step = None
+        self._mark_boundary()
         if s.step % self.cfg.checkpoint_every == 0:
             commands.append(Checkpoint(s.step, self.state()))
-        self._step = None
+            self._saved_step = s.step
         return [*commands, *self._next_step()]
 
     def _final(self) -> list[Command]:
@@ -433,6 +486,7 @@ class Controller:
             "final_accuracy": last,
             "extra": copy.deepcopy(p.extra),
         }
+        self._saved_step = p.step
         return [Checkpoint(p.step, self.state()), Finish(summary)]
 
     # --- bookkeeping -----------------------------------------------------------------------

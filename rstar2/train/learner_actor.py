@@ -137,6 +137,7 @@ class LearnerActor(Actor):
     }
 
     Params = LearnerParams
+    drains = True
 
     def __init__(self, params: LearnerParams) -> None:
         self.cfg = params.config
@@ -158,6 +159,10 @@ class LearnerActor(Actor):
         """Colocation: the engines were put to sleep for the update and not yet woken."""
         self.rl_window: list[float] = []
         """Wall-clock start and end of the RL steps (the profiler's window)."""
+        self.stop_reason = ""
+        """The signal that asked the graph to stop ("": none)."""
+        self._abandon: anyio.CancelScope | None = None
+        """The scope of the rollout in flight that a stop request may abandon."""
 
     async def serve(self, ctx: ActorContext) -> None:
         if self.cfg.graph.learner_threads > 0:
@@ -172,6 +177,8 @@ class LearnerActor(Actor):
                 command = pending.popleft()
                 if isinstance(command, Finish):
                     summary = command.summary
+                elif isinstance(command, RollOut) and controller.interruptible:
+                    pending = deque(await self._interruptible(ctx, state, controller, command))
                 else:
                     pending.extend(await self._execute(ctx, state, controller, command))
             failed = False
@@ -189,6 +196,33 @@ class LearnerActor(Actor):
         if self.profile:
             summary["profile"] = {"counters": self.kv_samples, "window": self.rl_window}
         ctx.stop_graph("done", summary)
+
+    def request_stop(self, reason: str) -> None:
+        """A signal asked the graph to stop: end the run at the next point where the policy is
+        the last step done's (at once when a rollout is in flight), checkpointed."""
+        self.stop_reason = reason
+        if self._abandon is not None:
+            self._abandon.cancel()
+
+    async def _interruptible(
+        self, ctx: ActorContext, state: RunState, controller: Controller, command: RollOut
+    ) -> list[Command]:
+        """Execute a rollout that a stop request abandons; then (or if one came before) the
+        controller's interruption commands instead of its next ones."""
+        if not self.stop_reason:
+            with anyio.CancelScope() as scope:
+                self._abandon = scope
+                try:
+                    return await self._execute(ctx, state, controller, command)
+                finally:
+                    self._abandon = None
+        log.warning(
+            "%s: checkpointing step %d and stopping (resume with `rstar2 train --resume %s`)",
+            self.stop_reason,
+            controller.progress.step,
+            self.run_dir,
+        )
+        return controller.interrupt(self.stop_reason)
 
     def _wall_s(self, state: RunState) -> float:
         """The run's wall time so far: this session's and that of the sessions before it."""

@@ -32,6 +32,7 @@ from rstar2.config import from_dict
 from rstar2.learner.checkpoint import (
     drop_checkpoints_after,
     load_checkpoint,
+    load_latest,
     publish_final_policy,
 )
 from rstar2.learner.sft import encode_examples, train_sft
@@ -53,6 +54,20 @@ log = logging.getLogger(__name__)
 
 class TrainingFailed(RuntimeError):
     """The actor graph stopped without finishing the run."""
+
+
+class TrainingInterrupted(RuntimeError):
+    """A signal stopped the run; `checkpoint_step` is the step it can resume from (0: none)."""
+
+    def __init__(self, signal_name: str, checkpoint_step: int) -> None:
+        self.signal_name = signal_name
+        self.checkpoint_step = checkpoint_step
+        saved = (
+            f"checkpoint of step {checkpoint_step} saved"
+            if checkpoint_step > 0
+            else "no RL step to checkpoint yet"
+        )
+        super().__init__(f"interrupted by {signal_name or 'a signal'} ({saved})")
 
 
 def save_config(cfg: TrainConfig, run_dir: Path) -> None:
@@ -232,6 +247,11 @@ def run_training(
     model_dir = prepare_policy(cfg, run_dir)
     graph = train_graph(cfg, run_dir, model_dir, resume, checkpoint, started_at)
     result = run_graph_blocking(graph, backend=cfg.graph.backend, run_dir=str(run_dir))
+    if result.reason == "signal":  # not drained in time, or a second signal
+        ck = load_latest(run_dir)
+        raise TrainingInterrupted(result.stopped_by, ck.step if ck is not None else 0)
+    if result.ok and (result.result or {}).get("interrupted"):
+        raise TrainingInterrupted(result.result["interrupted"], result.result["checkpoint_step"])
     if not result.ok:
         details = "; ".join(
             f"{f.actor}: {f.traceback.strip().splitlines()[-1]}" for f in result.failures

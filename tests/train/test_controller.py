@@ -453,3 +453,34 @@ def test_a_step_that_trains_nothing_warns_and_is_counted(
     assert isinstance(finish, Finish)
     assert finish.summary["extra"]["steps_not_updated"] == cfg.total_steps
     assert f"step {cfg.total_steps}: policy not updated" in caplog.text
+
+
+@pytest.mark.parametrize("k", [0, 1, 2, 3])
+def test_an_interruption_checkpoints_the_last_step_done_as_of_its_end(k: int) -> None:
+    # A stop request during step k+1's rollout: the checkpoint is step k's, exactly as an
+    # uninterrupted run checkpoints it (the abandoned batch does not advance the data cursor);
+    # between step k+1's update and its end the run is not interruptible.
+    cfg, reference = resumable_run()
+    sparse = make_config(stages=RESUME_STAGES, eval_every=2, checkpoint_every=100)
+    c = Controller(sparse, PROBLEMS, HELDOUT, encode)
+    driver = Driver(c, reward=solves({"p0", "p5"}))
+    pending = deque(c.start(resume=False))
+    seen_uninterruptible = False
+    while pending:
+        command = pending.popleft()
+        if isinstance(command, RollOut) and command.kind == "train" and command.step == k + 1:
+            break
+        pending.extend(driver.reply(command))
+        if isinstance(command, Update):
+            assert not c.interruptible
+            seen_uninterruptible = True
+    assert c.interruptible and (seen_uninterruptible or k == 0)
+    *saved, finish = c.interrupt("SIGINT")
+    assert isinstance(finish, Finish) and c.done and not c.interruptible
+    assert finish.summary["interrupted"] == "SIGINT"
+    if k == 0:  # nothing trained yet: nothing to checkpoint
+        assert saved == [] and finish.summary["checkpoint_step"] == -1
+        return
+    want = next(x for x in reference if isinstance(x, Checkpoint) and x.step == k)
+    assert saved == [Checkpoint(k, want.state)]
+    assert finish.summary["checkpoint_step"] == k

@@ -252,3 +252,44 @@ def test_quick_run_updates_the_policy_and_leaves_a_loadable_rl_model(tmp_path: P
     got = load_model(run / "model-rl")[0].state_dict()
     for name, tensor in got.items():
         torch.testing.assert_close(tensor, want[name], msg=name)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_a_signal_during_rl_checkpoints_and_the_resumed_run_matches(
+    tmp_path: Path, smoke_config: Path, signum: signal.Signals
+) -> None:
+    # No periodic checkpoint (checkpoint_every > steps): the one to resume from is written on
+    # the requested stop, at the last step done; the resumed run is the uninterrupted one.
+    sparse = tmp_path / "sparse.toml"
+    sparse.write_text(
+        smoke_config.read_text().replace("checkpoint_every = 1", "checkpoint_every = 9")
+    )
+    ref = tmp_path / "ref"
+    subprocess.run(
+        train_cmd("--config", str(sparse), "--run-dir", str(ref)), check=True, capture_output=True
+    )
+    run = tmp_path / "run"
+    proc = subprocess.Popen(
+        train_cmd("--config", str(sparse), "--run-dir", str(run)),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    deadline = time.monotonic() + 600
+    while not any(
+        r.get("step") == 1 and "reward_mean" in r for r in read_metrics(run / "metrics.jsonl")
+    ):
+        assert proc.poll() is None and time.monotonic() < deadline, "the run ended first"
+        time.sleep(0.02)
+    proc.send_signal(signum)
+    _, err = proc.communicate(timeout=300)
+    assert proc.returncode == 128 + signum, err[-3000:]
+    assert f"resume with `rstar2 train --resume {run}`" in err.strip().splitlines()[-1]
+    assert "Traceback" not in err
+    ck = (run / "checkpoints" / "LATEST").read_text().strip()
+    assert ck in ("step-000001", "step-000002")  # the step done when the stop was honoured
+    subprocess.run(train_cmd("--resume", str(run)), check=True, capture_output=True, timeout=600)
+    assert deterministic(read_metrics(run / "metrics.jsonl")) == deterministic(
+        read_metrics(ref / "metrics.jsonl")
+    )

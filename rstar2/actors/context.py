@@ -32,7 +32,7 @@ import anyio.abc
 import zmq
 
 from rstar2.actors.actor import Actor, Incoming, Outputs, Port, StopCallback
-from rstar2.actors.outbox import ALONE, FULL, QUEUED, REFUSED, Outbox
+from rstar2.actors.outbox import ALONE, QUEUED, REFUSED, Outbox
 from rstar2.actors.request_client import RequestClient
 from rstar2.actors.sockets import AsyncSocket, Frames
 from rstar2.actors.trace import Tracer, now
@@ -371,20 +371,21 @@ class ActorContext:
             return
         frames = self._frames_for(port, msg, self._ports_out.get(port))
         body = frames[0]
-        offer = outbox.offer(body) if len(frames) == 1 and isinstance(body, bytes) else ALONE
+        while True:
+            offer = outbox.offer(body) if len(frames) == 1 and isinstance(body, bytes) else ALONE
+            if offer is not REFUSED:
+                break
+            # Make room and offer again: the flush yields, and the other tasks of this actor
+            # (the scheduler's rollouts finishing together) may fill the outbox meanwhile.
+            await self._flush_outbox(port, outbox)
         if offer is QUEUED and self._task_group is not None:
             if not self._flush_scheduled:
                 self._schedule_flush()
-            return
-        await self._flush_outbox(port, outbox)  # FULL, or make room / keep the port's order
-        if offer is REFUSED:  # there is room now
-            assert isinstance(body, bytes)
-            if outbox.offer(body) is FULL or self._task_group is None:
-                await self._flush_outbox(port, outbox)
-            elif not self._flush_scheduled:
-                self._schedule_flush()
         elif offer is ALONE:
+            await self._flush_outbox(port, outbox)  # what was queued before it leaves first
             await self._send_frames(outbox.sock, frames, port)
+        else:  # FULL, or no flusher task to send it later
+            await self._flush_outbox(port, outbox)
 
     async def flush(self, *, trace: bool = True) -> None:
         """Send what the outboxes hold now (the runtime does this; actors need not)."""

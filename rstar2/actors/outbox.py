@@ -72,8 +72,10 @@ class Outbox:
     def offer(self, body: bytes) -> Offer:
         """Queue `body` if it fits: QUEUED, or FULL (queued; send the outbox now).
 
-        REFUSED: it does not fit beside what is queued (send that, then offer again); ALONE:
-        it is too big to pack at all (send it by itself, after what is queued).
+        REFUSED: it does not fit beside what is queued (send that, then offer again, and again
+        while REFUSED: sending yields, and other tasks may queue bodies meanwhile); ALONE: it
+        is too big to pack at all (send it by itself, after what is queued). The body is queued
+        only on QUEUED and FULL: on the others the caller still owns it.
         """
         size = len(body)
         if self.nbytes + size > self.room:

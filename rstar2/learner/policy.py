@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import logging
 import resource
+import signal
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -219,7 +220,9 @@ def policy_rank(
     seed: int = 0,
 ) -> None:
     """A follower rank (`RankGroup.spawn`'s entry): join, load the policy, follow rank 0 until it
-    stops. `threads` > 0 sets torch's thread count."""
+    stops. `threads` > 0 sets torch's thread count. SIGINT is ignored: a Ctrl-C reaches the
+    whole process group, and rank 0 owns the stop (it checkpoints with every rank first)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     if threads > 0:
         torch.set_num_threads(threads)
     torch.manual_seed(seed)

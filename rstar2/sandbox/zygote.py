@@ -112,6 +112,8 @@ class Zygote:
         os.set_blocking(wake_w, False)
         signal.set_wakeup_fd(wake_w)
         signal.signal(signal.SIGCHLD, lambda *_: None)
+        # a Ctrl-C reaches the terminal's whole process group; the executor owns stopping us
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
         self.sel.register(in_fd, selectors.EVENT_READ, "in")
         self.sel.register(self.wake_r, selectors.EVENT_READ, "wake")
 
@@ -336,6 +338,7 @@ def _child(job: Job, stdin_fd: int, writers: list[int], cfg: dict[str, Any], flt
         for sig in (signal.SIGCHLD, signal.SIGPIPE, signal.SIGTERM):
             signal.signal(sig, signal.SIG_DFL)
         signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # an oversized write raises EFBIG instead
+        signal.signal(signal.SIGINT, signal.default_int_handler)
         os.setpgid(0, 0)
         # Move the request's fds out of the way first, then onto 0-3 (a plain dup2 in a row
         # could overwrite a source that happens to sit on one of the targets).

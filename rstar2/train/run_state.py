@@ -158,10 +158,12 @@ class RunState:
         return dict(self._run("full_weights"))
 
     def prompt_ids(self, problem: TrainProblem) -> list[int]:
-        ids = self._prompt_cache.get(problem.id)
+        # Keyed by the text, not the id: ids are only unique within a split (problem files
+        # number their rows), and held-out and training problems share this cache.
+        ids = self._prompt_cache.get(problem.problem)
         if ids is None:
             ids = render_prompt(self.tokenizer, problem.problem)
-            self._prompt_cache[problem.id] = ids
+            self._prompt_cache[problem.problem] = ids
         return ids
 
     def train_on(self, results: Sequence[TrajectoryResult], step: int) -> dict[str, float]:

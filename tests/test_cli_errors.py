@@ -27,9 +27,15 @@ CASES: list[tuple[str, int]] = [
     ("train --processes x", 2),
     ("train --algo nope", 2),
     ("train --run-dir {file}", 2),
+    ("train --resume {missing}", 2),
+    ("train --resume {dir}", 2),
+    ("train --set stages.x.steps=1", 2),
+    ("train --set nope=1", 2),
     # eval, chat
     ("eval --data {file}", 2),
     ("eval --model {dir} --data {file} --samples x", 2),
+    ("eval --model {missing} --data {file}", 2),
+    ("eval --model {file} --data {file}", 2),
     ("chat --model {dir}", 2),
     # init-model
     ("init-model {file}", 2),
@@ -40,6 +46,8 @@ CASES: list[tuple[str, int]] = [
     ("convert", 2),
     ("convert gguf {missing}.gguf {dir}/out", 2),
     ("convert gguf {file} {dir}/out", 2),
+    ("convert checkpoint {missing} {dir}/out", 2),
+    ("convert checkpoint {dir} {dir}/out", 2),
     # sandbox
     ("sandbox", 2),
     ("sandbox exec --config {missing}.toml", 2),
@@ -93,6 +101,7 @@ CASES: list[tuple[str, int]] = [
     ("profile --synthetic reward --sft", 2),
     # top, launch
     ("top --interval 0 --once", 2),
+    ("top --endpoint garbage --once", 2),
     ("launch {missing}.toml", 2),
     ("launch {dir}", 2),
     ("launch {bad_yaml}", 2),

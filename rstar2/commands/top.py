@@ -26,6 +26,7 @@ import time
 
 from rstar2.actors.graph import stats_endpoints
 from rstar2.actors.graph_dirs import parse_graph_dir, sweep_stale_dirs
+from rstar2.commands.arguments import zmq_endpoint
 from rstar2.profile.live_view import (
     LiveRow,
     StatsUnavailable,
@@ -43,7 +44,12 @@ SHARES = (
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--endpoint", help="stats endpoint (default: every running graph)")
+    parser.add_argument(
+        "--endpoint",
+        type=zmq_endpoint,
+        help="stats endpoint, e.g. ipc:///tmp/rstar2-graph-.../stats.sock (default: every "
+        "running graph)",
+    )
     parser.add_argument("--interval", type=float, default=1.0, help="seconds between refreshes")
     parser.add_argument("--once", action="store_true", help="one table after one interval")
     parser.add_argument("--json", action="store_true", help="like --once, printed as JSON")

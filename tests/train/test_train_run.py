@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
+import shutil
 import signal
 import subprocess
 import sys
@@ -20,6 +22,7 @@ from rstar2.model import load_model
 from tests.profile.tool_policy import ToolPolicy
 
 TIMING = ("time_", "step_s", "wall_s")
+REPO = Path(__file__).resolve().parents[2]
 
 
 def train_cmd(*args: str) -> list[str]:
@@ -226,32 +229,45 @@ def test_train_over_two_processes(tmp_path: Path, smoke_config: Path) -> None:
     assert [r["step"] for r in read_metrics(run / "metrics.jsonl") if "reward_mean" in r] == [1]
 
 
+def readme_first_five_minutes() -> list[list[str]]:
+    """The `rstar2` commands of the README's "First five minutes" block, as argv lists."""
+    text = (REPO / "README.md").read_text()
+    block = text.split("## First five minutes", 1)[1].split("```bash", 1)[1].split("```", 1)[0]
+    return [shlex.split(line) for line in block.splitlines() if line.startswith("rstar2 ")]
+
+
 @pytest.mark.slow
-def test_quick_run_updates_the_policy_and_leaves_a_loadable_rl_model(tmp_path: Path) -> None:
+def test_the_readmes_first_five_minutes_work_verbatim(tmp_path: Path) -> None:
     # `--quick` is the smoke run a new user tries first: it must show the loop working (some
     # step earns reward and updates the policy), say when a step did not update, and leave
-    # the RL policy where `eval --model RUN` finds it.
-    run = tmp_path / "run"
-    out = subprocess.run(
-        [sys.executable, "-m", "rstar2.cli", "train", "--quick", "--run-dir", str(run), "--json"],
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert out.returncode == 0, out.stderr[-3000:]
+    # the RL policy where `eval`/`chat --model RUN` find it; the bundled problems file works.
+    commands = readme_first_five_minutes()
+    assert [c[1] for c in commands] == ["train", "eval", "chat"]
+    shutil.copytree(REPO / "examples", tmp_path / "examples")
+    outs = []
+    for argv in commands:
+        out = subprocess.run(
+            [sys.executable, "-m", "rstar2.cli", *argv[1:]],
+            capture_output=True, text=True, timeout=600, cwd=tmp_path,
+        )  # fmt: skip
+        assert out.returncode == 0, (argv, out.stderr[-3000:])
+        outs.append(out)
+    run = tmp_path / commands[0][commands[0].index("--run-dir") + 1]
     rows = [r for r in read_metrics(run / "metrics.jsonl") if r.get("stage") == "rl1"]
     trained = [r["trained_rollouts"] for r in rows]
     assert any(n > 0 for n in trained), trained
-    summary = json.loads(out.stdout.strip().splitlines()[-1])
+    summary = json.loads((run / "summary.json").read_text())
     assert summary["extra"].get("steps_not_updated", 0) == sum(n == 0 for n in trained)
     if summary["extra"].get("steps_not_updated"):
-        assert "policy not updated" in out.stderr
-    assert summary["model"] == str(run / "model-rl")
+        assert "policy not updated" in outs[0].stderr
+    assert (tmp_path / summary["model"]).resolve() == (run / "model-rl").resolve()
     latest = run / "checkpoints" / (run / "checkpoints" / "LATEST").read_text().strip()
     want = read_policy(latest)["model"]
     got = load_model(run / "model-rl")[0].state_dict()
     for name, tensor in got.items():
         torch.testing.assert_close(tensor, want[name], msg=name)
+    assert "pass@1" in outs[1].stdout and "final answer" in outs[2].stdout
+    assert "Warning" not in outs[0].stderr  # nothing alarming in a clean run
 
 
 @pytest.mark.slow

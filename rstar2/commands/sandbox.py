@@ -126,9 +126,13 @@ def _field_problem(obj: dict[str, Any]) -> str:
     timeout = obj.get("timeout_s")
     if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, int | float)):
         return 'field "timeout_s" must be a number'
+    if timeout is not None and not timeout > 0:
+        return f'field "timeout_s" must be > 0, got {timeout}'
     memory = obj.get("memory_mb")
     if memory is not None and (isinstance(memory, bool) or not isinstance(memory, int)):
         return 'field "memory_mb" must be an integer'
+    if memory is not None and memory < 1:
+        return f'field "memory_mb" must be >= 1, got {memory}'
     return ""
 
 

@@ -31,6 +31,8 @@ def test_input_is_an_alias_of_stdin() -> None:
         ("[1, 2]", "line-7", "expected a JSON object"),
         ('{"id": "x"}', "x", '"code" must be a string'),
         ('{"id": 5, "code": "1", "timeout_s": "soon"}', "5", '"timeout_s" must be a number'),
+        ('{"id": 6, "code": "1", "timeout_s": -5}', "6", '"timeout_s" must be > 0, got -5'),
+        ('{"id": 8, "code": "1", "memory_mb": 0}', "8", '"memory_mb" must be >= 1, got 0'),
         ('{"id": "y", "code": "1", "user": "root"}', "y", "unknown field(s): user"),
         ('{"id": "z", "code": "1", "stdin": "a", "input": "b"}', "z", '"stdin" or its alias'),
         ('{"id": "w", "code": "1", "input": 3}', "w", '"stdin" must be a string'),

@@ -119,3 +119,23 @@ def test_a_resumed_metrics_log_keeps_each_step_once_in_jsonl_and_tensorboard(
     ]
     assert _scalars(tmp_path, "reward/mean") == [1, 2, 3]
     assert json.loads((tmp_path / "metrics.jsonl").read_text().splitlines()[-1])["step"] == 3
+
+
+def test_dry_run_json_prints_the_plan_as_json(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["train", "--quick", "--dry-run", "--json"]) == 0
+    plan = json.loads(capsys.readouterr().out)
+    assert plan["valid"] and plan["rl_steps"] == 5 and "plan" not in plan  # CPU: no GPU plan
+    assert (
+        main(["train", "--config", "configs/paper_qwen3_14b_mi300x.toml", "--dry-run", "--json"])
+        == 0
+    )
+    assert json.loads(capsys.readouterr().out)["plan"]["gpus"] == 64
+
+
+def test_a_run_directory_that_cannot_be_written_is_one_line_rc_2(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # /sys refuses new entries even to root (a chmod'ed directory would not stop root)
+    assert main(["train", "--quick", "--run-dir", "/sys/rstar2-run"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "a writable directory" in err[0], err

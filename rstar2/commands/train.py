@@ -18,6 +18,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from rstar2.commands.train_plan import dry_run_plan, print_plan
 from rstar2.config import ConfigError, require
@@ -154,9 +155,16 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps(summary))
     else:
         sft, final = summary.get("sft_accuracy"), summary.get("final_accuracy")
+        evals = summary.get("evaluations", {})
+        test = ""
+        if "test_final" in evals:
+            test = (
+                f"; test accuracy after SFT {_ci(evals.get('test_sft'))}, after RL "
+                f"{_ci(evals['test_final'])}"
+            )
         print(
             f"done: {summary['steps']} RL steps in {summary['wall_s'] / 60:.1f} min; "
-            f"held-out accuracy after SFT {_pct(sft)}, after RL {_pct(final)}; "
+            f"validation accuracy after SFT {_pct(sft)}, after RL {_pct(final)}{test}; "
             f"run directory {run_dir} (curves.png, metrics.jsonl; the policy: "
             f"rstar2 eval --model {run_dir})"
         )
@@ -202,6 +210,13 @@ def _check_writable(run_dir: Path) -> None:
         raise ConfigError(
             "--run-dir", str(run_dir), f"a writable directory ({e.strerror})"
         ) from None
+
+
+def _ci(acc: dict[str, Any] | None) -> str:
+    if not acc:
+        return "-"
+    low, high = acc["ci95"]
+    return f"{_pct(acc['accuracy'])} (95% CI {_pct(low)}-{_pct(high)})"
 
 
 def _pct(x: float | None) -> str:

@@ -171,12 +171,19 @@ class TrainConfig:
     rollouts_per_prompt: int = 16
     """Rollouts sampled per prompt, 2G for RoC (paper: 32); `rl.group_size` (G) are kept."""
     heldout_problems: int = 100
-    """Held-out problems evaluated (one sample each) after SFT, every `eval_every` steps and at
-    the end."""
+    """Validation problems: evaluated after SFT, every `eval_every` steps and at the end; the
+    split to watch and tune on (metrics key `heldout_accuracy`)."""
+    test_problems: int = 0
+    """Test problems: evaluated only after SFT and at the end, the reported result (never
+    tuned on); disjoint from training and validation (`rstar2.train.accuracy`). 0: none."""
+    eval_samples: int = 1
+    """Samples per problem in every evaluation: accuracy is avg@k (pass@1 averaged over k
+    samples), with seeds fixed across evaluations, and a 95% interval over problems."""
     eval_every: int = 10
-    """Evaluate held-out accuracy every this many RL steps (0 = only after SFT and at the end)."""
+    """Evaluate validation accuracy every this many RL steps (0 = only after SFT and at the
+    end)."""
     eval_temperature: float = 0.0
-    """Sampling temperature of held-out evaluation (0 = greedy)."""
+    """Sampling temperature of evaluation (0 = greedy)."""
     checkpoint_every: int = 10
     """Write a checkpoint every this many RL steps (and at the end)."""
     keep_checkpoints: int = 2
@@ -191,7 +198,10 @@ class TrainConfig:
     data: str = ""
     """Optional JSONL/Parquet training problems (fields problem, answer) instead of the task."""
     heldout_data: str = ""
-    """Optional JSONL/Parquet held-out problems instead of the task's held-out split."""
+    """Optional JSONL/Parquet held-out problems instead of the task's held-out split: the
+    validation problems first, then (without `test_data`) the test problems."""
+    test_data: str = ""
+    """Optional JSONL/Parquet test problems (else they follow the validation problems)."""
     sft: SFTConfig = field(default_factory=SFTConfig)
     """Stage 0: SFT on tool-format traces (steps = 0 skips it)."""
     stages: list[StageConfig] = field(default_factory=lambda: [StageConfig()])
@@ -227,6 +237,8 @@ class TrainConfig:
             self.rollouts_per_prompt >= 2, "rollouts_per_prompt", self.rollouts_per_prompt, ">= 2"
         )
         require(self.heldout_problems >= 0, "heldout_problems", self.heldout_problems, ">= 0")
+        require(self.test_problems >= 0, "test_problems", self.test_problems, ">= 0")
+        require(self.eval_samples >= 1, "eval_samples", self.eval_samples, ">= 1")
         require(self.eval_every >= 0, "eval_every", self.eval_every, ">= 0")
         require(self.checkpoint_every >= 1, "checkpoint_every", self.checkpoint_every, ">= 1")
         require(self.keep_checkpoints >= 1, "keep_checkpoints", self.keep_checkpoints, ">= 1")
@@ -249,6 +261,7 @@ QUICK: dict[str, Any] = {
     "prompts_per_step": 4,
     "rollouts_per_prompt": 8,
     "heldout_problems": 32,
+    "test_problems": 32,
     "eval_every": 0,
     "checkpoint_every": 2,
     "task": {

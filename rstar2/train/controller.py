@@ -58,6 +58,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from rstar2.config import from_dict
+from rstar2.train.accuracy import Accuracy, score
 from rstar2.train.config import StageConfig, TrainConfig
 from rstar2.train.problem_stream import ProblemStream, TrainProblem
 from rstar2.train.run_commands import (
@@ -73,7 +74,7 @@ from rstar2.train.run_commands import (
     Update,
     WriteMetrics,
 )
-from rstar2.train.step_metrics import accuracy, rollout_metrics, stage_split
+from rstar2.train.step_metrics import rollout_metrics, stage_split
 from rstar2.wire import RolloutTask, TrajectoryResult
 
 log = logging.getLogger(__name__)
@@ -120,7 +121,9 @@ def stage_index(stages: Sequence[StageConfig], step: int) -> int:
 def progress_line(row: dict[str, Any], total: int) -> str:
     """One fixed-width line per step."""
     acc = row.get("heldout_accuracy")
-    acc_text = f"{acc:5.3f}" if isinstance(acc, float) else "  -  "
+    ci = row.get("heldout_ci95")
+    half = (ci[1] - ci[0]) / 2 if isinstance(ci, list) else 0.0
+    acc_text = f"{acc:5.3f}±{half:4.3f}" if isinstance(acc, float) else "     -    "
     return (
         f"step {row['step']:4d}/{total:<4d} {row['stage']:<4s} | reward {row['reward_mean']:5.3f}"
         f" | heldout {acc_text} | len {row['response_tokens_mean']:6.1f}"
@@ -141,7 +144,14 @@ class Progress:
     stage_started: int = -1
     """Index of the last stage started (its filter and optimizer reset done)."""
     sft_accuracy: float | None = None
+    """Validation accuracy of the SFT policy (None: not evaluated yet)."""
     last_accuracy: float | None = None
+    """The latest validation accuracy."""
+    sft_evaluated: bool = False
+    """The SFT policy's evaluations (validation, test) are done."""
+    evaluations: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """`rstar2.train.accuracy.Accuracy.as_dict()` by "validation_sft", "test_sft",
+    "validation_final", "test_final"."""
     extra: dict[str, Any] = field(default_factory=dict)
     """Summary values, e.g. `filter_<stage>`: {"probed", "kept"}."""
 
@@ -173,10 +183,14 @@ class Controller:
         heldout: Sequence[TrainProblem],
         encode: Encode,
         rollout_only: bool = False,
+        test: Sequence[TrainProblem] = (),
     ) -> None:
         self.cfg = cfg
         self.stream = ProblemStream(train, cfg.seed)
         self.heldout = list(heldout)
+        """The validation problems (evaluated during training)."""
+        self.test = list(test)
+        """The test problems (evaluated after SFT and at the end only)."""
         self.encode = encode
         self.rollout_only = rollout_only
         """Skip every update and push (the policy stays as it is; `rstar2 profile`)."""
@@ -184,6 +198,8 @@ class Controller:
         self._phase = "start"
         self._pending: PushWeights | RollOut | Update | None = None
         self._step: _Step | None = None
+        self._sft_row: dict[str, Any] = {}
+        self._final_row: dict[str, Any] = {}
         self._boundary: tuple[int, dict[str, Any]] | None = None
         """(step, state) at the end of the last RL step done (or the run's start): what a
         checkpoint on an interruption holds, as long as the policy is still that step's."""
@@ -199,6 +215,8 @@ class Controller:
         if saved is not None:
             self.stream.load_state(saved["stream"])
             self.progress = from_dict(Progress, saved["progress"])
+            if self.progress.sft_accuracy is not None:  # saved before `sft_evaluated` existed
+                self.progress.sft_evaluated = True
         resume_step = self.progress.step if resume else None
         if resume:
             self._saved_step = self.progress.step
@@ -234,8 +252,11 @@ class Controller:
     ) -> list[Command]:
         """A `PushWeights` is done; `metrics` are the push's byte counts."""
         if self._take(PushWeights, version) == "push":
-            if self.progress.sft_accuracy is None and self.cfg.heldout_problems:
-                return [self._evaluate("sft_eval")]
+            if not self.progress.sft_evaluated and (self.heldout or self.test):
+                self._sft_row = {"step": 0, "stage": "sft"}
+                if self.heldout:
+                    return [self._evaluate("sft_eval")]
+                return [self._evaluate("sft_test", self.test)]
             return [EnterPhase("rl"), *self._next_step()]
         s = self._in_flight()
         s.update.update(metrics)
@@ -252,15 +273,15 @@ class Controller:
         if len(results) != len(asked.tasks):
             raise ValueError(f"{len(results)} results for {len(asked.tasks)} tasks of step {step}")
         results = list(results)
-        if phase == "sft_eval":
-            return self._sft_evaluated(accuracy(results))
+        if phase in ("sft_eval", "sft_test"):
+            return self._sft_evaluated(phase, score(results))
         if phase == "filter":
             return self._filtered(-1 - step, results)
         if phase == "train":
             return self._rolled_out(results, started, finished)
         if phase == "step_eval":
-            return self._step_evaluated(accuracy(results), started, finished)
-        return self._final_evaluated(accuracy(results))
+            return self._step_evaluated(score(results), started, finished)
+        return self._final_evaluated(phase, score(results))
 
     def update_done(
         self, step: int, metrics: dict[str, float], started: float, finished: float
@@ -313,8 +334,11 @@ class Controller:
         temperature: float,
         max_response_tokens: int = 0,
         max_turns: int = 0,
+        seed_step: int | None = None,
     ) -> list[RolloutTask]:
-        """`samples` tasks per problem, trajectory ids `kind/step/prompt/sample`."""
+        """`samples` tasks per problem, trajectory ids `kind/step/prompt/sample`; sampling
+        seeds from (seed, kind, `seed_step` (default: `step`), prompt, sample)."""
+        seed_at = step if seed_step is None else seed_step
         return [
             RolloutTask(
                 traj_id=f"{kind}/{step}/{i}/{s}",
@@ -323,7 +347,7 @@ class Controller:
                 step=step,
                 prompt_ids=self.encode(p),
                 answer=p.answer,
-                seed=derive_seed(self.cfg.seed, kind, step, i, s),
+                seed=derive_seed(self.cfg.seed, kind, seed_at, i, s),
                 kind=kind,
                 temperature=temperature,
                 max_response_tokens=max_response_tokens,
@@ -335,12 +359,22 @@ class Controller:
 
     # --- the run's course ------------------------------------------------------------------
 
-    def _sft_evaluated(self, acc: float) -> list[Command]:
-        self.progress.sft_accuracy = self.progress.last_accuracy = acc
-        log.info("held-out accuracy after SFT: %.3f", acc)
-        row = {"step": 0, "stage": "sft", "heldout_accuracy": acc}
+    def _sft_evaluated(self, phase: str, acc: Accuracy) -> list[Command]:
+        p, row = self.progress, self._sft_row
+        if phase == "sft_eval":
+            p.sft_accuracy = p.last_accuracy = acc.mean
+            p.evaluations["validation_sft"] = acc.as_dict()
+            row.update(_accuracy_row("heldout", acc))
+            log.info("validation accuracy after SFT: %s", _text(acc))
+            if self.test:
+                return [self._evaluate("sft_test", self.test)]
+        else:
+            p.evaluations["test_sft"] = acc.as_dict()
+            row.update(_accuracy_row("test", acc))
+            log.info("test accuracy after SFT: %s", _text(acc))
+        p.sft_evaluated = True
         self._mark_boundary()
-        return [WriteMetrics(row), EnterPhase("rl"), *self._next_step()]
+        return [WriteMetrics(dict(row)), EnterPhase("rl"), *self._next_step()]
 
     def _next_step(self) -> list[Command]:
         """The next RL step's first command (its stage's start first), or the run's end."""
@@ -446,10 +480,11 @@ class Controller:
             return [self._evaluate("step_eval")]
         return self._step_done()
 
-    def _step_evaluated(self, acc: float, started: float, finished: float) -> list[Command]:
+    def _step_evaluated(self, acc: Accuracy, started: float, finished: float) -> list[Command]:
         s = self._in_flight()
-        self.progress.last_accuracy = acc
-        s.row.update(heldout_accuracy=acc, time_eval_s=finished - started)
+        self.progress.last_accuracy = acc.mean
+        self.progress.evaluations["validation_last"] = {**acc.as_dict(), "step": s.step}
+        s.row.update(_accuracy_row("heldout", acc), time_eval_s=finished - started)
         s.last = finished
         return self._step_done()
 
@@ -465,16 +500,32 @@ class Controller:
         return [*commands, *self._next_step()]
 
     def _final(self) -> list[Command]:
-        """After the last step: evaluate unless that step just did, checkpoint, finish."""
+        """After the last step: evaluate validation unless that step just did, and test; then
+        checkpoint and finish."""
         cfg, p = self.cfg, self.progress
         evaluated_now = cfg.eval_every and p.step % cfg.eval_every == 0
-        if cfg.heldout_problems and not evaluated_now:
+        self._final_row = {"step": p.step, "stage": "final"}
+        if self.heldout and not evaluated_now:
             return [self._evaluate("final_eval")]
+        if self.heldout and "validation_last" in p.evaluations:  # the last step's evaluation
+            p.evaluations["validation_final"] = p.evaluations["validation_last"]
+        if self.test:
+            return [self._evaluate("final_test", self.test)]
         return self._finish(p.last_accuracy)
 
-    def _final_evaluated(self, acc: float) -> list[Command]:
-        row = {"step": self.progress.step, "stage": "final", "heldout_accuracy": acc}
-        return [WriteMetrics(row), *self._finish(acc)]
+    def _final_evaluated(self, phase: str, acc: Accuracy) -> list[Command]:
+        p, row = self.progress, self._final_row
+        if phase == "final_eval":
+            p.last_accuracy = acc.mean
+            p.evaluations["validation_final"] = acc.as_dict()
+            row.update(_accuracy_row("heldout", acc))
+            if self.test:
+                return [self._evaluate("final_test", self.test)]
+        else:
+            p.evaluations["test_final"] = acc.as_dict()
+            row.update(_accuracy_row("test", acc))
+            log.info("test accuracy after RL: %s", _text(acc))
+        return [WriteMetrics(dict(row)), *self._finish(p.last_accuracy)]
 
     def _finish(self, last: float | None) -> list[Command]:
         p = self.progress
@@ -484,6 +535,7 @@ class Controller:
             "steps": p.step,
             "sft_accuracy": p.sft_accuracy,
             "final_accuracy": last,
+            "evaluations": copy.deepcopy(p.evaluations),
             "extra": copy.deepcopy(p.extra),
         }
         self._saved_step = p.step
@@ -491,9 +543,19 @@ class Controller:
 
     # --- bookkeeping -----------------------------------------------------------------------
 
-    def _evaluate(self, phase: str) -> RollOut:
-        step = self.progress.step
-        tasks = self.rollout_tasks(self.heldout, step, "eval", 1, self.cfg.eval_temperature)
+    def _evaluate(self, phase: str, problems: Sequence[TrainProblem] | None = None) -> RollOut:
+        """Evaluate `problems` (the validation split by default), `eval_samples` each, with
+        seeds that do not depend on the step: every evaluation of a split samples alike, so
+        two evaluations differ by the policy alone."""
+        step, test = self.progress.step, problems is not None
+        tasks = self.rollout_tasks(
+            self.test if test else self.heldout,
+            step,
+            "test" if test else "eval",
+            self.cfg.eval_samples,
+            self.cfg.eval_temperature,
+            seed_step=0,
+        )
         return self._await(phase, RollOut(step, tasks))
 
     def _await(self, phase: str, command: _Awaited) -> _Awaited:
@@ -519,3 +581,14 @@ class Controller:
 
 def _step_of(command: PushWeights | RollOut | Update) -> int:
     return command.version if isinstance(command, PushWeights) else command.step
+
+
+def _accuracy_row(prefix: str, acc: Accuracy) -> dict[str, Any]:
+    return {f"{prefix}_accuracy": acc.mean, f"{prefix}_ci95": [acc.low, acc.high]}
+
+
+def _text(acc: Accuracy) -> str:
+    return (
+        f"{acc.mean:.3f} (95% CI {acc.low:.3f}-{acc.high:.3f}; {acc.problems} problems x "
+        f"{acc.samples} samples)"
+    )

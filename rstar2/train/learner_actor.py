@@ -55,6 +55,7 @@ from rstar2.actors import Actor, ActorContext, Port, port
 from rstar2.actors.handling import handling
 from rstar2.frames import frames_size, to_frames
 from rstar2.metrics import MetricsLog
+from rstar2.train.accuracy import eval_splits
 from rstar2.train.config import TrainConfig
 from rstar2.train.controller import Controller
 from rstar2.train.rollout_trace import RolloutTrace
@@ -234,8 +235,11 @@ class LearnerActor(Actor):
         cfg = self.cfg
         state = RunState.open(cfg, self.run_dir, self.model_dir, self.resume, self.resume_from)
         train = load_split(cfg, "train")
-        heldout = load_split(cfg, "heldout")[: cfg.heldout_problems]
-        return state, Controller(cfg, train, heldout, state.prompt_ids, self.rollout_only)
+        validation, test = eval_splits(cfg, train)
+        controller = Controller(
+            cfg, train, validation, state.prompt_ids, self.rollout_only, test=test
+        )
+        return state, controller
 
     async def _execute(
         self, ctx: ActorContext, state: RunState, controller: Controller, command: Command

@@ -46,8 +46,10 @@ from rstar2.sandbox.actor import SandboxActor
 from rstar2.scheduler.actor import SchedulerActor, SchedulerParams
 from rstar2.tasks.arithmetic import generate_problems
 from rstar2.tasks.traces import build_traces
+from rstar2.train.accuracy import eval_splits
 from rstar2.train.config import ClusterConfig, TrainConfig, config_dict
 from rstar2.train.learner_actor import LearnerActor, LearnerParams
+from rstar2.train.run_state import load_split
 
 log = logging.getLogger(__name__)
 
@@ -239,6 +241,7 @@ def run_training(
     returns its summary. A resumed run's config is saved again (it may have changed what may
     change: `rstar2.train.resumption`)."""
     started_at = time.time()
+    eval_splits(cfg, load_split(cfg, "train"))  # a test split that leaks fails here, not mid-run
     save_config(cfg, run_dir)
     if checkpoint is not None:
         step = load_checkpoint(checkpoint).step

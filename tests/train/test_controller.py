@@ -168,6 +168,10 @@ def test_a_fresh_run_issues_the_learner_actors_sequence() -> None:
         "steps": 2,
         "sft_accuracy": 1.0,  # held-out tasks are all sample 0: solved
         "final_accuracy": 1.0,
+        "evaluations": {
+            "validation_sft": {"accuracy": 1.0, "ci95": [1.0, 1.0], "problems": 3, "samples": 1},
+            "validation_final": {"accuracy": 1.0, "ci95": [1.0, 1.0], "problems": 3, "samples": 1},
+        },
         "extra": {},
     }
 
@@ -192,7 +196,7 @@ def test_the_step_row_has_the_metrics_and_timings_of_the_learner_actor() -> None
     assert (row["time_gen_s"], row["time_tool_s"], row["time_reward_s"]) == (0.5, 0.25, 0.25)
     assert (row["time_learner_s"], row["time_sync_s"], row["step_s"]) == (1.0, 1.0, 4.0)
     assert first.line == progress_line(row, 3)
-    assert first.line.startswith("step    1/3    rl1  | reward 0.500 | heldout   -   |")
+    assert first.line.startswith("step    1/3    rl1  | reward 0.500 | heldout      -     |")
 
 
 def test_tasks_carry_seeds_ids_and_sampling_settings() -> None:
@@ -216,7 +220,9 @@ def test_tasks_carry_seeds_ids_and_sampling_settings() -> None:
     # an evaluation samples with the current step in its seeds (as the learner always did)
     assert (sft_eval.step, final_eval.step) == (0, 1)
     assert sft_eval.tasks[0].seed == derive_seed(7, "eval", 0, 0, 0)
-    assert final_eval.tasks[0].seed == derive_seed(7, "eval", 1, 0, 0)
+    # every evaluation samples with the same seeds (not the step's): two evaluations of a split
+    # differ by the policy alone
+    assert [t.seed for t in final_eval.tasks] == [t.seed for t in sft_eval.tasks]
 
 
 def test_rollout_only_skips_every_update_and_push() -> None:
@@ -484,3 +490,38 @@ def test_an_interruption_checkpoints_the_last_step_done_as_of_its_end(k: int) ->
     want = next(x for x in reference if isinstance(x, Checkpoint) and x.step == k)
     assert saved == [Checkpoint(k, want.state)]
     assert finish.summary["checkpoint_step"] == k
+
+
+# --- the evaluation protocol ----------------------------------------------------------------
+
+TEST = [TrainProblem(f"t{i}", f"{i} - 1", f"t{i}") for i in range(4)]
+
+
+def test_validation_during_training_and_test_only_after_sft_and_at_the_end() -> None:
+    cfg = make_config(stages=[{"name": "rl1", "steps": 4}], eval_every=2, eval_samples=3)
+    controller = Controller(cfg, PROBLEMS, HELDOUT, encode, test=TEST)
+    commands = Driver(controller).run(controller.start(resume=False))
+    evals = [c for c in commands if isinstance(c, RollOut) and c.kind in ("eval", "test")]
+    assert [(c.kind, c.step) for c in evals] == [
+        ("eval", 0), ("test", 0), ("eval", 2), ("eval", 4), ("test", 4),
+    ]  # fmt: skip
+    # k samples per problem, and the same seeds in every evaluation of a split
+    assert [len(c.tasks) for c in evals] == [9, 12, 9, 9, 12]
+    assert {t.answer for c in evals if c.kind == "test" for t in c.tasks} == {t.answer for t in TEST}
+    for kind in ("eval", "test"):
+        seeds = [[t.seed for t in c.tasks] for c in evals if c.kind == kind]
+        assert all(s == seeds[0] for s in seeds) and len(set(seeds[0])) == len(seeds[0])
+    # test problems never reach training
+    trained = {t.answer for r in rollouts(commands, "train") for t in r.tasks}
+    assert not trained & {t.answer for t in TEST}
+    sft_row, *_, final_row = rows(commands)
+    assert sft_row["stage"] == "sft" and final_row["stage"] == "final"
+    for row in (sft_row, final_row):
+        assert row["test_accuracy"] == pytest.approx(2 / 3)  # half_right: samples 0 and 2 of 3
+        low, high = row["test_ci95"]
+        assert low <= row["test_accuracy"] <= high
+    finish = commands[-1]
+    assert isinstance(finish, Finish)
+    assert set(finish.summary["evaluations"]) == {
+        "validation_sft", "test_sft", "validation_last", "validation_final", "test_final",
+    }  # fmt: skip

@@ -49,6 +49,7 @@ def run(args: argparse.Namespace) -> int:
             "rollouts_per_prompt=8",
             "rl.group_size=4",
             "heldout_problems=0",
+            "test_problems=0",
             "eval_every=0",
             f"checkpoint_every={args.steps}",
             "rollout.max_response_tokens=128",

@@ -53,7 +53,12 @@ def profile_config(
     cfg = load_train_config(path, sets=sets)
     first = config_dict(cfg)["stages"][0]
     short = [f"stages={json.dumps([{**first, 'steps': steps, 'filter_solved': False}])}"]
-    short += ["heldout_problems=0", "eval_every=0", f"checkpoint_every={steps + 1}"]
+    short += [
+        "heldout_problems=0",
+        "test_problems=0",
+        "eval_every=0",
+        f"checkpoint_every={steps + 1}",
+    ]
     return load_train_config(path, sets=[*(sets or []), *short])
 
 

@@ -37,6 +37,7 @@ def test_sft_then_rl_runs_on_smollm2(smollm2_dir: Path, tmp_path: Path) -> None:
         f"model.path={smollm2_dir}",
         "sft.steps=2",
         "heldout_problems=4",
+        "test_problems=0",
         "prompts_per_step=2",
         "rollouts_per_prompt=4",
         "rl.group_size=2",

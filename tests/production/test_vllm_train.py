@@ -39,6 +39,7 @@ CONFIG = {
     "prompts_per_step": 2,
     "rollouts_per_prompt": 2,
     "heldout_problems": 0,
+    "test_problems": 0,
     "eval_every": 0,
     "task": {"train_size": 16, "heldout_size": 4},
     "sft": {"steps": 0},

@@ -143,7 +143,7 @@ def test_resume_restores_the_policy_and_optimizer_of_a_run_that_trains(
     # reference's weights and optimizer state (compared directly, not through metrics).
     sets = [
         *tool_policy.sets, f"model.path={tool_policy.path}", "sft.steps=0",
-        "prompts_per_step=4", "rollouts_per_prompt=4", "rl.group_size=2", "heldout_problems=4",
+        "prompts_per_step=4", "rollouts_per_prompt=4", "rl.group_size=2", "heldout_problems=4", "test_problems=0",
         "eval_every=0", "checkpoint_every=1", "keep_checkpoints=4", "graph.engine_threads=1",
         "learner.lr=1e-3", "learner.warmup_steps=0", "rollout.tool_show_time=false",
     ]  # fmt: skip

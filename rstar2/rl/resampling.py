@@ -28,6 +28,26 @@ deterministic and sharper. If N <= G nothing is dropped.
 
 Plain GRPO (the ablation) keeps the first G rollouts, or all of them.
 
+Infrastructure failures (`build_training_batch`)
+------------------------------------------------
+A rollout with `infra_failure` set (a tool call the sandbox could not serve, a verification
+that did not finish) has a reward that says nothing about the policy: it never trains, and
+never counts as a positive or a negative. Its group goes on without it when few were hit:
+
+    clean = rollouts of the prompt without infra_failure;  lost = N - |clean|
+    lost > infra_max_share * N  ->  the whole group is dropped (groups_infra_dropped)
+    else                        ->  selection (RoC or GRPO), the signal check and
+                                    A = (r - mean) / std all run over `clean` only
+
+Why not always keep the rest: failures are not independent of the rollouts. A rollout with
+more tool calls has more chances to meet a failing sandbox, and an outage hits every call of a
+step, so when most of a group was lost the survivors are chosen by the failure (say, the few
+rollouts that never called the tool) and their relative advantages would teach that choice.
+Why not always drop the group: a few lost rollouts leave a near-random subsample whose mean
+and std estimate the group's about as well (RoC over-samples 2G and keeps G, so it usually
+still keeps G), and dropping it would throw its signal away for one flaky call. Half is the
+line between the two (`RLConfig.infra_max_share`, default 0.5).
+
 Randomness comes only from the `RandomSource` passed in (anything with `random() -> float` in
 [0, 1), e.g. a seeded `random.Random`), so a run is reproducible from its seed and tests can
 script the draws. Uniform draws use the same sequential scheme with equal weights.
@@ -55,6 +75,7 @@ class RandomSource(Protocol):
 
 class RolloutRecord(PenaltyRecord, Protocol):
     reward: float
+    infra_failure: str
 
 
 R = TypeVar("R", bound=RolloutRecord)
@@ -160,14 +181,36 @@ class TrainingBatch(Generic[R]):
     groups_all_correct: int = 0
     """Groups (before selection) where every rollout was correct: the stage-3 trigger."""
     groups_all_wrong: int = 0
+    infra_masked: int = 0
+    """Rollouts hit by an infrastructure failure: never in `rollouts` (no loss on them)."""
+    groups_infra_dropped: int = 0
+    """Groups dropped whole because more than `infra_max_share` of them was hit."""
+
+    def counts(self) -> dict[str, float]:
+        """The batch's counters as step metrics (metrics.jsonl)."""
+        return {
+            "groups_kept": self.groups_kept,
+            "groups_dropped": self.groups_dropped,
+            "groups_all_correct": self.groups_all_correct,
+            "groups_infra_dropped": self.groups_infra_dropped,
+            "infra_masked": self.infra_masked,
+            "trained_rollouts": len(self.rollouts),
+        }
 
 
 def build_training_batch(
     groups: Sequence[Sequence[R]], cfg: RLConfig, rng: RandomSource
 ) -> TrainingBatch[R]:
-    """Select each prompt's rollouts, drop groups without signal, attach advantages."""
+    """Mask out infrastructure failures, select each prompt's rollouts, drop groups without
+    signal (or too many failures: see the module docstring), attach advantages."""
     batch: TrainingBatch[R] = TrainingBatch()
-    for group in groups:
+    for whole in groups:
+        group = [t for t in whole if not t.infra_failure]
+        lost = len(whole) - len(group)
+        batch.infra_masked += lost
+        if lost > cfg.infra_max_share * len(whole):
+            batch.groups_infra_dropped += 1
+            continue
         correct = [t.reward > 0 for t in group]
         batch.groups_all_correct += bool(group) and all(correct)
         batch.groups_all_wrong += bool(group) and not any(correct)

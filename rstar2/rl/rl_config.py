@@ -39,6 +39,11 @@ class RLConfig:
     format_penalty: bool = True
     """Include p_format (missing or repeated <answer> tags) in the RoC penalty."""
 
+    infra_max_share: float = 0.5
+    """A prompt whose rollouts were hit by infrastructure failures (`infra_failure`, never
+    trained on) in more than this share is dropped whole; below it, its advantages are taken
+    over the rest (`build_training_batch`). 1.0: never drop a group for that."""
+
     adv_eps: float = 1e-6
     """Added to the group's standard deviation in A = (r - mean) / (std + adv_eps)."""
 
@@ -74,6 +79,12 @@ class RLConfig:
         require(self.min_each >= 0, "rl.min_each", self.min_each, "an integer >= 0")
         require(self.penalty_eps > 0, "rl.penalty_eps", self.penalty_eps, "a number > 0")
         require(self.adv_eps > 0, "rl.adv_eps", self.adv_eps, "a number > 0")
+        require(
+            0 <= self.infra_max_share <= 1,
+            "rl.infra_max_share",
+            self.infra_max_share,
+            "a number in [0, 1]",
+        )
         require(0 < self.eps_low < 1, "rl.eps_low", self.eps_low, "a number in (0, 1)")
         require(self.eps_high > 0, "rl.eps_high", self.eps_high, "a number > 0")
         require(self.kl_coef >= 0, "rl.kl_coef", self.kl_coef, "a number >= 0")

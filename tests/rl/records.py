@@ -17,6 +17,7 @@ class Rec:
     answer_tags: int = 1
     turns: int = 2
     name: str = ""
+    infra_failure: str = ""
 
 
 class ScriptedRandom:

@@ -1,11 +1,13 @@
 from __future__ import annotations
 
+import math
 import random
 
 import pytest
 
 from rstar2.config import ConfigError
 from rstar2.rl.resampling import (
+    TrainingBatch,
     build_training_batch,
     roc_lowest_penalty,
     roc_sample,
@@ -139,9 +141,73 @@ def test_build_training_batch_with_roc() -> None:
     assert batch.advantages[0] > 0 > batch.advantages[2]
 
 
+INFRA = "tool:queue_full"
+
+
+def test_infra_failures_are_masked_and_advantages_taken_over_the_rest() -> None:
+    group = [Rec(1.0, name="a"), Rec(0.0, name="b"), Rec(0.0, name="x", infra_failure=INFRA)]
+    group.append(Rec(0.0, name="d"))
+    batch = build_training_batch([group], RLConfig(algo="grpo"), ScriptedRandom([]))
+    assert [r.name for r in batch.rollouts] == ["a", "b", "d"]
+    s = math.sqrt(1 / 3) + 1e-6  # rewards [1, 0, 0]: mean 1/3, sample std sqrt(1/3)
+    assert batch.advantages == pytest.approx([(2 / 3) / s, (-1 / 3) / s, (-1 / 3) / s])
+    assert (batch.infra_masked, batch.groups_infra_dropped, batch.groups_kept) == (1, 0, 1)
+
+
+def test_a_fake_zero_does_not_make_a_signal() -> None:
+    # without the mask, the infra-failed 0 would make this all-correct group train
+    group = [Rec(1.0), Rec(1.0), Rec(0.0, infra_failure="reward:timeout")]
+    batch = build_training_batch([group], RLConfig(algo="grpo"), ScriptedRandom([]))
+    assert batch.rollouts == [] and batch.infra_masked == 1
+    assert (batch.groups_dropped, batch.groups_all_correct, batch.groups_all_wrong) == (1, 1, 0)
+
+
+def test_a_group_mostly_lost_to_infra_failures_is_dropped_whole() -> None:
+    def group(lost: int) -> list[Rec]:
+        recs = [Rec(1.0), Rec(0.0), Rec(1.0), Rec(0.0)]
+        for r in recs[-lost:] if lost else []:
+            r.infra_failure = INFRA
+        return recs
+
+    cfg = RLConfig(algo="grpo")
+    batch = build_training_batch([group(3), group(2)], cfg, ScriptedRandom([]))
+    # 3 of 4 lost (> half): dropped whole; 2 of 4 (= half): the rest trains
+    assert (batch.groups_infra_dropped, batch.groups_kept, batch.infra_masked) == (1, 1, 5)
+    assert len(batch.rollouts) == 2 and not any(r.infra_failure for r in batch.rollouts)
+    assert (batch.groups_all_correct, batch.groups_all_wrong) == (0, 0)
+
+    def built(lost: int, share: float) -> TrainingBatch[Rec]:
+        cfg = RLConfig(algo="grpo", infra_max_share=share)
+        return build_training_batch([group(lost)], cfg, ScriptedRandom([]))
+
+    # share 1: never dropped for failures (the lone survivor then has no signal)
+    assert (built(3, 1.0).groups_infra_dropped, built(3, 1.0).groups_dropped) == (0, 1)
+    # share 0: any failure drops the group; none keeps it
+    assert built(1, 0.0).groups_infra_dropped == 1 and built(0, 0.0).groups_kept == 1
+
+
+def test_roc_selects_among_the_rollouts_not_hit() -> None:
+    group = group_of_eight()
+    group[1].infra_failure = INFRA  # "clean", the best positive, met a dead sandbox
+    cfg = RLConfig(roc_variant="lowest_penalty", group_size=4)
+    batch = build_training_batch([group], cfg, ScriptedRandom([]))
+    # 3 positives, 4 negatives left: k_neg = round(4 * 4 / 7) = 2, k_pos = 2
+    assert [r.name for r in batch.rollouts] == ["sloppy", "no-tool", "w0", "w1"]
+    assert batch.counts() == {
+        "groups_kept": 1,
+        "groups_dropped": 0,
+        "groups_all_correct": 0,
+        "groups_infra_dropped": 0,
+        "infra_masked": 1,
+        "trained_rollouts": 4,
+    }
+
+
 def test_rl_config_validation() -> None:
     RLConfig().validate()
     with pytest.raises(ConfigError, match="rl.eps_low"):
         RLConfig(eps_low=1.5).validate()
     with pytest.raises(ConfigError, match="rl.group_size"):
         RLConfig(group_size=1).validate()
+    with pytest.raises(ConfigError, match="rl.infra_max_share"):
+        RLConfig(infra_max_share=1.5).validate()

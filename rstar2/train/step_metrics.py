@@ -1,6 +1,10 @@
 """Per-step rollout statistics, as pure functions of the step's trajectories.
 
-- `reward_mean`, `response_tokens_mean`, `tool_calls_mean` over all rollouts of the step;
+- `infra_failed`: rollouts hit by an infrastructure failure (`infra_failure` set: a tool call
+  the sandbox could not serve, a verification that did not finish); RL never trains on them;
+- `reward_mean`, `tool_error_ratio_correct` and `mixed_group_fraction` judge the model, so
+  they leave those rollouts out (their 0 is not the model's); the others count all rollouts;
+- `response_tokens_mean`, `tool_calls_mean` over all rollouts of the step;
 - `tool_error_ratio_correct`: failed (error or timeout) tool calls over all tool calls, counted
   in the correct trajectories only (the paper's Figure 9 quantity, before RoC selection);
 - `mixed_group_fraction`: share of prompts whose rollouts have both rewards (groups with signal);
@@ -33,6 +37,7 @@ class Scored(Protocol):
     tool_s: float
     reward_s: float
     moved_turns: int
+    infra_failure: str
 
 
 def _mean(xs: Sequence[float]) -> float:
@@ -40,14 +45,16 @@ def _mean(xs: Sequence[float]) -> float:
 
 
 def rollout_metrics(trajs: Sequence[Scored]) -> dict[str, float]:
-    correct = [t for t in trajs if t.reward > 0]
+    judged = [t for t in trajs if not t.infra_failure]
+    correct = [t for t in judged if t.reward > 0]
     calls = sum(t.tool_calls for t in correct)
     failed = sum(t.tool_errors + t.tool_timeouts for t in correct)
     groups: dict[str, set[float]] = {}
-    for t in trajs:
+    for t in judged:
         groups.setdefault(t.prompt_id, set()).add(float(t.reward))
     return {
-        "reward_mean": _mean([float(t.reward) for t in trajs]),
+        "infra_failed": float(len(trajs) - len(judged)),
+        "reward_mean": _mean([float(t.reward) for t in judged]),
         "response_tokens_mean": _mean([len(t.token_ids) - t.prompt_len for t in trajs]),
         "tool_calls_mean": _mean([t.tool_calls for t in trajs]),
         "tool_error_ratio_correct": failed / calls if calls else 0.0,

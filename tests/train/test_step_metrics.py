@@ -23,6 +23,7 @@ class T:
     tool_s: float = 0.0
     reward_s: float = 0.0
     moved_turns: int = 0
+    infra_failure: str = ""
 
 
 def test_rollout_metrics_exact() -> None:
@@ -41,7 +42,25 @@ def test_rollout_metrics_exact() -> None:
     assert m["mixed_group_fraction"] == 0.5
     assert m["gen_tokens"] == 4.0
     assert m["moved_turns"] == 2.0
+    assert m["infra_failed"] == 0.0
     assert accuracy(trajs) == 0.75
+
+
+def test_infra_failures_are_counted_and_not_judged() -> None:
+    clean = [T("a", 1.0, tool_calls=2, tool_errors=1), T("a", 0.0, tool_calls=1)]
+    hit = [
+        T("a", 0.0, tool_calls=4, tool_errors=4, infra_failure="tool:queue_full"),
+        T("b", 0.0, tool_calls=1, infra_failure="reward:timeout"),
+    ]
+    m = rollout_metrics(clean + hit)
+    assert m["infra_failed"] == 2.0
+    # model-quality figures over the two clean rollouts only (prompt "b" has none left)
+    assert m["reward_mean"] == 0.5
+    assert m["tool_error_ratio_correct"] == 0.5
+    assert m["mixed_group_fraction"] == 1.0
+    # work done counts every rollout
+    assert m["tool_calls_mean"] == 2.0
+    assert m["gen_tokens"] == 4.0
 
 
 def test_stage_split_sums_to_wall_time() -> None:

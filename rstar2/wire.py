@@ -205,12 +205,20 @@ class ExecRequest(Message, tag=20):
     stdin: str = ""
     timeout_s: float | None = None
     memory_mb: int | None = None
+    seed: int | None = None
+    """The caller's seed for this call (the agent loop sends its turn seed): keys the
+    sandbox's seeded fault injection (`sandbox.fault_rate`, `rstar2.sandbox.faults`), so a
+    rerun meets the same faults whatever the timing; None: the request id keys it instead."""
 
 
 @register
 class ExecResult(Message, tag=21):
     """Exactly one per ExecRequest. `status` is one of EXEC_STATUSES; `exit_code` is -signal
-    when the process died by a signal; `truncated` marks output cut at the server's cap."""
+    when the process died by a signal; `truncated` marks output cut at the server's cap.
+    `infra` is empty when the status is the code's own doing (it ran, or was refused for its
+    size), else a short reason naming the infrastructure failure behind it ("queue_full",
+    "sandbox_died", "no_sandbox", "transport_timeout", ...): the trajectory that made the call
+    is then not trained on (`TrajectoryResult.infra_failure`; the table in docs/usage.md)."""
 
     id: str
     status: str
@@ -219,6 +227,7 @@ class ExecResult(Message, tag=21):
     exit_code: int = 0
     wall_s: float = 0.0
     truncated: bool = False
+    infra: str = ""
 
 
 @register
@@ -361,6 +370,11 @@ class TrajectoryResult(Message, tag=71):
     answered without running, e.g. malformed): the rollout trace's tool latencies."""
     moved_turns: int = 0
     """Turns generated on another engine than `engine` (the scheduler moved them there)."""
+    infra_failure: str = ""
+    """Empty, or why an infrastructure failure spoiled this trajectory: "tool:<reason>" (a
+    tool call's `ExecResult.infra`, set by the rollout worker) or "reward:<status>" (the
+    verification timed out or failed, set by the reward actor). Its reward says nothing about
+    the model, so RL masks it out of the loss (`rstar2.rl.resampling.build_training_batch`)."""
 
 
 @register

@@ -7,6 +7,11 @@ time it took. A truncated rollout (budget or turn limit) gets 0 without verifica
 the paper. Tool responses are cut out of the text before extraction, so a `\boxed{}` printed
 by the model's own code never counts as its answer.
 
+A verification that timed out or failed (status "timeout" or "error": the verifier's alarm,
+its hard timeout, a verifier that died twice, or one that raised on the input) scores 0 but
+says nothing about the answer: the trajectory is marked `infra_failure = "reward:<status>"`
+(unless its rollout already marked it) and RL does not train on it (`infra_failure.py`).
+
 Each scoring is recorded for the profiler (`rstar2.actors.handling.BusyTrack`, port
 "trajectories"): the instance counts as busy while any trajectory is being scored.
 
@@ -25,6 +30,7 @@ from rstar2.actors import Actor, ActorContext, Port, port
 from rstar2.actors.handling import BusyTrack
 from rstar2.actors.service import Route, Service
 from rstar2.finish_reason import TRUNCATED_REASONS
+from rstar2.reward.infra_failure import infra_failure_of
 from rstar2.reward.reward_config import RewardConfig
 from rstar2.reward.reward_pool import RewardPool, open_reward_pool
 from rstar2.wire import TrajectoryResult
@@ -63,5 +69,9 @@ class RewardActor(Actor):
             result = await pool.score(model_text(traj.response_text), traj.answer)
             reward, status = result.reward, result.status
         return msgspec.structs.replace(
-            traj, reward=reward, reward_status=status, reward_s=time.perf_counter() - start
+            traj,
+            reward=reward,
+            reward_status=status,
+            reward_s=time.perf_counter() - start,
+            infra_failure=infra_failure_of(status, traj.infra_failure),
         )

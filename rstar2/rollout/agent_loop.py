@@ -15,6 +15,11 @@ A prompt that leaves no room under the context limit is data, not an error: the 
 back at once with no turns and finish reason "prompt_too_long", so one over-long problem does
 not tear down the task group running the others (`rstar2 eval`, the trainer's rollouts).
 
+A tool call that got no answer within `tool_wait_s` is answered as a timeout (the model reads
+it like any timeout) and flagged as an infrastructure failure ("tool_wait": the sandbox was too
+slow or unreachable, the code's own limit being `tool_timeout_s`); so is any result whose
+`infra` the sandbox side set. The first marks the trajectory (`Trajectory.infra_failure`).
+
 What it does not do: scheduling across engines, reward, or retrying a failed engine or executor
 (their errors propagate; failures of the model's code come back as a failed tool response).
 """
@@ -142,7 +147,7 @@ async def run_trajectory(
         if state.awaiting_tool:
             if on_tool_turn is not None:
                 await on_tool_turn(state.turns - 1)
-            await _answer_call(tools, codec, state, cfg, turn_text, base_id, emit)
+            await _answer_call(tools, codec, state, cfg, turn_text, base_id, seed, emit)
     response_text = codec.decode(state.token_ids[state.prompt_len :])
     return state.to_trajectory(prompt_id, sample, response_text)
 
@@ -186,6 +191,7 @@ async def _answer_call(
     cfg: RolloutConfig,
     turn_text: str,
     base_id: str,
+    seed: int | None,
     emit: EventSink,
 ) -> None:
     turn = state.turns - 1
@@ -193,25 +199,28 @@ async def _answer_call(
     call = parse_tool_call(body if body is not None else "")
     emit(ToolCallEvent(turn=turn, call=call))
     if isinstance(call, MalformedCall):
-        text, failed, timed_out = format_malformed(call.error), True, False
+        text, failed, timed_out, infra = format_malformed(call.error), True, False, ""
     else:
-        result = await _execute(tools, call, cfg, f"{base_id}/t{turn}")
+        result = await _execute(tools, call, cfg, f"{base_id}/t{turn}", turn_seed(seed, turn))
         text = format_result(result, max_chars=cfg.tool_output_chars, show_time=cfg.tool_show_time)
-        failed, timed_out = result.status != "ok", result.status == "timeout"
+        failed, timed_out, infra = result.status != "ok", result.status == "timeout", result.infra
     emit(ToolResultEvent(turn=turn, text=text, failed=failed))
-    state.add_tool_response(codec.tool_response_ids(text), failed=failed, timed_out=timed_out)
+    ids = codec.tool_response_ids(text)
+    state.add_tool_response(ids, failed=failed, timed_out=timed_out, infra=infra)
 
 
 async def _execute(
-    tools: ToolExecutor, call: ToolCall, cfg: RolloutConfig, request_id: str
+    tools: ToolExecutor, call: ToolCall, cfg: RolloutConfig, request_id: str, seed: int | None
 ) -> ExecResult:
-    req = ExecRequest(id=request_id, code=call.code, stdin=call.stdin, timeout_s=cfg.tool_timeout_s)
+    req = ExecRequest(
+        id=request_id, code=call.code, stdin=call.stdin, timeout_s=cfg.tool_timeout_s, seed=seed
+    )
     with anyio.move_on_after(cfg.tool_wait_s):
         return await tools.run(req)
     log.warning("tool call %s got no answer within %.1fs", request_id, cfg.tool_wait_s)
     return ExecResult(
         id=request_id, status="timeout", stdout="", stderr="", exit_code=-1,
-        wall_s=cfg.tool_wait_s, truncated=False,
+        wall_s=cfg.tool_wait_s, truncated=False, infra="tool_wait",
     )  # fmt: skip
 
 

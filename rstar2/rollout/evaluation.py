@@ -27,6 +27,7 @@ from typing import Protocol
 import anyio
 
 from rstar2.engine.protocol import Engine
+from rstar2.reward.infra_failure import infra_failure_of
 from rstar2.rollout.agent_loop import ToolExecutor, run_trajectory
 from rstar2.rollout.config import RolloutConfig
 from rstar2.rollout.token_codec import TokenCodec
@@ -140,9 +141,11 @@ async def evaluate(
 
 
 async def score_trajectory(scorer: Scorer, traj: Trajectory, reference: str) -> None:
-    """Set `traj.reward` / `reward_status`; truncated rollouts get 0 without scoring."""
+    """Set `traj.reward` / `reward_status` (and `infra_failure` for a verification that did not
+    finish); truncated rollouts get 0 without scoring."""
     if traj.truncated:
         traj.reward, traj.reward_status = 0.0, "truncated"
         return
     result = await scorer.score(traj.response_text, reference)
     traj.reward, traj.reward_status = float(result.reward), result.status
+    traj.infra_failure = infra_failure_of(result.status, traj.infra_failure)

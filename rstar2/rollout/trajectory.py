@@ -18,6 +18,12 @@ and `tool_timeouts` are disjoint: a failed call that timed out counts in `tool_t
 other failure (malformed, error, memory, ...) in `tool_errors`. So RoC's
 p_err = (tool_errors + tool_timeouts) / tool_calls (rstar2/rl/penalty.py reads them so).
 
+`infra_failure` is empty unless a tool call failed for a reason outside the model's code (its
+`ExecResult.infra`, e.g. a full sandbox queue or a dead sandbox): then "tool:<reason>" of the
+first such call. The rollout goes on (the model reads the failure and may retry, as with any
+failed call, and the call counts in `tool_errors`/`tool_timeouts` like any other), but RL does
+not train on it (`rstar2.rl.resampling`).
+
 What it does not do: talk to the engine or the executor, or tokenise (see agent_loop.py).
 """
 
@@ -51,6 +57,9 @@ class Trajectory:
     finish_reason: str
     reward: float = 0.0
     reward_status: str = ""
+    infra_failure: str = ""
+    """Empty, or why an infrastructure failure spoiled the rollout ("tool:<reason>",
+    "reward:<status>"): see the module docstring."""
 
     @property
     def response_tokens(self) -> int:
@@ -144,6 +153,7 @@ class TrajectoryState:
         self.answer_tags = 0
         self.finish_reason: str | None = None
         self.awaiting_tool = False
+        self.infra_failure = ""
 
     @property
     def used(self) -> int:
@@ -186,10 +196,14 @@ class TrajectoryState:
         else:
             self.awaiting_tool = True
 
-    def add_tool_response(self, token_ids: Sequence[int], *, failed: bool, timed_out: bool) -> None:
+    def add_tool_response(
+        self, token_ids: Sequence[int], *, failed: bool, timed_out: bool, infra: str = ""
+    ) -> None:
         """Record the forced tokens (mask 0) answering the pending call, cut at the budget.
 
-        `timed_out` implies a failure; it is counted in `tool_timeouts` only.
+        `timed_out` implies a failure; it is counted in `tool_timeouts` only. `infra` is the
+        result's infrastructure reason (empty: the code's own doing); the first one marks the
+        whole rollout (`infra_failure`).
         """
         self._check_open("add_tool_response")
         if not self.awaiting_tool:
@@ -198,6 +212,8 @@ class TrajectoryState:
         self.tool_calls += 1
         self.tool_timeouts += int(timed_out)
         self.tool_errors += int(failed and not timed_out)
+        if infra and not self.infra_failure:
+            self.infra_failure = f"tool:{infra}"
         kept = list(token_ids[: self.remaining])
         self.token_ids.extend(kept)
         self.loss_mask.extend([0] * len(kept))
@@ -229,6 +245,7 @@ class TrajectoryState:
             tool_timeouts=self.tool_timeouts,
             answer_tags=self.answer_tags,
             finish_reason=self.finish_reason,
+            infra_failure=self.infra_failure,
         )
 
     def _check_open(self, what: str) -> None:

@@ -32,7 +32,9 @@ ports:
 - ``report`` (`EngineReportRequest` -> `EngineReport`): the engine's KV stats.
 
 Tool calls leave through the ``tools`` client port to the sandbox service instances, each to
-the instance with the fewest of this worker's calls outstanding.
+the instance with the fewest of this worker's calls outstanding; a call with no reply in time
+("transport_timeout") or a reply of the wrong kind ("bad_reply") comes back as a failed result
+flagged as an infrastructure failure (`ExecResult.infra`), which marks its trajectory.
 
 For the profiler (`rstar2.actors.handling`), the instance counts as busy while its engine
 generates for any trajectory (port "generate", queue depth = the engine's waiting requests) or
@@ -116,11 +118,13 @@ class GraphTools:
         try:
             reply = await self.ctx.request(self.port, req, peer=peer, timeout=self.timeout_s)
         except TimeoutError:
-            return _failed(req.id, "timeout", "the sandbox service did not answer in time")
+            message = "the sandbox service did not answer in time"
+            return _failed(req.id, "timeout", message, infra="transport_timeout")
         finally:
             self.outstanding[peer] -= 1
         if not isinstance(reply, ExecResult):
-            return _failed(req.id, "killed", f"unexpected reply {type(reply).__name__}")
+            message = f"unexpected reply {type(reply).__name__}"
+            return _failed(req.id, "killed", message, infra="bad_reply")
         return reply
 
 
@@ -215,7 +219,7 @@ def vllm_fields(
     return {**fields, **options}
 
 
-def _failed(request_id: str, status: str, message: str) -> ExecResult:
+def _failed(request_id: str, status: str, message: str, *, infra: str) -> ExecResult:
     return ExecResult(
         id=request_id,
         status=status,
@@ -224,6 +228,7 @@ def _failed(request_id: str, status: str, message: str) -> ExecResult:
         exit_code=-1,
         wall_s=0.0,
         truncated=False,
+        infra=infra,
     )
 
 
@@ -262,6 +267,7 @@ def to_result(
         load=stats,
         tool_latencies=tool_latencies or [],
         moved_turns=moved_turns,
+        infra_failure=traj.infra_failure,
     )
 
 

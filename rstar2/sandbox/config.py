@@ -84,6 +84,13 @@ class SandboxConfig:
     request's timeout. With `concurrency = 1`, `rstar2 profile --set
     sandbox.extra_latency_s=0.3` shows a trainer held back by its sandbox. 0 = off."""
 
+    fault_rate: float = 0.0
+    """A noisy tool environment: this share of admitted calls fails as a real sandbox does
+    (half a timeout, half "sandbox worker unavailable, please retry") without running, chosen
+    by a hash of the call's seed, so reruns meet the same faults (`faults.py`). The model
+    reads the failure and must retry; such calls count as tool errors for RoC and are NOT
+    masked as infrastructure failures. 0 = off."""
+
     def validate(self) -> None:
         for key in ("concurrency", "max_queue", "max_queue_mb", "memory_mb", "max_memory_mb"):
             value = getattr(self, key)
@@ -118,6 +125,9 @@ class SandboxConfig:
             "sandbox.extra_latency_s",
             self.extra_latency_s,
             f"a number >= 0 and below timeout_s ({self.timeout_s})",
+        )
+        require(
+            0 <= self.fault_rate < 1, "sandbox.fault_rate", self.fault_rate, "a number in [0, 1)"
         )
 
     def limits_for(self, timeout_s: float | None, memory_mb: int | None) -> tuple[float, int]:

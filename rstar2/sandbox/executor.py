@@ -10,6 +10,13 @@ completion order, so a slow request never holds back others. If the zygote dies,
 requests get status `killed` and a new zygote is started. A caller cancelled while waiting
 cancels its request in the zygote.
 
+Results that are the sandbox's fault rather than the code's carry `ExecResult.infra`: a full
+queue ("queue_full"), a shut-down executor ("shut_down"), a dead zygote ("sandbox_died"), a
+child that could not be started ("spawn_failed"). Code or stdin over the size limits is the
+caller's own doing: `rejected` without `infra`. With `cfg.fault_rate` > 0 a seeded share of
+admitted requests is answered with an injected failure instead of running (`faults.py`): noise
+the model must cope with, deliberately NOT flagged as infrastructure.
+
 `execute_code(code, stdin, timeout_s)` is the synchronous convenience: one shared executor
 started on first use in a background event-loop thread.
 
@@ -35,6 +42,7 @@ from anyio.from_thread import BlockingPortal, start_blocking_portal
 
 from rstar2.sandbox import framing, proctree
 from rstar2.sandbox.config import SandboxConfig
+from rstar2.sandbox.faults import injected_fault
 from rstar2.sandbox.isolation import (
     ENV,
     IsolationError,
@@ -58,6 +66,8 @@ class ExecutorStats:
     completed: int
     rejected: int
     zygote_restarts: int
+    faults: int = 0
+    """Requests answered with an injected fault (`fault_rate`)."""
 
 
 @dataclass
@@ -66,8 +76,8 @@ class _Waiter:
     result: dict[str, Any] | None = None
 
 
-def rejected(request_id: str, message: str) -> ExecResult:
-    return ExecResult(id=request_id, status="rejected", stderr=message, exit_code=-1)
+def rejected(request_id: str, message: str, infra: str = "") -> ExecResult:
+    return ExecResult(id=request_id, status="rejected", stderr=message, exit_code=-1, infra=infra)
 
 
 class Executor:
@@ -87,6 +97,7 @@ class Executor:
         self._queued_bytes = 0
         self._completed = 0
         self._rejected = 0
+        self._faults = 0
         self._restarts = 0
         self._frames = framing.FrameBuffer()
         self._argv: list[str] = []
@@ -99,7 +110,7 @@ class Executor:
             raise TypeError(f"expected an ExecRequest, got {type(request).__name__}")
         cfg = self.cfg
         if self._closed:
-            return rejected(request.id, "executor is shut down")
+            return rejected(request.id, "executor is shut down", "shut_down")
         if len(request.code) > cfg.max_code_bytes:
             return rejected(
                 request.id, f"code of {len(request.code)} chars exceeds {cfg.max_code_bytes}"
@@ -109,9 +120,11 @@ class Executor:
                 request.id, f"stdin of {len(request.stdin)} chars exceeds {cfg.max_stdin_bytes}"
             )
         if self._outstanding >= cfg.max_queue:
-            return rejected(request.id, f"queue full ({self._outstanding} requests outstanding)")
+            message = f"queue full ({self._outstanding} requests outstanding)"
+            return rejected(request.id, message, "queue_full")
         if self._queued_bytes + _size(request) > cfg.max_queue_mb << 20:
-            return rejected(request.id, f"queue full ({self._queued_bytes} bytes outstanding)")
+            message = f"queue full ({self._queued_bytes} bytes outstanding)"
+            return rejected(request.id, message, "queue_full")
         return None
 
     async def run(self, request: ExecRequest) -> ExecResult:
@@ -120,6 +133,10 @@ class Executor:
         if refusal is not None:
             self._rejected += 1
             return refusal
+        fault = injected_fault(request, self.cfg.fault_rate)
+        if fault is not None:
+            self._faults += 1
+            return fault
         size = _size(request)
         self._outstanding += 1
         self._queued_bytes += size
@@ -134,7 +151,12 @@ class Executor:
 
     def stats(self) -> ExecutorStats:
         return ExecutorStats(
-            self._outstanding, self._queued_bytes, self._completed, self._rejected, self._restarts
+            self._outstanding,
+            self._queued_bytes,
+            self._completed,
+            self._rejected,
+            self._restarts,
+            self._faults,
         )
 
     def process_ids(self) -> list[int]:
@@ -153,7 +175,9 @@ class Executor:
         await self._up.wait()
         proc = self._proc
         if self._closed or proc is None or proc.stdin is None:
-            return ExecResult(id=request.id, status="killed", stderr="executor is shut down")
+            return ExecResult(
+                id=request.id, status="killed", stderr="executor is shut down", infra="shut_down"
+            )
         seq = next(self._seq)
         timeout_s, memory_mb = self.cfg.limits_for(request.timeout_s, request.memory_mb)
         frame = {"op": "run", "seq": seq, "code": request.code, "stdin": request.stdin}
@@ -202,7 +226,7 @@ class Executor:
             proc = self._proc
             await self._pump(proc)
             self._up = anyio.Event()
-            self._fail_all("sandbox zygote exited")
+            self._fail_all("sandbox zygote exited", "sandbox_died")
             await _stop(proc)
             if self._closed:
                 break
@@ -279,10 +303,10 @@ class Executor:
                         waiter.event.set()
             tg.cancel_scope.cancel()
 
-    def _fail_all(self, message: str) -> None:
+    def _fail_all(self, message: str, infra: str) -> None:
         waiters, self._waiters = self._waiters, {}
         for waiter in waiters.values():
-            waiter.result = {"status": "killed", "stderr": message, "exit_code": -9}
+            waiter.result = {"status": "killed", "stderr": message, "exit_code": -9, "infra": infra}
             waiter.event.set()
 
     async def aclose(self) -> None:
@@ -296,7 +320,7 @@ class Executor:
             if proc is not None:
                 await _stop(proc)  # also when the caller was cancelled: no zygote outlives us
                 await proc.aclose()
-        self._fail_all("executor is shut down")
+        self._fail_all("executor is shut down", "shut_down")
 
 
 def _size(request: ExecRequest) -> int:
@@ -312,6 +336,7 @@ def _result(request_id: str, frame: dict[str, Any]) -> ExecResult:
         exit_code=frame.get("exit_code", 0),
         wall_s=frame.get("wall_s", 0.0),
         truncated=frame.get("truncated", False),
+        infra=frame.get("infra", ""),
     )
 
 

@@ -12,6 +12,8 @@ Decisions live in the synchronous `Dispatcher`:
   it is pinged every `heartbeat_s`; its in-flight requests are re-sent to another live service
   (at most `max_resends` times each) or else answered with status `killed`;
 - with no live service a request is answered `rejected` at once;
+- both failures are the infrastructure's, not the code's: their results carry
+  `ExecResult.infra` ("sandbox_died", "no_sandbox");
 - a dead service that answers again is used again. The first result for a request wins; a
   late duplicate from a service thought dead is dropped.
 
@@ -127,7 +129,12 @@ class ExecutorPool:
         key = str(next(self._keys))
         service = self.dispatcher.assign(key, request)
         if service is None:
-            return ExecResult(id=request.id, status="rejected", stderr="no live sandbox service")
+            return ExecResult(
+                id=request.id,
+                status="rejected",
+                stderr="no live sandbox service",
+                infra="no_sandbox",
+            )
         event = self._waiters[key] = anyio.Event()
         try:
             await self._send(service, msgspec.structs.replace(request, id=key))
@@ -194,7 +201,10 @@ class ExecutorPool:
         )  # fmt: skip
         for key in fail:
             message = f"sandbox service {service} died with the request in flight"
-            self._answer(key, ExecResult(id=key, status="killed", stderr=message, exit_code=-9))
+            failed = ExecResult(
+                id=key, status="killed", stderr=message, exit_code=-9, infra="sandbox_died"
+            )
+            self._answer(key, failed)
         for key, target in resend:
             flight = self.dispatcher.flights.get(key)
             if flight is not None:

@@ -68,7 +68,9 @@ class _Server:
             finally:
                 self.running.pop(key, None)
         if scope.cancelled_caught:
-            result = ExecResult(id=request.id, status="killed", stderr="cancelled by the client")
+            result = ExecResult(
+                id=request.id, status="killed", stderr="cancelled by the client", infra="cancelled"
+            )
         try:
             await self.sock.send([peer, wire.encode(result)])
         except zmq.ZMQError as e:  # the client is gone (ROUTER_MANDATORY): nobody to answer

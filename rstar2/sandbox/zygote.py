@@ -181,7 +181,7 @@ class Zygote:
             except OSError as e:  # out of fds or processes: the request fails, the loop goes on
                 self.free_uids.append(job.uid)
                 job.err += f"sandbox could not start the request: {e}".encode()
-                self._send(job, "error", -1)
+                self._send(job, "error", -1, infra="spawn_failed")
                 continue
             self.running += 1
 
@@ -307,7 +307,9 @@ class Zygote:
         self._start_pending()
         return True
 
-    def _send(self, job: Job, status: str, exit_code: int) -> None:
+    def _send(self, job: Job, status: str, exit_code: int, infra: str = "") -> None:
+        """Report one finished request; `infra` names a failure of the sandbox itself (the
+        executor copies it into `ExecResult.infra`)."""
         result = {
             "op": "result",
             "seq": job.seq,
@@ -318,6 +320,8 @@ class Zygote:
             "wall_s": round(job.wall_s, 6),
             "truncated": job.truncated,
         }
+        if infra:
+            result["infra"] = infra
         _write_all(self.out_fd, framing.pack(result))
 
     def shutdown(self) -> None:

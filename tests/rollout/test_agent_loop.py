@@ -49,7 +49,10 @@ async def test_single_turn_answer():
 
 async def test_tool_call_then_answer_builds_the_documented_tokens():
     traj, engine, ex = await roll(["think" + CALL, ANSWER])
-    assert ex.requests == [ExecRequest(id="p/0/t0", code="print(6*7)", stdin="x", timeout_s=5.0)]
+    req = ExecRequest(
+        id="p/0/t0", code="print(6*7)", stdin="x", timeout_s=5.0, seed=turn_seed(3, 0)
+    )
+    assert ex.requests == [req]
     response = "Tool call success\nran print(6*7)\n"
     forced = TOK.encode(RESPONSE_PREFIX + response + RESPONSE_SUFFIX)
     turn1, turn2 = TOK.encode("think" + CALL), TOK.encode(ANSWER)
@@ -155,6 +158,44 @@ async def test_executor_that_never_answers_is_a_timeout():
     ex.gate = anyio.Event()  # never set
     traj, _, _ = await roll([CALL, ANSWER], ex, tool_timeout_s=0.01, tool_wait_s=0.05)
     assert traj.tool_timeouts == 1 and "Tool call failure\ntimeout" in traj.response_text
+    # the sandbox, not the code, was too slow: the rollout is marked
+    assert traj.infra_failure == "tool:tool_wait"
+
+
+async def test_the_codes_own_failures_are_not_infrastructure():
+    statuses = iter(["error", "timeout", "memory", "output_limit", "killed", "rejected"])
+
+    def handler(req: ExecRequest) -> ExecResult:
+        return ExecResult(id=req.id, status=next(statuses), stderr="boom")
+
+    traj, _, _ = await roll([CALL] * 6 + [ANSWER], FakeExecutor(handler), max_turns=8)
+    assert (traj.tool_calls, traj.tool_errors, traj.tool_timeouts) == (6, 5, 1)
+    assert traj.infra_failure == ""
+
+
+async def test_infrastructure_failures_mark_the_rollout_and_it_goes_on():
+    results = iter(
+        [
+            ExecResult(id="", status="rejected", stderr="queue full", infra="queue_full"),
+            ExecResult(id="", status="killed", stderr="zygote exited", infra="sandbox_died"),
+            ExecResult(id="", status="ok", stdout="42"),
+        ]
+    )
+
+    def handler(req: ExecRequest) -> ExecResult:
+        return next(results)
+
+    traj, _, _ = await roll([CALL, CALL, CALL, ANSWER], FakeExecutor(handler))
+    # the model reads each failure as usual and may retry; the first reason marks the rollout
+    assert "Tool call failure\nrejected\nqueue full" in traj.response_text
+    assert (traj.finish_reason, traj.tool_calls, traj.tool_errors) == ("answer", 3, 2)
+    assert traj.infra_failure == "tool:queue_full"
+
+
+async def test_tool_requests_carry_the_turn_seed():
+    traj, _, ex = await roll([CALL, CALL, ANSWER])
+    assert [r.seed for r in ex.requests] == [turn_seed(3, 0), turn_seed(3, 1)]
+    assert traj.infra_failure == ""
 
 
 async def test_tool_output_cannot_forge_chat_tokens():

@@ -10,7 +10,7 @@ import pytest
 
 from rstar2.config import ConfigError, from_dict
 from rstar2.sandbox.config import SandboxConfig
-from rstar2.sandbox.executor import _relay_stderr, execute_code, open_executor
+from rstar2.sandbox.executor import Executor, _relay_stderr, execute_code, open_executor
 from rstar2.sandbox.isolation import IsolationError
 from rstar2.wire import ExecRequest, ExecResult
 
@@ -90,6 +90,26 @@ def test_full_queue_rejects_at_once() -> None:
     statuses = sorted(r.status for r in results)
     assert statuses == ["ok", "ok", "rejected", "rejected", "rejected"]
     assert len({r.id for r in results}) == 5
+    # a full queue is the sandbox's failure, not the code's
+    assert sorted(r.infra for r in results) == ["", "", "queue_full", "queue_full", "queue_full"]
+
+
+def test_oversized_code_is_the_callers_own_rejection() -> None:
+    cfg = SandboxConfig(max_code_bytes=10, max_stdin_bytes=10, max_queue=1, preload=[])
+
+    async def main() -> list[ExecResult | None]:
+        ex = Executor(cfg)  # admission only: no zygote needed
+        big = ex.admit(ExecRequest(id="a", code="x" * 11))
+        ex._outstanding = 1  # as if one request were in flight
+        full = ex.admit(ExecRequest(id="b", code="1"))
+        ex._closed = True
+        closed = ex.admit(ExecRequest(id="c", code="1"))
+        return [big, full, closed]
+
+    big, full, closed = anyio.run(main)
+    assert big is not None and (big.status, big.infra) == ("rejected", "")
+    assert full is not None and (full.status, full.infra) == ("rejected", "queue_full")
+    assert closed is not None and (closed.status, closed.infra) == ("rejected", "shut_down")
 
 
 @pytest.mark.timeout(20)
@@ -145,6 +165,7 @@ def test_zygote_death_fails_in_flight_and_restarts() -> None:
 
     dead, fresh = anyio.run(main)
     assert dead.status == "killed" and "zygote" in dead.stderr
+    assert dead.infra == "sandbox_died" and fresh.infra == ""
     assert (fresh.status, fresh.stdout) == ("ok", "2\n")
 
 

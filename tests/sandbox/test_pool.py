@@ -113,6 +113,7 @@ def test_no_service_answers_fail_with_a_status(tmp_path: Path) -> None:
 
     result = anyio.run(main)
     assert result.id == "lost" and result.status == "killed"
+    assert result.infra == "sandbox_died"
 
 
 @pytest.mark.timeout(60)

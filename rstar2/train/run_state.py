@@ -171,12 +171,7 @@ class RunState:
         rng = random.Random(derive_seed(self.cfg.seed, "roc", step))
         batch = build_training_batch(groups, self.cfg.rl, rng)
         metrics: dict[str, float] = self._run("update", batch)
-        metrics.update(
-            groups_kept=batch.groups_kept,
-            groups_dropped=batch.groups_dropped,
-            groups_all_correct=batch.groups_all_correct,
-            trained_rollouts=len(batch.rollouts),
-        )
+        metrics.update(batch.counts())
         return metrics
 
     # --- checkpoints -----------------------------------------------------------------------

@@ -54,6 +54,7 @@ def test_an_explicit_config_wins_over_the_run(tmp_path: Path) -> None:
 def test_a_model_outside_a_run_gets_the_defaults(tmp_path: Path) -> None:
     model = tmp_path / "plain"
     model.mkdir()
+    (model / "config.json").write_text(json.dumps({"model_type": "qwen2"}))
     assert training_run_config(model) is None
     assert resolve_settings(_args("--model", str(model))).rollout.tool_show_time is True
 

@@ -81,7 +81,7 @@ def test_a_model_dir_without_a_model_is_refused(
     with pytest.raises(SystemExit) as exit_info:
         main(["profile", "--model", str(tmp_path), "--out", str(tmp_path / "out")])
     assert exit_info.value.code == 2
-    assert "not a model directory" in capsys.readouterr().err
+    assert "not a model, checkpoint or run directory" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize(

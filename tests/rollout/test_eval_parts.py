@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from rstar2.commands.eval import ProgressBar, load_problem_set, print_table, trajectory_record
+from rstar2.config import ConfigError
 from rstar2.rollout.evaluation import EvalItem, EvalSummary
 from rstar2.rollout.trajectory import Trajectory
 
@@ -22,14 +23,14 @@ def load_args(data: Path, **kw: object) -> argparse.Namespace:
 
 
 def test_missing_data_file_is_a_clean_exit(tmp_path: Path):
-    with pytest.raises(SystemExit, match="nope.jsonl"):
+    with pytest.raises(ConfigError, match="nope.jsonl"):
         load_problem_set(load_args(tmp_path / "nope.jsonl"))
 
 
 def test_bad_row_names_the_line(tmp_path: Path):
     data = tmp_path / "p.jsonl"
     data.write_text('{"problem": "1+1", "answer": "2"}\n{"problem": "x"}\n')
-    with pytest.raises(SystemExit, match="line 2"):
+    with pytest.raises(ConfigError, match="line 2"):
         load_problem_set(load_args(data))
     assert len(load_problem_set(load_args(data, skip_bad_rows=True))) == 1
 
@@ -38,7 +39,7 @@ def test_limit_and_empty(tmp_path: Path):
     data = tmp_path / "p.jsonl"
     data.write_text("".join(f'{{"problem": "{i}+1", "answer": "{i + 1}"}}\n' for i in range(5)))
     assert len(load_problem_set(load_args(data, limit=2))) == 2
-    with pytest.raises(SystemExit, match="no problems"):
+    with pytest.raises(ConfigError, match="at least one problem"):
         load_problem_set(load_args(data, limit=0))
 
 

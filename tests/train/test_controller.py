@@ -180,7 +180,7 @@ def test_the_step_row_has_the_metrics_and_timings_of_the_learner_actor() -> None
     commands = run_all(make_config(heldout_problems=0))
     first = next(c for c in commands if isinstance(c, WriteMetrics))
     assert list(first.row) == [
-        "step", "stage",
+        "step", "stage", "infra_failed",
         "reward_mean", "response_tokens_mean", "tool_calls_mean", "tool_error_ratio_correct",
         "mixed_group_fraction", "gen_tokens", "moved_turns",
         "loss", "clip_fraction", "trained_rollouts", "weights_broadcast_bytes", "weights_bus_bytes",

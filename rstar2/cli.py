@@ -64,6 +64,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "profile": ("rstar2.commands.profile", "trace a short run and name the bottleneck actor"),
     "top": ("rstar2.commands.top", "live per-actor rates, queue depths and busy share"),
     "launch": ("rstar2.commands.launch", "start this node's share of a multi-host graph"),
+    "experiment": ("rstar2.commands.experiment", "arms x envs x seeds: one table and plots"),
 }
 
 # user-given paths that are missing, of the wrong kind or not readable: bad input, not a bug

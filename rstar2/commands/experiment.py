@@ -1,0 +1,82 @@
+"""`rstar2 experiment`: named arms x envs x seeds, one table (mean +- sd, 95% CI) and plots.
+
+Parses the flags and calls `rstar2.train.experiment_runner.run_experiment`; the plan, the
+equal-compute rule and the interval are documented there and in `rstar2.train.experiment`.
+Progress lines (one per arm start and end) go to stderr, the table (or `--json`) to stdout.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from rstar2.commands.arguments import nonnegative_float
+from rstar2.config import ConfigError
+from rstar2.train.experiment import ARMS, ENVS, parse_names
+from rstar2.train.experiment_runner import ExperimentSpec, run_experiment
+
+HELP = "arms (sft, sft_long, grpo, roc) x envs x seeds: one table and plots"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--config", help="TOML/YAML train config (default: the embedded tiny run)")
+    parser.add_argument("--arms", default=",".join(ARMS), help="comma-separated arms")
+    parser.add_argument("--envs", default=",".join(ENVS), help="comma-separated environments")
+    parser.add_argument("--seeds", default="0,1,2", help="comma-separated seeds (integers >= 0)")
+    parser.add_argument(
+        "--fault-rate",
+        type=nonnegative_float,
+        default=0.1,
+        help="sandbox.fault_rate of the noisy environment",
+    )
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override one config key of every run, e.g. --set stages.0.steps=40 (repeatable)",
+    )
+    parser.add_argument("--out", required=True, help="experiment directory (reruns resume it)")
+    parser.add_argument("--json", action="store_true", help="print results.json to stdout")
+
+
+def _seeds(text: str) -> list[int]:
+    try:
+        seeds = [int(s) for s in text.split(",") if s.strip()]
+    except ValueError:
+        seeds = []
+    if not seeds or min(seeds) < 0:
+        raise ConfigError("--seeds", text, "comma-separated integers >= 0")
+    return seeds
+
+
+def spec_of(args: argparse.Namespace) -> ExperimentSpec:
+    out = Path(args.out)
+    if out.exists() and not out.is_dir():
+        raise ConfigError("--out", str(out), "a directory (that path is a file)")
+    return ExperimentSpec(
+        out=out,
+        config=args.config,
+        sets=list(args.set),
+        arms=parse_names(args.arms, ARMS, "--arms"),
+        envs=parse_names(args.envs, ENVS, "--envs"),
+        seeds=_seeds(args.seeds),
+        fault_rate=args.fault_rate,
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    spec = spec_of(args)
+    spec.out.mkdir(parents=True, exist_ok=True)
+    results = run_experiment(spec, lambda line: print(line, file=sys.stderr, flush=True))
+    if args.json:
+        print(json.dumps(results))
+    else:
+        print(results["table_text"])
+        print(
+            f"results: {spec.out / 'results.json'}; plots: {spec.out / 'accuracy.png'}, "
+            f"{spec.out / 'tool_error_ratio_correct.png'}"
+        )
+    return 0

@@ -1,0 +1,320 @@
+"""Runs an experiment's arms (`rstar2.train.experiment` plans them) and writes its results.
+
+`run_experiment(spec, progress)`:
+
+1. for each seed, SFT once (`OUT/sft-models/seed-<s>/model-sft/`), shared by every env and
+   arm of that seed: SFT never calls the sandbox, so the envs' SFT would be the same model;
+2. each arm run in `OUT/<env>/<arm>/seed-<s>/`, in `plan_runs` order:
+   - `grpo` / `roc`: an RL run (`run_training`) from the shared SFT model;
+   - `sft`: the `test_sft` evaluation of that (env, seed)'s first RL run (the same policy,
+     problems, seeds and sandbox), or, without RL arms, an evaluation-only run in `eval/`;
+   - `sft_long`: the SFT recipe again (a second cosine cycle, `sft.seed + 1` batch order) from
+     the SFT model for the longest `wall_s` of that (env, seed)'s RL arms
+     (`model-sft-long/`), then an evaluation-only run of it in `eval/` (its `test_sft`);
+   each finished arm writes `arm.json` and is skipped on a rerun; an arm stopped midway is
+   started again (its directory cleared);
+3. `OUT/results.json` (every arm run, the table rows), `OUT/accuracy.png` and
+   `OUT/tool_error_ratio_correct.png`.
+
+What it does not do: RL, SFT or evaluation itself (`rstar2.train.runner`,
+`rstar2.learner.sft`), or argument parsing.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import shutil
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import torch  # noqa: E402
+
+from rstar2.config import ConfigError  # noqa: E402
+from rstar2.learner.sft import encode_examples, train_sft  # noqa: E402
+from rstar2.metrics import read_metrics  # noqa: E402
+from rstar2.model.loader import load_model  # noqa: E402
+from rstar2.tasks.arithmetic import generate_problems  # noqa: E402
+from rstar2.tasks.traces import build_traces  # noqa: E402
+from rstar2.train.config import TrainConfig, load_train_config  # noqa: E402
+from rstar2.train.experiment import (  # noqa: E402
+    ARMS,
+    ENVS,
+    RL_ARMS,
+    ArmResult,
+    ArmRun,
+    eval_overrides,
+    format_table,
+    plan_runs,
+    rl_overrides,
+    run_overrides,
+    summarize,
+    training_figures,
+)
+from rstar2.train.runner import prepare_policy, run_training  # noqa: E402
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class ExperimentSpec:
+    """What `rstar2 experiment` was asked to run."""
+
+    out: Path
+    config: str | None = None
+    """A train config file (None: the embedded default)."""
+    sets: list[str] | None = None
+    """`--set` overrides applied to every run, before the experiment's own."""
+    arms: Sequence[str] = ARMS
+    envs: Sequence[str] = ENVS
+    seeds: Sequence[int] = (0, 1, 2)
+    fault_rate: float = 0.1
+    """`sandbox.fault_rate` of the noisy env."""
+
+
+def run_config(spec: ExperimentSpec, run: ArmRun, extra: list[str]) -> TrainConfig:
+    return load_train_config(
+        spec.config, sets=[*(spec.sets or []), *run_overrides(run, spec.fault_rate), *extra]
+    )
+
+
+def check_spec(spec: ExperimentSpec) -> list[ArmRun]:
+    """The planned runs; a bad config or flag fails here, before anything runs."""
+    runs = plan_runs(spec.arms, spec.envs, spec.seeds)
+    cfg = run_config(spec, runs[0], [])
+    if cfg.test_problems < 1:
+        raise ConfigError("test_problems", cfg.test_problems, ">= 1: an experiment reports test")
+    if cfg.sft.steps < 1:
+        raise ConfigError("sft.steps", cfg.sft.steps, ">= 1: the arms share one SFT per seed")
+    if not 0 <= spec.fault_rate <= 1:
+        raise ConfigError("--fault-rate", spec.fault_rate, "a number in [0, 1]")
+    return runs
+
+
+def run_experiment(spec: ExperimentSpec, progress: Callable[[str], None]) -> dict[str, Any]:
+    """Run every arm not yet finished; returns (and writes) `results.json`'s content."""
+    runs = check_spec(spec)
+    results = []
+    for i, run in enumerate(runs, 1):
+        arm_dir = run.directory(spec.out)
+        done = arm_dir / "arm.json"
+        if done.is_file():
+            result = ArmResult(**json.loads(done.read_text()))
+            progress(f"[{i}/{len(runs)}] {run.name}: done before, {_figure(result)}")
+        else:
+            progress(f"[{i}/{len(runs)}] {run.name}: started")
+            start = time.time()
+            result = _run_arm(spec, run, progress)
+            arm_dir.mkdir(parents=True, exist_ok=True)
+            done.write_text(json.dumps(result.as_dict(), indent=1))
+            took = time.time() - start
+            progress(f"[{i}/{len(runs)}] {run.name}: done in {took:.0f}s, {_figure(result)}")
+        results.append(result)
+    rows = summarize(results)
+    out = {
+        "spec": {**asdict(spec), "out": str(spec.out)},
+        "table": [asdict(r) for r in rows],
+        "runs": [r.as_dict() for r in results],
+        "table_text": format_table(rows),
+    }
+    (spec.out / "results.json").write_text(json.dumps(out, indent=1))
+    plot_accuracy(rows, spec.out / "accuracy.png")
+    plot_error_curves(results, spec.out / "tool_error_ratio_correct.png")
+    return out
+
+
+def _figure(r: ArmResult) -> str:
+    low, high = r.test_ci95
+    return f"test pass@1 {100 * r.test_accuracy:.1f}% (95% CI {100 * low:.1f}-{100 * high:.1f})"
+
+
+def _run_arm(spec: ExperimentSpec, run: ArmRun, progress: Callable[[str], None]) -> ArmResult:
+    sft_model = shared_sft(spec, run, progress)
+    if run.arm in RL_ARMS:
+        return _rl_arm(spec, run, sft_model)
+    if run.arm == "sft":
+        return _sft_arm(spec, run, sft_model)
+    return _sft_long_arm(spec, run, sft_model)
+
+
+def shared_sft(spec: ExperimentSpec, run: ArmRun, progress: Callable[[str], None]) -> Path:
+    """The seed's SFT model (trained on first use)."""
+    sft_root = spec.out / "sft-models" / f"seed-{run.seed}"
+    if (sft_root / "model-sft" / "sft.json").is_file():
+        return sft_root / "model-sft"
+    progress(f"SFT of seed {run.seed} (shared by every env and arm): started")
+    model = prepare_policy(run_config(spec, run, []), sft_root)
+    seconds = json.loads((model / "sft.json").read_text())["seconds"]
+    progress(f"SFT of seed {run.seed}: done in {seconds:.0f}s")
+    return model
+
+
+def _fresh_run(cfg: TrainConfig, run_dir: Path) -> dict[str, Any]:
+    """`run_training` in `run_dir`, or its summary if it finished (an arm that stopped after
+    its run but before `arm.json`); a run stopped midway starts again."""
+    summary = run_dir / "summary.json"
+    if summary.is_file():
+        return json.loads(summary.read_text())
+    if run_dir.exists():
+        log.warning("%s: an unfinished run, started again", run_dir)
+        shutil.rmtree(run_dir)
+    return run_training(cfg, run_dir)
+
+
+def _test(summary: dict[str, Any], key: str) -> tuple[float, list[float]]:
+    acc = summary["evaluations"][key]
+    return float(acc["accuracy"]), [float(x) for x in acc["ci95"]]
+
+
+def _rl_arm(spec: ExperimentSpec, run: ArmRun, sft_model: Path) -> ArmResult:
+    run_dir = run.directory(spec.out)
+    summary = _fresh_run(run_config(spec, run, rl_overrides(run.arm, sft_model)), run_dir)
+    accuracy, ci = _test(summary, "test_final")
+    figures = training_figures(read_metrics(run_dir / "metrics.jsonl"))
+    return ArmResult(run.env, run.arm, run.seed, accuracy, ci, float(summary["wall_s"]), **figures)
+
+
+def _sft_arm(spec: ExperimentSpec, run: ArmRun, sft_model: Path) -> ArmResult:
+    seconds = float(json.loads((sft_model / "sft.json").read_text())["seconds"])
+    for algo in RL_ARMS:
+        summary_path = replace(run, arm=algo).directory(spec.out) / "summary.json"
+        if summary_path.is_file():
+            accuracy, ci = _test(json.loads(summary_path.read_text()), "test_sft")
+            source = {"test_sft_of": str(summary_path.parent)}
+            return ArmResult(run.env, run.arm, run.seed, accuracy, ci, seconds, extra=source)
+    eval_dir = run.directory(spec.out) / "eval"
+    summary = _fresh_run(run_config(spec, run, eval_overrides(sft_model)), eval_dir)
+    accuracy, ci = _test(summary, "test_sft")
+    return ArmResult(run.env, run.arm, run.seed, accuracy, ci, seconds)
+
+
+def rl_budget(spec: ExperimentSpec, run: ArmRun) -> float:
+    """The longest `wall_s` of the (env, seed)'s finished RL arms."""
+    walls = []
+    for algo in RL_ARMS:
+        path = replace(run, arm=algo).directory(spec.out) / "arm.json"
+        if path.is_file():
+            walls.append(float(json.loads(path.read_text())["wall_s"]))
+    if not walls:
+        raise ConfigError("--arms", ",".join(spec.arms), "grpo or roc beside sft_long")
+    return max(walls)
+
+
+def _sft_long_arm(spec: ExperimentSpec, run: ArmRun, sft_model: Path) -> ArmResult:
+    arm_dir = run.directory(spec.out)
+    model_dir = arm_dir / "model-sft-long"
+    budget = rl_budget(spec, run)
+    if not (model_dir / "sft_long.json").is_file():
+        continue_sft(run_config(spec, run, []), sft_model, model_dir, budget)
+    info = json.loads((model_dir / "sft_long.json").read_text())
+    summary = _fresh_run(run_config(spec, run, eval_overrides(model_dir)), arm_dir / "eval")
+    accuracy, ci = _test(summary, "test_sft")
+    return ArmResult(run.env, run.arm, run.seed, accuracy, ci, float(info["seconds"]), extra=info)
+
+
+class _BudgetSpent(Exception):
+    """Raised from `train_sft`'s step hook: the time budget is used up."""
+
+
+def continue_sft(cfg: TrainConfig, start: Path, out: Path, budget_s: float) -> dict[str, Any]:
+    """Train the model in `start` further on the run's SFT traces for `budget_s` seconds of
+    training (loading excluded) and save it in `out` (with `sft_long.json`).
+
+    The recipe is SFT's own again - warm-up, peak `sft.lr`, cosine to `lr * min_lr_ratio` - as a
+    second cycle (a warm restart) over as many steps as the budget holds at the first SFT's
+    measured seconds per step; the batch order is `sft.seed + 1`, so it is not a replay. It
+    stops at the budget even if the steps are not all done (a busier machine)."""
+    first = json.loads((start / "sft.json").read_text())
+    per_step = max(float(first["seconds"]) / max(int(first["steps"]), 1), 1e-3)
+    steps = max(1, math.ceil(budget_s / per_step))
+    sft_cfg = replace(cfg.sft, steps=steps, seed=cfg.sft.seed + 1)
+    if cfg.graph.learner_threads > 0:
+        torch.set_num_threads(cfg.graph.learner_threads)
+    model, tokenizer = load_model(start)
+    problems = generate_problems(cfg.task, "train")[: cfg.sft.train_problems]
+    traces = build_traces(problems, seed=cfg.sft.seed, mistake_fraction=cfg.sft.mistake_fraction)
+    examples = encode_examples(tokenizer, traces)
+    done = 0
+    began = time.perf_counter()
+
+    def stop_at_budget(step: int) -> None:
+        nonlocal done
+        done = step
+        if time.perf_counter() - began >= budget_s:
+            raise _BudgetSpent
+
+    try:
+        train_sft(model, examples, sft_cfg, int(tokenizer.pad_token_id or 0), stop_at_budget)
+    except _BudgetSpent:
+        log.info("continued SFT: the %.0fs budget is spent after %d steps", budget_s, done)
+    model.eval()
+    info = {
+        "budget_s": budget_s,
+        "seconds": time.perf_counter() - began,
+        "steps": done,
+        "planned_steps": steps,
+    }
+    tmp = out.with_name(out.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    model.save_pretrained(tmp)
+    tokenizer.save_pretrained(tmp)
+    (tmp / "sft_long.json").write_text(json.dumps(info))
+    shutil.rmtree(out, ignore_errors=True)
+    tmp.rename(out)
+    return info
+
+
+def plot_accuracy(rows: Sequence[Any], out: Path) -> Path:
+    """Bars of test pass@1 per arm, one group per env, error bars the 95% interval."""
+    envs = [e for e in ENVS if any(r.env == e for r in rows)]
+    arms = [a for a in ARMS if any(r.arm == a for r in rows)]
+    fig, ax = plt.subplots(figsize=(1.6 + 1.4 * len(arms) * len(envs), 3.6))
+    width = 0.8 / max(len(arms), 1)
+    for j, arm in enumerate(arms):
+        xs, ys, err = [], [], [[], []]
+        for i, env in enumerate(envs):
+            for r in rows:
+                if r.env == env and r.arm == arm:
+                    xs.append(i + (j - (len(arms) - 1) / 2) * width)
+                    ys.append(100 * r.accuracy)
+                    err[0].append(100 * (r.accuracy - r.ci95[0]))
+                    err[1].append(100 * (r.ci95[1] - r.accuracy))
+        ax.bar(xs, ys, width, yerr=err, capsize=3, label=arm)
+    ax.set_xticks(range(len(envs)), envs)
+    ax.set_ylabel("test pass@1 (%)")
+    ax.set_title("test accuracy (bars: 95% CI)", fontsize=10)
+    ax.grid(axis="y", alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(out, dpi=90)
+    plt.close(fig)
+    return out
+
+
+def plot_error_curves(results: Sequence[ArmResult], out: Path) -> Path:
+    """Tool-error ratio inside correct rollouts against step (paper Figure 9): one panel per
+    env, one line per RL arm and seed."""
+    envs = [e for e in ENVS if any(r.env == e and r.curve for r in results)] or ["clean"]
+    fig, axes = plt.subplots(1, len(envs), figsize=(4.6 * len(envs), 3.4), squeeze=False)
+    for ax, env in zip(axes.flat, envs, strict=True):
+        for r in sorted(results, key=lambda r: (r.arm, r.seed)):
+            if r.env == env and r.curve:
+                xs, ys = zip(*r.curve, strict=True)
+                ax.plot(xs, ys, label=f"{r.arm} seed {r.seed}", alpha=0.8)
+        ax.set_title(f"{env}: tool errors in correct rollouts", fontsize=10)
+        ax.set_xlabel("step")
+        ax.grid(alpha=0.3)
+        if ax.lines:
+            ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(out, dpi=90)
+    plt.close(fig)
+    return out

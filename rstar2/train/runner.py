@@ -28,7 +28,6 @@ import torch
 
 from rstar2.actors import GraphConfig, graph_config, run_graph_blocking
 from rstar2.actors.graph_config import actor_node
-from rstar2.config import from_dict
 from rstar2.learner.checkpoint import (
     drop_checkpoints_after,
     load_checkpoint,
@@ -76,13 +75,6 @@ def save_config(cfg: TrainConfig, run_dir: Path) -> None:
     run_dir.mkdir(parents=True, exist_ok=True)
     # redacted: no secret is ever written to a run directory (rstar2.redaction)
     (run_dir / "config.json").write_text(json.dumps(redact(config_dict(cfg)), indent=1))
-
-
-def load_run_config(run_dir: Path) -> TrainConfig:
-    path = run_dir / "config.json"
-    if not path.is_file():
-        raise FileNotFoundError(f"{run_dir} has no config.json: not an rstar2 run directory")
-    return from_dict(TrainConfig, json.loads(path.read_text()))
 
 
 def prepare_policy(cfg: TrainConfig, run_dir: Path) -> Path:

@@ -1,6 +1,6 @@
 """Evaluation accuracy with a 95% confidence interval, and the evaluation splits of a run.
 
-`score(results)` is avg@k: each problem's pass rate over its k samples (reward > 0), averaged
+`score(results)` is avg@k (with the evaluation's response length and tool use beside it): each problem's pass rate over its k samples (reward > 0), averaged
 over problems (the paper's avg@k; pass@1 when k = 1). The interval treats problems as the unit
 of sampling - the question an evaluation answers is "how would this policy do on other
 problems like these", and the k samples of one problem are not independent draws of that:
@@ -27,7 +27,7 @@ from __future__ import annotations
 import math
 import statistics
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from rstar2.config import ConfigError
 from rstar2.data import load_problems
@@ -50,6 +50,9 @@ class Accuracy:
     problems: int
     samples: int
     """Samples per problem (k)."""
+    rollout: dict[str, float] = field(default_factory=dict)
+    """How the evaluation's rollouts went: `response_tokens_mean`, `tool_calls_mean` (per
+    rollout) and `tool_error_ratio_correct` (failed calls among the calls of correct rollouts)."""
 
     @property
     def half_width(self) -> float:
@@ -61,6 +64,7 @@ class Accuracy:
             "ci95": [self.low, self.high],
             "problems": self.problems,
             "samples": self.samples,
+            **self.rollout,
         }
 
 
@@ -76,7 +80,22 @@ def score(results: Sequence[TrajectoryResult]) -> Accuracy:
     mean = sum(rates) / n
     half = Z95 * statistics.stdev(rates) / math.sqrt(n) if n > 1 else 0.0
     samples = max(len(v) for v in by_problem.values())
-    return Accuracy(mean, max(0.0, mean - half), min(1.0, mean + half), n, samples)
+    low, high = max(0.0, mean - half), min(1.0, mean + half)
+    return Accuracy(mean, low, high, n, samples, rollout_figures(results))
+
+
+def rollout_figures(results: Sequence[TrajectoryResult]) -> dict[str, float]:
+    """Mean response tokens and tool calls per rollout, and the share of failed calls among
+    the calls of correct rollouts, of an evaluation's rollouts."""
+    correct = [r for r in results if r.reward > 0]
+    calls = sum(r.tool_calls for r in correct)
+    failed = sum(r.tool_errors + r.tool_timeouts for r in correct)
+    return {
+        "response_tokens_mean": sum(len(r.token_ids) - r.prompt_len for r in results)
+        / len(results),
+        "tool_calls_mean": sum(r.tool_calls for r in results) / len(results),
+        "tool_error_ratio_correct": failed / calls if calls else 0.0,
+    }
 
 
 def _source(cfg: TrainConfig, path: str) -> list[TrainProblem]:

@@ -130,9 +130,10 @@ class ArmResult:
     wall_s: float
     """RL: the run's `wall_s`; sft: SFT's seconds; sft_long: the continued training's."""
     response_tokens: float | None = None
-    """RL: mean response tokens per rollout over training steps (None: no training rollouts)."""
+    """Mean response tokens per rollout on the test evaluation (every arm; runs that predate
+    it: RL training steps' mean, SFT arms None)."""
     tool_calls: float | None = None
-    """RL: mean tool calls per rollout over training steps."""
+    """Mean tool calls per rollout on the test evaluation (as `response_tokens`)."""
     tool_error_ratio_correct: float | None = None
     """RL: mean over steps of the share of failed calls inside correct rollouts (Figure 9)."""
     curve: list[list[float]] = field(default_factory=list)

@@ -174,11 +174,20 @@ def _test(summary: dict[str, Any], key: str) -> tuple[float, list[float]]:
     return float(acc["accuracy"]), [float(x) for x in acc["ci95"]]
 
 
+def _test_use(summary: dict[str, Any], key: str) -> dict[str, float]:
+    """Response tokens and tool calls per rollout on that test evaluation (absent in runs that
+    predate them): the same measure for every arm, SFT ones included."""
+    acc = summary["evaluations"][key]
+    pairs = (("response_tokens", "response_tokens_mean"), ("tool_calls", "tool_calls_mean"))
+    return {ours: float(acc[theirs]) for ours, theirs in pairs if theirs in acc}
+
+
 def _rl_arm(spec: ExperimentSpec, run: ArmRun, sft_model: Path) -> ArmResult:
     run_dir = run.directory(spec.out)
     summary = _fresh_run(run_config(spec, run, rl_overrides(run.arm, sft_model)), run_dir)
     accuracy, ci = _test(summary, "test_final")
     figures = training_figures(read_metrics(run_dir / "metrics.jsonl"))
+    figures.update(_test_use(summary, "test_final"))
     return ArmResult(run.env, run.arm, run.seed, accuracy, ci, float(summary["wall_s"]), **figures)
 
 
@@ -187,13 +196,16 @@ def _sft_arm(spec: ExperimentSpec, run: ArmRun, sft_model: Path) -> ArmResult:
     for algo in RL_ARMS:
         summary_path = replace(run, arm=algo).directory(spec.out) / "summary.json"
         if summary_path.is_file():
-            accuracy, ci = _test(json.loads(summary_path.read_text()), "test_sft")
+            summary = json.loads(summary_path.read_text())
+            accuracy, ci = _test(summary, "test_sft")
             source = {"test_sft_of": str(summary_path.parent)}
-            return ArmResult(run.env, run.arm, run.seed, accuracy, ci, seconds, extra=source)
+            use = _test_use(summary, "test_sft")
+            return ArmResult(run.env, run.arm, run.seed, accuracy, ci, seconds, extra=source, **use)
     eval_dir = run.directory(spec.out) / "eval"
     summary = _fresh_run(run_config(spec, run, eval_overrides(sft_model)), eval_dir)
     accuracy, ci = _test(summary, "test_sft")
-    return ArmResult(run.env, run.arm, run.seed, accuracy, ci, seconds)
+    use = _test_use(summary, "test_sft")
+    return ArmResult(run.env, run.arm, run.seed, accuracy, ci, seconds, **use)
 
 
 def rl_budget(spec: ExperimentSpec, run: ArmRun) -> float:
@@ -217,7 +229,9 @@ def _sft_long_arm(spec: ExperimentSpec, run: ArmRun, sft_model: Path) -> ArmResu
     info = json.loads((model_dir / "sft_long.json").read_text())
     summary = _fresh_run(run_config(spec, run, eval_overrides(model_dir)), arm_dir / "eval")
     accuracy, ci = _test(summary, "test_sft")
-    return ArmResult(run.env, run.arm, run.seed, accuracy, ci, float(info["seconds"]), extra=info)
+    use = _test_use(summary, "test_sft")
+    seconds = float(info["seconds"])
+    return ArmResult(run.env, run.arm, run.seed, accuracy, ci, seconds, extra=info, **use)
 
 
 class _BudgetSpent(Exception):

@@ -149,6 +149,9 @@ def trained_problems(commands: list[Command]) -> set[str]:
 # --- a whole run ----------------------------------------------------------------------------
 
 
+SOLVED = {"accuracy": 1.0, "ci95": [1.0, 1.0], "problems": 3, "samples": 1}
+
+
 def test_a_fresh_run_issues_the_learner_actors_sequence() -> None:
     cfg = make_config(stages=[{"name": "rl1", "steps": 2}], checkpoint_every=2)
     commands = run_all(cfg)
@@ -169,8 +172,18 @@ def test_a_fresh_run_issues_the_learner_actors_sequence() -> None:
         "sft_accuracy": 1.0,  # held-out tasks are all sample 0: solved
         "final_accuracy": 1.0,
         "evaluations": {
-            "validation_sft": {"accuracy": 1.0, "ci95": [1.0, 1.0], "problems": 3, "samples": 1},
-            "validation_final": {"accuracy": 1.0, "ci95": [1.0, 1.0], "problems": 3, "samples": 1},
+            "validation_sft": {
+                **SOLVED,
+                "response_tokens_mean": 3.0,
+                "tool_calls_mean": 1.0,
+                "tool_error_ratio_correct": 0.0,
+            },
+            "validation_final": {
+                **SOLVED,
+                "response_tokens_mean": 3.0,
+                "tool_calls_mean": 1.0,
+                "tool_error_ratio_correct": 0.0,
+            },
         },
         "extra": {},
     }
@@ -507,7 +520,9 @@ def test_validation_during_training_and_test_only_after_sft_and_at_the_end() -> 
     ]  # fmt: skip
     # k samples per problem, and the same seeds in every evaluation of a split
     assert [len(c.tasks) for c in evals] == [9, 12, 9, 9, 12]
-    assert {t.answer for c in evals if c.kind == "test" for t in c.tasks} == {t.answer for t in TEST}
+    assert {t.answer for c in evals if c.kind == "test" for t in c.tasks} == {
+        t.answer for t in TEST
+    }
     for kind in ("eval", "test"):
         seeds = [[t.seed for t in c.tasks] for c in evals if c.kind == kind]
         assert all(s == seeds[0] for s in seeds) and len(set(seeds[0])) == len(seeds[0])

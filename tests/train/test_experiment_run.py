@@ -39,6 +39,10 @@ def test_experiment_runs_resumes_and_reports(
     # the sft arm is the RL run's own evaluation of the SFT policy
     summary = json.loads((out / "noisy/grpo/seed-3/summary.json").read_text())
     assert sft["test_accuracy"] == summary["evaluations"]["test_sft"]["accuracy"]
+    # length and tool use come from each arm's test evaluation, SFT arms included
+    assert sft["tool_calls"] == summary["evaluations"]["test_sft"]["tool_calls_mean"]
+    assert grpo["response_tokens"] == summary["evaluations"]["test_final"]["response_tokens_mean"]
+    assert long["response_tokens"] is not None
     # the control trained for the RL arm's wall time, then the trainer evaluated it alike
     assert long["extra"]["budget_s"] == grpo["wall_s"]
     assert (

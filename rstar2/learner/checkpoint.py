@@ -112,13 +112,18 @@ def save_checkpoint(
     if final.exists():
         shutil.rmtree(final)
     os.replace(tmp, final)
-    latest_tmp = root / f".{LATEST}.tmp"
-    latest_tmp.write_text(name + "\n")
-    os.replace(latest_tmp, root / LATEST)
+    _point_latest(root, name)
     _fsync_dir(root)
     _prune(root, keep)
     log.debug("checkpoint %s written", final)
     return final
+
+
+def _point_latest(root: Path, name: str) -> None:
+    """Point `root/LATEST` at checkpoint `name`, atomically."""
+    latest_tmp = root / f".{LATEST}.tmp"
+    latest_tmp.write_text(name + "\n")
+    os.replace(latest_tmp, root / LATEST)
 
 
 def _prune(root: Path, keep: int) -> None:
@@ -159,9 +164,7 @@ def drop_checkpoints_after(run_dir: Path, step: int) -> list[Path]:
             shutil.rmtree(path)
             removed.append(path)
     if removed:
-        latest_tmp = root / f".{LATEST}.tmp"
-        latest_tmp.write_text(f"step-{step:06d}\n")
-        os.replace(latest_tmp, root / LATEST)
+        _point_latest(root, f"step-{step:06d}")
     return removed
 
 

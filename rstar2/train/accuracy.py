@@ -34,8 +34,11 @@ from rstar2.data import load_problems
 from rstar2.tasks.arithmetic import generate_problems
 from rstar2.train.config import TrainConfig
 from rstar2.train.problem_stream import TrainProblem
+from rstar2.train.step_metrics import rollout_metrics
 from rstar2.wire import TrajectoryResult
 
+ROLLOUT_FIGURES = ("response_tokens_mean", "tool_calls_mean", "tool_error_ratio_correct")
+"""The step metrics an evaluation records beside its accuracy."""
 Z95 = 1.959963984540054
 """The standard normal's 97.5% quantile."""
 
@@ -86,16 +89,10 @@ def score(results: Sequence[TrajectoryResult]) -> Accuracy:
 
 def rollout_figures(results: Sequence[TrajectoryResult]) -> dict[str, float]:
     """Mean response tokens and tool calls per rollout, and the share of failed calls among
-    the calls of correct rollouts, of an evaluation's rollouts."""
-    correct = [r for r in results if r.reward > 0]
-    calls = sum(r.tool_calls for r in correct)
-    failed = sum(r.tool_errors + r.tool_timeouts for r in correct)
-    return {
-        "response_tokens_mean": sum(len(r.token_ids) - r.prompt_len for r in results)
-        / len(results),
-        "tool_calls_mean": sum(r.tool_calls for r in results) / len(results),
-        "tool_error_ratio_correct": failed / calls if calls else 0.0,
-    }
+    the calls of correct rollouts, of an evaluation's rollouts (as a training step's
+    `rollout_metrics` defines them)."""
+    step = rollout_metrics(results)
+    return {k: step[k] for k in ROLLOUT_FIGURES}
 
 
 def _source(cfg: TrainConfig, path: str) -> list[TrainProblem]:

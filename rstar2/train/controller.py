@@ -256,7 +256,7 @@ class Controller:
                 self._sft_row = {"step": 0, "stage": "sft"}
                 if self.heldout:
                     return [self._evaluate("sft_eval")]
-                return [self._evaluate("sft_test", self.test)]
+                return [self._evaluate("sft_test", test=True)]
             return [EnterPhase("rl"), *self._next_step()]
         s = self._in_flight()
         s.update.update(metrics)
@@ -367,7 +367,7 @@ class Controller:
             row.update(_accuracy_row("heldout", acc))
             log.info("validation accuracy after SFT: %s", _text(acc))
             if self.test:
-                return [self._evaluate("sft_test", self.test)]
+                return [self._evaluate("sft_test", test=True)]
         else:
             p.evaluations["test_sft"] = acc.as_dict()
             row.update(_accuracy_row("test", acc))
@@ -510,7 +510,7 @@ class Controller:
         if self.heldout and "validation_last" in p.evaluations:  # the last step's evaluation
             p.evaluations["validation_final"] = p.evaluations["validation_last"]
         if self.test:
-            return [self._evaluate("final_test", self.test)]
+            return [self._evaluate("final_test", test=True)]
         return self._finish(p.last_accuracy)
 
     def _final_evaluated(self, phase: str, acc: Accuracy) -> list[Command]:
@@ -520,7 +520,7 @@ class Controller:
             p.evaluations["validation_final"] = acc.as_dict()
             row.update(_accuracy_row("heldout", acc))
             if self.test:
-                return [self._evaluate("final_test", self.test)]
+                return [self._evaluate("final_test", test=True)]
         else:
             p.evaluations["test_final"] = acc.as_dict()
             row.update(_accuracy_row("test", acc))
@@ -543,11 +543,11 @@ class Controller:
 
     # --- bookkeeping -----------------------------------------------------------------------
 
-    def _evaluate(self, phase: str, problems: Sequence[TrainProblem] | None = None) -> RollOut:
-        """Evaluate `problems` (the validation split by default), `eval_samples` each, with
-        seeds that do not depend on the step: every evaluation of a split samples alike, so
-        two evaluations differ by the policy alone."""
-        step, test = self.progress.step, problems is not None
+    def _evaluate(self, phase: str, test: bool = False) -> RollOut:
+        """Evaluate the validation split (the test split with `test`), `eval_samples` each,
+        with seeds that do not depend on the step: every evaluation of a split samples alike,
+        so two evaluations differ by the policy alone."""
+        step = self.progress.step
         tasks = self.rollout_tasks(
             self.test if test else self.heldout,
             step,

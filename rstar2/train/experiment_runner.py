@@ -39,11 +39,9 @@ import matplotlib.pyplot as plt  # noqa: E402
 import torch  # noqa: E402
 
 from rstar2.config import ConfigError  # noqa: E402
-from rstar2.learner.sft import encode_examples, train_sft  # noqa: E402
+from rstar2.learner.sft import train_sft  # noqa: E402
 from rstar2.metrics import read_metrics  # noqa: E402
 from rstar2.model.loader import load_model  # noqa: E402
-from rstar2.tasks.arithmetic import generate_problems  # noqa: E402
-from rstar2.tasks.traces import build_traces  # noqa: E402
 from rstar2.train.config import TrainConfig, load_train_config  # noqa: E402
 from rstar2.train.experiment import (  # noqa: E402
     ARMS,
@@ -59,7 +57,7 @@ from rstar2.train.experiment import (  # noqa: E402
     summarize,
     training_figures,
 )
-from rstar2.train.runner import prepare_policy, run_training  # noqa: E402
+from rstar2.train.runner import prepare_policy, run_training, sft_examples  # noqa: E402
 
 log = logging.getLogger(__name__)
 
@@ -253,9 +251,7 @@ def continue_sft(cfg: TrainConfig, start: Path, out: Path, budget_s: float) -> d
     if cfg.graph.learner_threads > 0:
         torch.set_num_threads(cfg.graph.learner_threads)
     model, tokenizer = load_model(start)
-    problems = generate_problems(cfg.task, "train")[: cfg.sft.train_problems]
-    traces = build_traces(problems, seed=cfg.sft.seed, mistake_fraction=cfg.sft.mistake_fraction)
-    examples = encode_examples(tokenizer, traces)
+    examples = sft_examples(cfg, tokenizer)
     done = 0
     began = time.perf_counter()
 

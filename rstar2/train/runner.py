@@ -77,6 +77,14 @@ def save_config(cfg: TrainConfig, run_dir: Path) -> None:
     (run_dir / "config.json").write_text(json.dumps(redact(config_dict(cfg)), indent=1))
 
 
+def sft_examples(cfg: TrainConfig, tokenizer: Any) -> list[Any]:
+    """The run's SFT examples: tool-format traces of the first `sft.train_problems` training
+    problems, encoded."""
+    problems = generate_problems(cfg.task, "train")[: cfg.sft.train_problems]
+    traces = build_traces(problems, seed=cfg.sft.seed, mistake_fraction=cfg.sft.mistake_fraction)
+    return encode_examples(tokenizer, traces)
+
+
 def prepare_policy(cfg: TrainConfig, run_dir: Path) -> Path:
     """The SFT'd starting policy of RL (built once per run directory)."""
     sft_dir = run_dir / "model-sft"
@@ -95,9 +103,7 @@ def prepare_policy(cfg: TrainConfig, run_dir: Path) -> Path:
     if cfg.graph.learner_threads > 0:
         torch.set_num_threads(cfg.graph.learner_threads)
     model, tokenizer = load_model(base)
-    problems = generate_problems(cfg.task, "train")[: cfg.sft.train_problems]
-    traces = build_traces(problems, seed=cfg.sft.seed, mistake_fraction=cfg.sft.mistake_fraction)
-    examples = encode_examples(tokenizer, traces)
+    examples = sft_examples(cfg, tokenizer)
     log.info("SFT: %d traces, %d steps", len(examples), cfg.sft.steps)
     start = time.perf_counter()
     result = train_sft(model, examples, cfg.sft, pad_id=int(tokenizer.pad_token_id or 0))

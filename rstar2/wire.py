@@ -375,6 +375,11 @@ class TrajectoryResult(Message, tag=71):
     tool call's `ExecResult.infra`, set by the rollout worker) or "reward:<status>" (the
     verification timed out or failed, set by the reward actor). Its reward says nothing about
     the model, so RL masks it out of the loss (`rstar2.rl.resampling.build_training_batch`)."""
+    policy_versions: list[int] = msgspec.field(default_factory=list)
+    """The policy version that generated each turn, in turn order (every token of a turn comes
+    from one version: updates load between turns, `rstar2.rollout.weight_gate`); -1 for a turn
+    generated before the first push. Its minimum is the trajectory's oldest token's version
+    (`rstar2.rl.staleness`)."""
 
 
 @register
@@ -398,6 +403,11 @@ class WeightUpdate(Message, tag=74):
     names: list[str]
     shapes: list[list[int]]
     flat: np.ndarray
+    final: bool = True
+    """The last bucket of `version`: the worker loads the buckets staged since the previous
+    final one at once, at a turn boundary (`rstar2.rollout.weight_gate`). A synchronous run
+    marks every bucket final (each loads as it comes, engine memory bounded by one bucket); an
+    asynchronous one only the last, so no turn ever sees half an update."""
 
 
 @register
@@ -502,6 +512,8 @@ class PeerGenerated(Message, tag=83):
     token_ids: list[int]
     logprobs: list[float]
     finish_reason: str
+    policy_version: int = -1
+    """The policy version that generated the turn on the peer's engine (-1: unknown)."""
 
 
 @register

@@ -71,6 +71,9 @@ class GenerationOutput:
     """log p(token) under the model at temperature 1 (the behaviour policy), one per token."""
     finish_reason: str
     """"stop" | "length" | "abort"."""
+    policy_version: int = -1
+    """The policy version that generated it (set by the rollout worker's weight gate; -1:
+    unknown)."""
 
 
 @runtime_checkable

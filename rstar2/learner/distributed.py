@@ -195,7 +195,7 @@ def _sharded_mini_batch(
     """Accumulate this rank's gradients for one mini-batch; returns the global metrics and
     mismatch."""
     num_tokens = max(float(sum(sum(batch.rollouts[i].loss_mask[1:]) for i in chunk)), 1.0)
-    keys = METRIC_KEYS + (TIS_METRIC_KEYS if rl.tis else ())
+    keys = METRIC_KEYS + (TIS_METRIC_KEYS if rl.decoupled else ())
     weighted = torch.zeros(len(keys), dtype=torch.float64)
     seen = Mismatch()
     for part, rows, advantages in _rank_micro_batches(batch, chunk, cfg, pad_id, rank, world):

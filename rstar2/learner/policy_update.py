@@ -249,8 +249,9 @@ def optimizer_steps(
 def needs_pre_pass(mini_batches: int, epochs: int, rl: RLConfig) -> bool:
     """Whether the step needs the learner's pre-update logprobs beyond what its first optimizer
     step's forward gives: when that step does not cover the whole batch (the mismatch is
-    measured before any update), or when TIS needs proximal logprobs in a later step."""
-    return mini_batches > 1 or (rl.tis and epochs > 1)
+    measured before any update), or when the decoupled loss (TIS, asynchronous RL) needs
+    proximal logprobs in a later step."""
+    return mini_batches > 1 or (rl.decoupled and epochs > 1)
 
 
 def _pre_pass(chunks: list[list[int]], measure: Measure) -> tuple[Proximal, Mismatch]:
@@ -280,8 +281,8 @@ def micro_batch_loss(
     the mismatch of this forward's logprobs against the engine's. `rows` are the batch indices
     of `part` (keys of `proximal`).
 
-    The ratio's reference: with TIS off the engine's logprobs (the paper); with TIS on the
-    learner's pre-update ones, from the pre-pass when there was one, else this forward's own
+    The ratio's reference: the engine's logprobs (the paper); with the decoupled loss (TIS on,
+    or asynchronous RL: `rl.decoupled`) the learner's pre-update ones, from the pre-pass when there was one, else this forward's own
     (the model is untouched in a step's first optimizer step)."""
     device = model_device(model)
     ids, attn, mask, behaviour = (t.to(device) for t in pad_batch(part, pad_id))
@@ -289,7 +290,7 @@ def micro_batch_loss(
     with _autocast(cfg.bf16, device):
         logp, entropy = token_logprobs(model, ids, attn)
     reference, tis_behaviour = behaviour, None
-    if rl.tis:
+    if rl.decoupled:
         reference, tis_behaviour = logp.detach(), behaviour
         if proximal is not None:
             reference = _padded([proximal[i] for i in rows], like=logp)

@@ -69,6 +69,21 @@ class RLConfig:
     the batch when the step takes several optimizer steps (`learner.mini_batches` or
     `learner.epochs` > 1); free otherwise."""
 
+    max_staleness: int = 0
+    """Asynchronous RL: how many policy versions a trajectory's oldest token may lag the
+    learner (k). 0 is the paper's synchronous loop: step t's rollouts start only after update
+    t-1 has reached the engines. k > 0 lets the rollouts of steps t+1..t+k generate while the
+    learner updates on step t (weights reach the engines mid-trajectory, at turn boundaries),
+    and the loss takes the decoupled form: clipped against the learner's own logprobs before
+    the update (proximal), weighted by min(exp(proximal - behaviour), tis_cap) against the
+    engine's recorded ones (behaviour; untruncated without `tis_cap`). See docs/async.md."""
+
+    @property
+    def decoupled(self) -> bool:
+        """Whether the clip is taken against the learner's proximal logprobs rather than the
+        engine's (TIS on, or asynchronous RL)."""
+        return self.tis or self.max_staleness > 0
+
     @property
     def tis(self) -> bool:
         """Whether truncated importance sampling is on (`tis_cap` set and nonzero)."""
@@ -89,6 +104,12 @@ class RLConfig:
         require(self.eps_high > 0, "rl.eps_high", self.eps_high, "a number > 0")
         require(self.kl_coef >= 0, "rl.kl_coef", self.kl_coef, "a number >= 0")
         require(self.entropy_coef >= 0, "rl.entropy_coef", self.entropy_coef, "a number >= 0")
+        require(
+            isinstance(self.max_staleness, int) and self.max_staleness >= 0,
+            "rl.max_staleness",
+            self.max_staleness,
+            "an integer >= 0 (0: synchronous)",
+        )
         require(
             self.tis_cap is None or self.tis_cap == 0 or self.tis_cap >= 1,
             "rl.tis_cap",

@@ -179,7 +179,7 @@ async def _generate_turn(
         raise
     stop = classify_stop(out.token_ids, out.finish_reason, codec.call_end_id, codec.end_ids)
     text = codec.decode(out.token_ids)
-    state.add_turn(out.token_ids, out.logprobs, stop, count_answer_tags(text))
+    state.add_turn(out.token_ids, out.logprobs, stop, count_answer_tags(text), out.policy_version)
     emit(TurnEvent(turn=turn, text=text, stop=stop))
     return text
 

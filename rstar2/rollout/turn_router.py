@@ -113,7 +113,11 @@ class RoutedEngine:
         reply = await self.ctx.request("peers", msg, peer=self.engine, timeout=PEER_TIMEOUT_S)
         assert isinstance(reply, PeerGenerated)
         return GenerationOutput(
-            reply.request_id, list(reply.token_ids), list(reply.logprobs), reply.finish_reason
+            reply.request_id,
+            list(reply.token_ids),
+            list(reply.logprobs),
+            reply.finish_reason,
+            reply.policy_version,
         )
 
     async def turn_ended(self, turn: int) -> None:

@@ -18,8 +18,11 @@ ports:
   state and the tool calls stay here.
 - ``generate`` (`PeerGenerate` -> `PeerGenerated`): one turn for another worker's trajectory
   (a turn the scheduler moved to this engine).
-- ``weights``: new policy weights, pushed by the learner between RL steps, when no trajectory
-  is in flight. Over the bus (`WeightUpdate` -> `WeightAck`: the flat tensors, loaded with
+- ``weights``: new policy weights, pushed by the learner between RL steps (synchronous RL: no
+  trajectory is in flight) or while trajectories are in flight (`rl.max_staleness > 0`): the
+  worker's weight gate (`rstar2.rollout.weight_gate`) loads them at a turn boundary and tags
+  every turn with the policy version that generated it (`TrajectoryResult.policy_versions`);
+  a bus push's buckets are staged until its `final` one and loaded at once. Over the bus (`WeightUpdate` -> `WeightAck`: the flat tensors, loaded with
   `update_weights`), or, with `cluster.weight_sync = "broadcast"` on vLLM engines, through the
   learner's weight group (`rstar2.weights.group_member`): `EngineReportRequest` first (answered
   once the engine is up), `WeightGroupJoin` -> `WeightGroupJoined` once, then per update
@@ -71,6 +74,7 @@ from rstar2.rollout.config import RolloutConfig
 from rstar2.rollout.token_codec import TokenCodec
 from rstar2.rollout.trajectory import Trajectory
 from rstar2.rollout.turn_router import RoutedEngine, engine_report, peer_params
+from rstar2.rollout.weight_gate import WeightGate
 from rstar2.weights.flat_codec import unflatten_weights
 from rstar2.weights.group_member import join_group, receive_broadcast
 from rstar2.wire import (
@@ -159,18 +163,24 @@ class _TimedTools:
 
 
 class _TracedEngine:
-    """The engine as the agent loops see it, each generation recorded as busy time."""
+    """The engine as the agent loops see it: each generation is a turn under the weight gate
+    (tagged with the policy version that generated it) and recorded as busy time."""
 
-    def __init__(self, engine: Engine, busy: BusyTrack, max_model_len: int) -> None:
+    def __init__(
+        self, engine: Engine, busy: BusyTrack, max_model_len: int, gate: WeightGate
+    ) -> None:
         self.engine = engine
         self.busy = busy
         self.max_model_len = max_model_len
+        self.gate = gate
 
     async def generate(
         self, request_id: str, prompt_ids: list[int], params: SamplingParams
     ) -> GenerationOutput:
-        with self.busy.unit():
-            return await self.engine.generate(request_id, prompt_ids, params)
+        async with self.gate.turn() as version:
+            with self.busy.unit():
+                out = await self.engine.generate(request_id, prompt_ids, params)
+        return dataclasses.replace(out, policy_version=version)
 
     async def abort(self, request_id: str) -> None:
         await self.engine.abort(request_id)
@@ -268,6 +278,7 @@ def to_result(
         tool_latencies=tool_latencies or [],
         moved_turns=moved_turns,
         infra_failure=traj.infra_failure,
+        policy_versions=traj.policy_versions,
     )
 
 
@@ -336,6 +347,11 @@ class RolloutWorker(Actor):
         self.engine_backend = params.engine_backend
         self.vllm_options = dict(params.vllm)
         self.move_turns = params.move_turns
+        self.gate: WeightGate
+        """Turns and weight loads (created in `serve`, on the event loop)."""
+        self._staged: dict[str, torch.Tensor] = {}
+        """Buckets of `_staged_version` received before its final one."""
+        self._staged_version = -1
 
     @asynccontextmanager
     async def _open_engine(self) -> AsyncIterator[tuple[Engine, TokenCodec, int]]:
@@ -360,6 +376,7 @@ class RolloutWorker(Actor):
         if self.threads > 0:
             torch.set_num_threads(self.threads)
         tools = GraphTools(ctx, timeout_s=self.rollout_cfg.tool_wait_s + 60.0)
+        self.gate = WeightGate()
         async with self._open_engine() as (engine, codec, max_model_len):
             await self._serve_engine(ctx, engine, codec, tools, max_model_len)
 
@@ -372,14 +389,16 @@ class RolloutWorker(Actor):
         max_model_len: int,
     ) -> None:
         busy = BusyTrack(ctx, "generate", waiting=lambda: engine.stats().waiting)
-        traced = _TracedEngine(engine, busy, max_model_len)
+        traced = _TracedEngine(engine, busy, max_model_len, self.gate)
 
         async def assign(task: RolloutTask) -> TrajectoryResult:
             return await self._rollout(ctx, traced, codec, tools, task)
 
         async def generate(msg: PeerGenerate) -> PeerGenerated:
             out = await traced.generate(msg.request_id, list(msg.prompt_ids), peer_params(msg))
-            return PeerGenerated(out.request_id, out.token_ids, out.logprobs, out.finish_reason)
+            return PeerGenerated(
+                out.request_id, out.token_ids, out.logprobs, out.finish_reason, out.policy_version
+            )
 
         async def weights(msg: Message) -> Message:
             return await self._weights(ctx, engine, msg)
@@ -447,7 +466,13 @@ class RolloutWorker(Actor):
             start = time.perf_counter()
             # host tensors: the engine copies them onto its device (`load_state_dict`, vLLM)
             flat = torch.from_numpy(msg.flat.copy())
-            await engine.update_weights(unflatten_weights(msg.names, msg.shapes, flat))
+            staged = self._staged if self._staged_version == msg.version else {}
+            staged.update(unflatten_weights(msg.names, msg.shapes, flat))
+            self._staged, self._staged_version = {}, -1
+            if msg.final:
+                await self.gate.update(msg.version, lambda: engine.update_weights(staged))
+            else:  # held until the version's last bucket: no turn sees half an update
+                self._staged, self._staged_version = staged, msg.version
             load_s = time.perf_counter() - start
             return WeightAck(version=msg.version, engine=self.index, load_s=load_s)
         if isinstance(msg, EngineReportRequest):
@@ -458,7 +483,13 @@ class RolloutWorker(Actor):
             if isinstance(msg, WeightGroupJoin):
                 return await join_group(engine, msg, self.index)
             assert isinstance(msg, WeightBroadcast)
-            return await receive_broadcast(engine, msg, self.index)
+            acks: list[WeightAck] = []
+
+            async def load() -> None:
+                acks.append(await receive_broadcast(engine, msg, self.index))
+
+            await self.gate.update(msg.version, load)
+            return acks[0]
 
     async def sleep_or_wake(self, engine: Engine, msg: EngineSleep | EngineWake) -> EngineSleepAck:
         """Free the engine's GPU memory for the learner's update, or take it back."""

@@ -249,6 +249,13 @@ class TrainConfig:
             self.sandbox.extra_latency_s,
             f"below rollout.tool_timeout_s ({self.rollout.tool_timeout_s}): else every call times out",
         )
+        require(
+            not (self.rl.max_staleness and self.cluster.colocate),
+            "rl.max_staleness",
+            self.rl.max_staleness,
+            "0 with cluster.colocate (the engines sleep while the learner updates, so nothing "
+            "can generate ahead)",
+        )
         for sub in (self.rl, self.learner, self.sft, self.task, self.cluster):
             sub.validate()
 

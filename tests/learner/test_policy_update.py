@@ -203,6 +203,28 @@ def test_tis_weights_each_token_by_the_capped_learner_engine_ratio() -> None:
     assert metrics["loss"] == pytest.approx(-(2 + 0.5 - 2) / 3, abs=1e-6)
 
 
+def test_asynchronous_rl_takes_the_decoupled_loss_with_untruncated_weights() -> None:
+    """`rl.max_staleness > 0` without a cap: the clip is against the learner's pre-update
+    logprobs (the proximal policy) and each token weighs exp(lp_learner - lp_engine) in full,
+    w = [4, 0.5 | 3] (the engine's stale logprobs are the behaviour policy). One SGD step of
+    lr 3, N = 3: row 0 = 4 (e1 - 0.2) - 3 (e3 - 0.2) = [-0.2, 3.8, -0.2, -3.2, -0.2], row 1 =
+    0.5 (e2 - 0.2). The paper's loss (ratio against the engine's logprobs) would clip these
+    tokens instead."""
+    batch = shifted_batch([[math.log(4), -math.log(2)], [math.log(3)]])
+    cfg = LearnerConfig(lr=3.0, warmup_steps=0, grad_clip=1e6)
+    metrics, model = sgd_update(batch, cfg, RLConfig(max_staleness=1))
+    expected = torch.zeros(5, 5)
+    expected[0] = torch.tensor([-0.2, 3.8, -0.2, -3.2, -0.2])
+    expected[1] = torch.tensor([-0.1, -0.1, 0.4, -0.1, -0.1])
+    torch.testing.assert_close(model.table.detach(), expected, atol=1e-6, rtol=0)
+    assert metrics["tis_weight_mean"] == pytest.approx(7.5 / 3, abs=1e-6)
+    assert metrics["tis_truncated_fraction"] == 0.0
+    assert metrics["clip_fraction"] == 0.0
+    assert metrics["loss"] == pytest.approx(-(4 + 0.5 - 3) / 3, abs=1e-6)
+    _, paper = sgd_update(batch, cfg, RLConfig())
+    assert not torch.allclose(paper.table, model.table)
+
+
 def test_tis_against_an_exact_engine_is_the_plain_update_over_several_steps() -> None:
     """Engine logprobs equal to the learner's: TIS's proximal logprobs (the pre-pass's, for
     every one of the 2 x 2 optimizer steps) are the engine's and every weight is 1, so the

@@ -1,0 +1,141 @@
+"""What the HTTP front lets in: who may call it, and how much work it holds at once.
+
+Access (the HTTP counterpart of the ZeroMQ service's CURVE rule, `SocketFactory.bind`):
+- `check_bind(host, token)`: binding an address other than loopback without a token is refused
+  (`ConfigError`), so an exposed port is never open to anyone who can reach it;
+- `authorized(header, token)`: with a token, every request must carry it, either as
+  `Authorization: Bearer TOKEN` or as HTTP Basic auth with TOKEN as the password (any user
+  name): the form `requests` and `aiohttp` send for a URL `http://user:TOKEN@host:port/...`,
+  so clients that take only a URL (verl's `sandbox_fusion_url`, rStar2's code-judge host)
+  work unchanged. Tokens are compared in constant time (`hmac.compare_digest`);
+- `load_token(text, origin)`: a token is at least 16 characters (whitespace around it dropped).
+
+Admission (`Admission`): a bounded amount of work, never a queue that grows without limit:
+- request bodies being read or run hold their bytes (`max_bytes`), taken as they arrive;
+- submissions being run hold one slot each (`max_items`), taken all at once per request.
+A request that does not fit is refused at once with the overload status (the front adds
+Retry-After); a batch larger than `max_items` can never fit and is refused as too large.
+
+What it does not do: TLS (hypercorn's `certfile`/`keyfile`; see `http_front.py`), rate limits
+per client, or user accounts.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hmac
+import ipaddress
+from dataclasses import dataclass
+
+from rstar2.config import ConfigError
+
+MIN_TOKEN_CHARS = 16
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """A request answered without running: an HTTP status and a message saying why."""
+
+    status: int
+    message: str
+
+
+def is_loopback(host: str) -> bool:
+    """True for localhost and loopback IP addresses; a name or a wildcard counts as exposed."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def check_bind(host: str, token: str | None) -> None:
+    """Refuse to expose the sandbox off loopback without a token."""
+    if token is None and not is_loopback(host):
+        raise ConfigError(
+            "--http",
+            host,
+            "a loopback address (127.0.0.1, ::1, localhost), or a token "
+            "(--token-file FILE or $RSTAR2_SANDBOX_TOKEN) to bind a non-loopback address",
+        )
+
+
+def load_token(text: str, origin: str) -> str:
+    token = text.strip()
+    if len(token) < MIN_TOKEN_CHARS or any(c.isspace() for c in token):
+        raise ConfigError(
+            origin,
+            "<redacted>",
+            f"a token of at least {MIN_TOKEN_CHARS} characters without spaces "
+            '(python -c "import secrets; print(secrets.token_urlsafe(32))")',
+        )
+    return token
+
+
+def presented_token(header: str) -> str | None:
+    """The token an Authorization header carries (Bearer, or Basic's password), or None."""
+    scheme, _, value = header.strip().partition(" ")
+    scheme, value = scheme.lower(), value.strip()
+    if scheme == "bearer":
+        return value or None
+    if scheme == "basic":
+        try:
+            decoded = base64.b64decode(value, validate=True).decode("utf-8")
+        except (binascii.Error, UnicodeDecodeError):
+            return None
+        user, sep, password = decoded.partition(":")
+        return password if sep else None
+    return None
+
+
+def authorized(header: str | None, token: str | None) -> bool:
+    """May a request with this Authorization header (None: none) be served?"""
+    if token is None:
+        return True
+    given = presented_token(header) if header else None
+    # compare_digest on equal-length digests: no early exit on the first differing byte,
+    # and no timing leak of the token's length either
+    expected = hmac.digest(b"rstar2-sandbox", token.encode(), "sha256")
+    offered = hmac.digest(b"rstar2-sandbox", (given or "").encode(), "sha256")
+    return hmac.compare_digest(expected, offered) and given is not None
+
+
+class Admission:
+    """Bounded work in flight: body bytes and submissions. All methods are synchronous."""
+
+    def __init__(self, max_items: int, max_bytes: int) -> None:
+        if max_items < 1 or max_bytes < 1:
+            raise ValueError(
+                f"need max_items >= 1 and max_bytes >= 1, got {max_items}, {max_bytes}"
+            )
+        self.max_items, self.max_bytes = max_items, max_bytes
+        self.items = 0
+        self.bytes = 0
+        self.refused = 0
+
+    def take_bytes(self, n: int) -> bool:
+        """Hold `n` more body bytes; False (nothing held) when that would pass `max_bytes`."""
+        if self.bytes + n > self.max_bytes:
+            self.refused += 1
+            return False
+        self.bytes += n
+        return True
+
+    def take_items(self, n: int) -> Refusal | None:
+        """Hold `n` submission slots, or the refusal: 413 if `n` can never fit, else 503."""
+        if n > self.max_items:
+            return Refusal(
+                413, f"a batch of {n} submissions exceeds this service's {self.max_items}: split it"
+            )
+        if self.items + n > self.max_items:
+            self.refused += 1
+            return Refusal(503, f"overloaded: {self.items} submissions in flight, retry later")
+        self.items += n
+        return None
+
+    def release(self, items: int, nbytes: int) -> None:
+        self.items -= items
+        self.bytes -= nbytes
+        assert self.items >= 0 and self.bytes >= 0, (self.items, self.bytes)

@@ -48,6 +48,10 @@ EXIT_BROKEN_PIPE = 141
 COMMANDS: dict[str, tuple[str, str]] = {
     "train": ("rstar2.commands.train", "run the full trainer (SFT then GRPO-RoC RL stages)"),
     "eval": ("rstar2.commands.eval", "evaluate a model on a problem set (pass@1, tool use)"),
+    "analyze": (
+        "rstar2.commands.analyze",
+        "high-entropy tokens of trajectories: reflection vs forking, SFT vs RL",
+    ),
     "chat": ("rstar2.commands.chat", "one tool-using conversation, printed as it happens"),
     "init-model": ("rstar2.commands.init_model", "create the tiny embedded default model locally"),
     "convert": (

@@ -37,6 +37,10 @@ CASES: list[tuple[str, int]] = [
     ("eval --model {missing} --data {file}", 2),
     ("eval --model {file} --data {file}", 2),
     ("chat --model {dir}", 2),
+    # analyze
+    ("analyze {file}", 2),
+    ("analyze {file} --model {dir}", 2),
+    ("analyze {file} --model {missing}", 2),
     # init-model
     ("init-model {file}", 2),
     ("init-model {dir}/m --config {missing}.toml", 2),

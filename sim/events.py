@@ -13,6 +13,8 @@ from typing import Any
 PRIORITY_TOOL = 0
 """Tool results at time t are seen before engines decide at t (they may add a request)."""
 PRIORITY_ENGINE = 1
+PRIORITY_CONTROL = 2
+"""Run-level events (a learner update or a weight push ends), after the engines at equal times."""
 
 
 class EventLoop:

@@ -1,5 +1,6 @@
 """Presenting simulator results: the comparison table and the PNG plots of `rstar2 sim compare`,
-and the key-value table of `rstar2 sim calibrate`.
+the key-value table of `rstar2 sim calibrate`, and the table and plot of `rstar2 sim
+compare-staleness` (runs of several steps by max staleness k).
 
 Plots use matplotlib's Agg backend (files only, no display): KV use per engine over time (one
 panel per policy), idle fraction per engine, and makespan per policy against the lower bound.
@@ -18,6 +19,7 @@ import matplotlib.pyplot as plt  # noqa: E402 - the backend must be chosen first
 from matplotlib.ticker import MaxNLocator  # noqa: E402
 
 from sim.simulator import SimResult  # noqa: E402
+from sim.training_run import RunResult  # noqa: E402
 
 
 def table(results: Sequence[SimResult]) -> str:
@@ -123,3 +125,49 @@ def write_plots(results: Sequence[SimResult], out_dir: str | Path) -> list[Path]
     plot_idle(results, paths[1])
     plot_makespan(results, paths[2])
     return paths
+
+
+def staleness_table(results: Sequence[RunResult]) -> str:
+    """One row per max staleness k; `speedup` is trajectories per hour over the first row's."""
+    base = results[0].trajectories_per_hour
+    head = (
+        f"{'k':>2} {'step_s_mean':>11} {'traj/hour':>10} {'speedup':>7} {'engine_idle':>11} "
+        f"{'stale_mean':>10} {'stale_max':>9} {'partial':>7} {'push_wait_s':>11}"
+    )
+    lines = [head, "-" * len(head)]
+    for r in results:
+        s = r.summary()
+        lines.append(
+            f"{r.max_staleness:>2d} {r.step_s_mean:>11.3f} {r.trajectories_per_hour:>10.0f} "
+            f"{r.trajectories_per_hour / base:>7.3f} {r.engine_idle_fraction:>11.3f} "
+            f"{s['staleness_mean']:>10.3f} {s['staleness_max']:>9} "
+            f"{s['partial_rollout_fraction']:>7.3f} {s['push_wait_s_mean']:>11.3f}"
+        )
+    first = results[0]
+    lines.append(f"{first.steps} steps, {first.policy}, learner {s['learner']}")
+    return "\n".join(lines)
+
+
+def write_staleness_plot(results: Sequence[RunResult], out_dir: str | Path) -> Path:
+    """staleness.png: trajectories per hour and engine idle fraction against k."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    ks = [r.max_staleness for r in results]
+    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4))
+    left.plot(ks, [r.trajectories_per_hour for r in results], marker="o")
+    left.set_xlabel("max staleness k")
+    left.set_ylabel("trajectories / hour")
+    right.plot(ks, [r.engine_idle_fraction for r in results], marker="o", color="tab:red")
+    right.set_xlabel("max staleness k")
+    right.set_ylabel("engine idle fraction")
+    right.set_ylim(0, 1)
+    for ax in (left, right):
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        ax.grid(alpha=0.3)
+    fig.suptitle(f"{results[0].steps} simulated steps, learner "
+                 f"{'colocated' if results[0].colocated else 'separate'}")  # fmt: skip
+    fig.tight_layout()
+    path = out / "staleness.png"
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path

@@ -14,7 +14,13 @@ routes and finished trajectories) would, here without delay. The length predicto
 what a live scheduler would know (`sim.config.predictor`), never from the step being played.
 The step ends when the last trajectory finishes; that time is the makespan.
 
-What it does not do: model the learner, the network, or delay in stats reports.
+Tool calls run on `tool_workers` sandbox workers (`sim.tool_workers.ToolWorkers`; None:
+as many as there are calls, every call starts at once): a call that finds every worker busy
+queues, first come first served.
+
+What it does not do: model the learner, the network, or delay in stats reports. Several
+steps with a learner and weight pushes between them: `sim.training_run.TrainingRun`, which
+extends this class through its hooks (`_start`, `_submit`, `_control`, `_trajectory_done`).
 """
 
 from __future__ import annotations
@@ -31,6 +37,7 @@ from sim.bound import bound_parts, sticky_bound
 from sim.cost import CostModel
 from sim.engine import BLOCK, EngineModel, Request
 from sim.events import PRIORITY_ENGINE, PRIORITY_TOOL, EventLoop
+from sim.tool_workers import ToolWorkers
 from sim.workload import TrajectorySpec
 
 ProgressFn = Callable[[int, int, float], None]
@@ -125,6 +132,7 @@ class Simulation:
         move_turns: bool = True,
         predictor: LengthPredictor | None = None,
         record: bool = False,
+        tool_workers: int | None = None,
     ) -> None:
         if policy.num_engines != num_engines:
             raise ValueError(f"policy built for {policy.num_engines} engines, not {num_engines}")
@@ -147,6 +155,7 @@ class Simulation:
         self.max_num_seqs = max_num_seqs
         self.engines = [EngineModel(e, num_blocks, cost, max_num_seqs) for e in range(num_engines)]
         self.loop = EventLoop()
+        self.tools = ToolWorkers(tool_workers)
         self.progress = progress
         n = len(self.workload)
         self._index = {spec.traj_id: i for i, spec in enumerate(self.workload)}
@@ -156,6 +165,7 @@ class Simulation:
         self._engine_of = [-1] * n
         self._moved_turns = 0
         self._context = [s.prompt_tokens for s in self.workload]
+        self._ready = [0.0] * n  # when each trajectory was submitted to the dispatch core
         self._finished = 0
         self._makespan = 0.0
         self._tool_wait = 0.0
@@ -164,39 +174,64 @@ class Simulation:
 
     def run(self) -> SimResult:
         start = time.perf_counter()
+        self._play()
+        return self._result(time.perf_counter() - start)
+
+    def _play(self) -> None:
+        """Run the event loop until nothing is left; every trajectory must have finished."""
         for engine in self.engines:
             self._place(self.core.report(engine.engine_id, engine.stats()), 0.0)
-        new = [
-            NewTrajectory(
-                s.traj_id, s.prompt_id, s.prompt_tokens, s.prompt_tokens + s.max_response_tokens
-            )
-            for s in self.workload
-        ]
-        self._place(self.core.submit(new), 0.0)
+        self._start()
         while (event := self.loop.pop()) is not None:
             now, priority, payload = event
             if priority == PRIORITY_TOOL:
                 self._tool_done(payload, now)
-            else:
+            elif priority == PRIORITY_ENGINE:
                 engine_id, version = payload
                 engine = self.engines[engine_id]
                 if version != engine.version:
                     continue
                 self._engine_decides(engine, now)
+            else:
+                self._control(payload, now)
         if self._finished != len(self.workload):
             raise RuntimeError(f"stalled: {self._finished}/{len(self.workload)} finished")
         if self.progress is not None and self._finished % self._report_every != 0:
             self.progress(self._finished, self._finished, self._makespan)
-        return self._result(time.perf_counter() - start)
+
+    def _start(self) -> None:
+        """Submit the trajectories at time 0 (one step: all of them)."""
+        self._release(range(len(self.workload)), 0.0)
+
+    def _release(self, indices: range, now: float) -> None:
+        """Submit these trajectories (workload indices) to the dispatch core at `now`."""
+        new = []
+        for i in indices:
+            s = self.workload[i]
+            self._ready[i] = now
+            new.append(
+                NewTrajectory(
+                    s.traj_id, s.prompt_id, s.prompt_tokens, s.prompt_tokens + s.max_response_tokens
+                )
+            )
+        self._place(self.core.submit(new), now)
+
+    def _control(self, payload: object, now: float) -> None:
+        """An event of another priority (`sim.events.PRIORITY_CONTROL`); one step has none."""
+        raise AssertionError(f"unexpected control event {payload!r} at {now}")
+
+    def _trajectory_done(self, i: int, now: float) -> None:
+        """Workload trajectory `i` finished at `now` (one step: nothing to do)."""
 
     def _place(self, placements: list[Placement], now: float) -> None:
         """Submit each placed turn to its engine; the engine's fresh report may place more."""
         todo = deque(placements)
         while todo:
             p = todo.popleft()
+            i = self._index[p.traj_id]
             if p.turn == 0:
-                self._queue_wait += now  # every trajectory is ready at time 0
-            todo.extend(self._submit(self._index[p.traj_id], p.engine, now))
+                self._queue_wait += now - self._ready[i]
+            todo.extend(self._submit(i, p.engine, now))
 
     def _submit(self, i: int, engine_id: int, now: float) -> list[Placement]:
         spec = self.workload[i]
@@ -235,10 +270,13 @@ class Simulation:
             self._makespan = now
             if self.progress is not None and self._finished % self._report_every == 0:
                 self.progress(self._finished, len(self.workload), now)
-            return self.core.finish(spec.traj_id, spec.total_tokens - spec.prompt_tokens)
+            placed = self.core.finish(spec.traj_id, spec.total_tokens - spec.prompt_tokens)
+            self._trajectory_done(i, now)
+            return placed
         self._context[i] += turn.model_tokens
-        self._tool_wait += turn.tool_latency_s
-        self.loop.schedule(now + turn.tool_latency_s, PRIORITY_TOOL, i)
+        done_at = self.tools.call(now, turn.tool_latency_s)
+        self._tool_wait += done_at - now
+        self.loop.schedule(done_at, PRIORITY_TOOL, i)
         return self.core.turn_end(spec.traj_id, self._turn[i])
 
     def _tool_done(self, i: int, now: float) -> None:

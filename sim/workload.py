@@ -248,30 +248,56 @@ def load_trace(path: str | Path, step: int | None = None) -> list[TrajectorySpec
     if step is not None and step not in steps:
         raise ValueError(f"{path}: no records of step {step} (steps: {sorted(steps) or 'none'})")
     chosen = step if step is not None else (max(steps) if steps else None)
-    out = []
-    for n, obj in lines:
-        where = f"{path}:{n}"
-        if chosen is not None and isinstance(obj, dict) and obj.get("step") != chosen:
-            continue
-        try:
-            turns = tuple(_turn_from(t, where) for t in obj["turns"])
-            prompt_tokens = int(obj["prompt_tokens"])
-            used = sum(t.model_tokens + t.tool_tokens for t in turns)
-            spec = TrajectorySpec(
-                str(obj.get("traj_id", f"t{len(out)}")),
-                str(obj["prompt_id"]),
-                prompt_tokens,
-                int(obj.get("max_response_tokens", used)),
-                turns,
-            )
-        except (KeyError, TypeError) as e:
-            raise ValueError(f"{where}: not a trajectory record ({e!r})") from None
-        if not turns or prompt_tokens < 1 or spec.max_response_tokens < used:
-            raise ValueError(f"{where}: need >= 1 turn, prompt_tokens >= 1, budget >= used tokens")
-        out.append(spec)
+    out = [
+        _spec(obj, f"{path}:{n}", k)
+        for k, (n, obj) in enumerate(
+            (n, obj)
+            for n, obj in lines
+            if chosen is None or not isinstance(obj, dict) or obj.get("step") == chosen
+        )
+    ]
     if not out:
         raise ValueError(f"{path}: the trace holds no trajectories")
     return out
+
+
+def load_trace_steps(path: str | Path) -> dict[int, list[TrajectorySpec]]:
+    """Every step of a multi-step trace (records with a `step`), read once, in step order.
+
+    A trace whose records carry no `step` is one step, numbered 1."""
+    lines = _records(path)
+    if not _steps(lines):
+        return {1: load_trace(path)}
+    grouped: dict[int, list[tuple[int, object]]] = {}
+    for n, obj in lines:
+        step = obj.get("step") if isinstance(obj, dict) else None
+        if step is None:
+            raise ValueError(f"{path}:{n}: a record without a step in a trace of several steps")
+        grouped.setdefault(step, []).append((n, obj))
+    return {
+        step: [_spec(obj, f"{path}:{n}", k) for k, (n, obj) in enumerate(grouped[step])]
+        for step in sorted(grouped)
+    }
+
+
+def _spec(obj: object, where: str, index: int) -> TrajectorySpec:
+    """One trace record as a trajectory (`index`: its position in its step, for a default id)."""
+    try:
+        turns = tuple(_turn_from(t, where) for t in obj["turns"])  # type: ignore[index]
+        prompt_tokens = int(obj["prompt_tokens"])  # type: ignore[index]
+        used = sum(t.model_tokens + t.tool_tokens for t in turns)
+        spec = TrajectorySpec(
+            str(obj.get("traj_id", f"t{index}")),  # type: ignore[union-attr]
+            str(obj["prompt_id"]),  # type: ignore[index]
+            prompt_tokens,
+            int(obj.get("max_response_tokens", used)),  # type: ignore[union-attr]
+            turns,
+        )
+    except (KeyError, TypeError, AttributeError) as e:
+        raise ValueError(f"{where}: not a trajectory record ({e!r})") from None
+    if not turns or prompt_tokens < 1 or spec.max_response_tokens < used:
+        raise ValueError(f"{where}: need >= 1 turn, prompt_tokens >= 1, budget >= used tokens")
+    return spec
 
 
 def _steps(records: list[tuple[int, object]]) -> set[int]:

@@ -5,6 +5,8 @@
     rstar2 sim bound [same options] [--json]
     rstar2 sim calibrate --points FILE [--check FILE] [--json]
     rstar2 sim calibrate --engine [--model-dir DIR] [--threads N] [--json]
+    rstar2 sim run --steps N --max-staleness K [same options] [--json]
+    rstar2 sim compare-staleness [--max-k 4] [same options] [--json] [--out-dir DIR]
 
 With no workload option the workload is the paper-scale step (512 prompts x 32 rollouts,
 lognormal lengths capped at 12K, ~5 tool calls). `--json` prints, per policy, exactly the keys
@@ -14,6 +16,12 @@ stderr unless --quiet or --no-progress. `calibrate --engine` is the fidelity ben
 (`sim.fidelity`): fit the cost model to the embedded CPU engine's measured steps, then predict
 a different workload's makespan on that engine and report the error. `bound` prints the
 terms of the workload's lower bound and its spread floor (`sim.bound`), simulating nothing.
+
+With `--steps N` (N > 1) `run` simulates a whole run (`sim.training_run`): N steps, the
+learner's updates and the weight pushes, under bounded staleness `--max-staleness K`; `--json`
+then prints the run's summary (trajectories_per_hour, engine_idle_fraction, staleness_mean,
+staleness_max, step_s_mean, ...). `compare-staleness` runs k = 0..max-k on the same steps
+(default 8), prints a table (or a JSON list) and writes staleness.png.
 """
 
 from __future__ import annotations
@@ -37,11 +45,12 @@ from rstar2.engine.benchmark import tiny_random_model
 from rstar2.engine.core import load_causal_lm
 from rstar2.scheduler import POLICY_NAMES, SchedulerConfig
 from sim.bound import bound_parts
-from sim.config import SimConfig, build
+from sim.config import LearnerConfig, SimConfig, build, build_run
 from sim.cost import GPUS, MODELS, StepPoint, fit, load_points
 from sim.fidelity import fidelity
-from sim.report import key_value_table, table, write_plots
+from sim.report import key_value_table, staleness_table, table, write_plots, write_staleness_plot
 from sim.simulator import ProgressFn, SimResult
+from sim.training_run import RunResult
 from sim.workload import SCENARIOS, WorkloadConfig, load_trace
 
 HELP = "simulate rollout scheduling policies without GPUs"
@@ -56,7 +65,11 @@ ACTIONS = {
     "compare": "simulate every policy on the same workload and seed, and plot them",
     "bound": "print the terms of the workload's lower bound, simulating nothing",
     "calibrate": "fit the cost model to measured steps, or check it against the embedded engine",
+    "compare-staleness": "simulate runs of several steps for max staleness k = 0..max-k, and plot",
 }
+
+COMPARE_STALENESS_STEPS = 8
+"""Steps of each run of `compare-staleness` when --steps is not given."""
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -81,8 +94,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                 default=argparse.SUPPRESS,
                 help="no progress bar on stderr",
             )
-        if name == "compare":
+        if name in ("compare", "compare-staleness"):
             p.add_argument("--out-dir", default="sim-out", help="where the PNGs go")
+        if name == "compare-staleness":
+            p.add_argument(
+                "--max-k", type=nonnegative_int, default=4, help="largest max staleness compared"
+            )
 
 
 def _add_run_options(parser: argparse.ArgumentParser, suppress: bool) -> None:
@@ -136,6 +153,25 @@ def _add_run_options(parser: argparse.ArgumentParser, suppress: bool) -> None:
         help="kv_aware: move a turn off an engine holding more KV than this x the least-used"
         " engine's + 2%% of its capacity (default 1.3)",
     )
+    add("--tool-workers", type=positive_int, help="sandbox workers (default: unlimited)")
+    add("--steps", type=positive_int, help="simulate a run of this many RL steps (default 1)")
+    add("--max-staleness", type=nonnegative_int, default=0, help="k of a run (0: synchronous)")
+    add(
+        "--learner",
+        default="separate",
+        choices=["separate", "colocated"],
+        help="the learner's own devices, or the engines' (they stop for the update)",
+    )
+    add("--learner-gpus", type=nonnegative_int, default=0, help="learner GPUs (0: --gpus)")
+    add("--learner-mfu", type=positive_float, default=0.3, help="the update's MFU")
+    add("--learner-epochs", type=positive_int, default=1, help="passes over a step's batch")
+    add("--learner-forwards", type=nonnegative_int, default=0, help="extra forwards per token")
+    add("--train-fraction", type=positive_float, default=0.5, help="share of tokens trained")
+    add("--push-bandwidth", type=positive_float, default=8.6, help="weight push GB/s")
+    add("--push-latency", type=nonnegative_float, default=0.1, help="fixed s of every push")
+    add("--update-s", type=nonnegative_float, help="every update takes this many s")
+    add("--push-s", type=nonnegative_float, help="every push takes this many s")
+    add("--learner-metrics", help="fit update and push costs to RUN/metrics.jsonl (with --trace)")
     add("--json", action="store_true", default=False, help="machine-readable output")
 
 
@@ -207,6 +243,22 @@ def config_from_args(args: argparse.Namespace, policy: str) -> SimConfig:
         scenario=args.scenario,
         workload=workload,
         scheduler=scheduler,
+        tool_workers=args.tool_workers,
+        steps=args.steps or 1,
+        max_staleness=args.max_staleness,
+        learner=LearnerConfig(
+            colocated=args.learner == "colocated",
+            gpus=args.learner_gpus,
+            mfu=args.learner_mfu,
+            epochs=args.learner_epochs,
+            forwards=args.learner_forwards,
+            train_fraction=args.train_fraction,
+            push_bandwidth_gbs=args.push_bandwidth,
+            push_latency_s=args.push_latency,
+            update_s=args.update_s,
+            push_s=args.push_s,
+            metrics=args.learner_metrics,
+        ),
         warm_predictor=not args.cold_predictor,
     )
     cfg.validate()
@@ -247,6 +299,13 @@ def run(args: argparse.Namespace) -> int:
         return _calibrate(args)
     if args.action == "bound":
         return _bound(args)
+    if args.action == "compare-staleness":
+        return _compare_staleness(args)
+    if args.action == "run" and (args.steps or 1) > 1:
+        run_result = simulate_run(args, args.max_staleness)
+        summary = run_result.summary()
+        print(json.dumps(summary, indent=2) if args.json else key_value_table(summary))
+        return 0
     policies = list(COMPARED) if args.action == "compare" else [args.policy]
     results = [simulate(args, p) for p in policies]
     if args.json:
@@ -257,6 +316,30 @@ def run(args: argparse.Namespace) -> int:
     if args.action == "compare":
         for path in write_plots(results, args.out_dir):
             log.info("wrote %s", path)
+    return 0
+
+
+def simulate_run(args: argparse.Namespace, max_staleness: int) -> RunResult:
+    """A run of `--steps` steps (compare-staleness: 8 unless given) under this k."""
+    args = argparse.Namespace(**vars(args))
+    args.steps = args.steps or COMPARE_STALENESS_STEPS
+    args.max_staleness = max_staleness
+    cfg = config_from_args(args, args.policy)
+    log.debug("resolved config: %s", to_dict(cfg))
+    progress = _progress_bar(f"k={max_staleness}", not (args.quiet or args.no_progress))
+    try:
+        return build_run(cfg, progress).run_steps()
+    except ValueError as e:  # a metrics file that does not match the trace
+        raise UsageError(str(e)) from None
+
+
+def _compare_staleness(args: argparse.Namespace) -> int:
+    results = [simulate_run(args, k) for k in range(args.max_k + 1)]
+    if args.json:
+        print(json.dumps([r.summary() for r in results], indent=2))
+    else:
+        print(staleness_table(results))
+    log.info("wrote %s", write_staleness_plot(results, args.out_dir))
     return 0
 
 

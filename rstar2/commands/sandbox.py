@@ -4,8 +4,11 @@
   the tool protocol's name, is an alias of `stdin`; giving both is rejected); exactly one JSON
   result line per input line on stdout, in completion order. A bad line gets a result with
   status `rejected` and a message, and processing goes on. docs/usage.md lists the fields.
-- `bench [--json]`: executor vs fresh-subprocess baseline on three workloads, plus a burst.
-- `serve --bind ADDR`: the executor as a ZeroMQ service (see `rstar2.sandbox.service`).
+- `bench [--json]`: executor vs fresh-subprocess baseline on three workloads, plus a burst;
+  `bench --http [URL]`: the same workloads through an HTTP service (`rstar2.sandbox.http_bench`).
+- `serve --bind ADDR`: the executor as a ZeroMQ service (see `rstar2.sandbox.service`);
+  `serve --http HOST:PORT`: as an HTTP service speaking code-judge's and SandboxFusion's APIs
+  (see `rstar2.sandbox.http_front`); a non-loopback HOST needs a token.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -28,15 +32,27 @@ from rstar2.commands.arguments import (
     positive_int,
     zmq_endpoint,
 )
-from rstar2.config import ConfigError, from_dict, load_file, override, to_dict
-from rstar2.sandbox.bench import run_bench
+from rstar2.config import ConfigError, UsageError, from_dict, load_file, override, to_dict
+from rstar2.sandbox.bench import WORKLOADS, run_bench
 from rstar2.sandbox.config import SandboxConfig
 from rstar2.sandbox.executor import Executor, open_executor
+from rstar2.sandbox.http_bench import APIS, run_http_bench
+from rstar2.sandbox.http_front import HttpConfig, serve_http
+from rstar2.sandbox.http_gate import load_token
 from rstar2.sandbox.service import serve_sandbox
 from rstar2.wire import ExecRequest, ExecResult
 
 HELP = "the isolated Python code executor (exec, serve, bench)"
+TOKEN_ENV = "RSTAR2_SANDBOX_TOKEN"
 log = logging.getLogger(__name__)
+
+
+def host_port(text: str) -> tuple[str, int]:
+    """HOST:PORT (an IPv6 host in brackets: [::1]:8080)."""
+    host, sep, port = text.rpartition(":")
+    if not sep or not host or not port.isdigit() or int(port) > 65535:
+        raise argparse.ArgumentTypeError(f"expected HOST:PORT, e.g. 127.0.0.1:8080, got {text!r}")
+    return host.strip("[]"), int(port)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -60,10 +76,33 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     p_bench.add_argument(
         "--burst", type=nonnegative_int, default=45000, help="burst size (0 to skip)"
     )
-    p_serve.add_argument(
-        "--bind", required=True, type=zmq_endpoint, help="e.g. ipc:///tmp/sbx.sock, tcp://*:5555"
+    p_bench.add_argument(
+        "--http", nargs="?", const="", metavar="URL",
+        help="through HTTP: rstar2's front in-process, or the service at URL",
+    )  # fmt: skip
+    p_bench.add_argument(
+        "--api", choices=[*APIS, "both"], default="both", help="with --http: the API to call"
+    )
+    where = p_serve.add_mutually_exclusive_group(required=True)
+    where.add_argument(
+        "--bind", type=zmq_endpoint, help="ZeroMQ: e.g. ipc:///tmp/sbx.sock, tcp://*:5555"
+    )
+    where.add_argument(
+        "--http", type=host_port, metavar="HOST:PORT", help="HTTP (code-judge, SandboxFusion)"
     )
     p_serve.add_argument("--curve-keys", type=Path, help="JSON file with the four CURVE keys")
+    p_serve.add_argument(
+        "--max-items", type=positive_int, default=65536, help="--http: submissions in flight"
+    )
+    p_serve.add_argument(
+        "--max-body-mb", type=positive_int, default=64, help="--http: largest request body"
+    )
+    p_serve.add_argument("--tls-cert", type=Path, help="--http: serve HTTPS with this PEM cert")
+    p_serve.add_argument("--tls-key", type=Path, help="--http: the PEM key of --tls-cert")
+    for p in (p_serve, p_bench):
+        p.add_argument(
+            "--token-file", type=Path, help=f"--http: file holding the token (or ${TOKEN_ENV})"
+        )
 
 
 def load_config(args: argparse.Namespace) -> SandboxConfig:
@@ -185,22 +224,81 @@ def _curve(path: Path | None) -> CurveKeys | None:
         ) from None
 
 
+def token_of(args: argparse.Namespace) -> str | None:
+    """The HTTP token: --token-file, else $RSTAR2_SANDBOX_TOKEN, else None."""
+    if args.token_file is not None:
+        try:
+            return load_token(args.token_file.read_text(), "--token-file")
+        except OSError as e:
+            raise ConfigError(
+                "--token-file", str(args.token_file), f"a readable file ({e})"
+            ) from None
+    if os.environ.get(TOKEN_ENV):
+        return load_token(os.environ[TOKEN_ENV], f"${TOKEN_ENV}")
+    return None
+
+
+def http_config(args: argparse.Namespace) -> HttpConfig:
+    """`serve --http`'s settings, validated (a non-loopback host without a token is refused)."""
+    host, port = args.http
+    if args.curve_keys is not None:
+        raise UsageError("--curve-keys is for --bind (ZeroMQ); --http takes --token-file")
+    http = HttpConfig(
+        host=host,
+        port=port,
+        token=token_of(args),
+        max_items=args.max_items,
+        max_body_mb=args.max_body_mb,
+        max_pending_mb=max(512, args.max_body_mb),
+        certfile=str(args.tls_cert) if args.tls_cert else None,
+        keyfile=str(args.tls_key) if args.tls_key else None,
+    )
+    http.validate()
+    return http
+
+
+def _print_http_bench(out: dict[str, Any]) -> None:
+    print(f"isolation: {out.get('isolation', 'remote')}")
+    print(f"url: {out['url']}; {out['clients']} closed-loop clients")
+    print(f"{'workload':<9} {'via':<15} {'r/s':>8} {'p50 ms':>7} {'p99 ms':>7} {'fail':>5}")
+    for name in WORKLOADS:
+        for via, w in out[name].items():
+            print(
+                f"{name:<9} {via:<15} {w['rps']:>8} {w['p50_ms']:>7} {w['p99_ms']:>7} "
+                f"{w['failures']:>5}"
+            )
+
+
+def _bench(args: argparse.Namespace, cfg: SandboxConfig) -> int:
+    def progress(line: str) -> None:
+        log.info("bench %s", line)
+
+    if args.http is None:
+        sweep: list[int] = args.sweep
+        out = anyio.run(run_bench, cfg, args.seconds, sweep, args.burst, progress)
+    else:
+        apis = list(APIS) if args.api == "both" else [args.api]
+        url = args.http.rstrip("/") or None
+        out = anyio.run(run_http_bench, cfg, url, apis, args.seconds, token_of(args), progress)
+    if args.json:
+        print(json.dumps(out, indent=2))
+    elif args.http is None:
+        _print_bench(out)
+    else:
+        _print_http_bench(out)
+    return 0
+
+
 def run(args: argparse.Namespace) -> int:
     cfg = load_config(args)
     if args.action == "exec":
         return anyio.run(_exec, cfg)
+    if args.action == "serve" and args.http is not None:
+        http = http_config(args)
+        anyio.run(lambda: serve_http(cfg, http))
+        return 0
     if args.action == "serve":
         curve = _curve(args.curve_keys)
         anyio.run(lambda: serve_sandbox(cfg, args.bind, curve=curve))
         return 0
-    sweep: list[int] = args.sweep
-
-    def progress(line: str) -> None:
-        log.info("bench %s", line)
-
-    out = anyio.run(run_bench, cfg, args.seconds, sweep, args.burst, progress)
-    if args.json:
-        print(json.dumps(out, indent=2))
-    else:
-        _print_bench(out)
-    return 0
+    return _bench(args, cfg)

@@ -6,8 +6,12 @@ from __future__ import annotations
 
 import functools
 import json
+import shutil
+import ssl
+import subprocess
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
+from pathlib import Path
 
 import anyio
 import httpx2
@@ -290,4 +294,26 @@ async def test_served_front_works_with_the_clients_unchanged(anyio_backend: str)
         results = [CodeJudgeClientResult(**r) for r in got["results"]]
         assert (results[0].success, results[0].stdout) == (True, "9\n")
         assert set(status_json) == {"queue", "num_workers"}
+        tg.cancel_scope.cancel()
+
+
+@pytest.mark.skipif(shutil.which("openssl") is None, reason="needs the openssl command")
+async def test_served_over_tls_with_a_certificate(anyio_backend: str, tmp_path: Path) -> None:
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+         "-keyout", str(key), "-out", str(cert), "-subj", "/CN=localhost",
+         "-addext", "subjectAltName=IP:127.0.0.1"],
+        check=True, capture_output=True, timeout=60,
+    )  # fmt: skip
+    http = HttpConfig(port=0, token=TOKEN, certfile=str(cert), keyfile=str(key))
+    async with anyio.create_task_group() as tg:
+        port = await tg.start(serve_http, LIGHT, http)
+        trusted = ssl.create_default_context(cafile=str(cert))
+        async with httpx2.AsyncClient(verify=trusted, auth=("u", TOKEN)) as client:
+            got = await client.post(f"https://127.0.0.1:{port}/run", json=sub("print(5)"))
+        assert got.json()["stdout"] == "5\n"
+        with pytest.raises(httpx2.TransportError):  # plain HTTP gets no answer: TLS only
+            async with httpx2.AsyncClient(timeout=5) as client:
+                await client.get(f"http://127.0.0.1:{port}/ping")
         tg.cancel_scope.cancel()

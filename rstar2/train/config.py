@@ -191,6 +191,9 @@ class TrainConfig:
     rollout_trace: bool = True
     """Record every RL step's trajectories (token counts per turn, tool latencies) in
     `RUN/rollout_trace.jsonl`, the simulator's trace format (`rstar2 sim --trace`)."""
+    rollout_trace_tokens: bool = False
+    """Also record each trajectory's token ids, loss mask, logprobs and reward in the rollout
+    trace, for `rstar2 analyze RUN/rollout_trace.jsonl` (about 10x larger file)."""
     model: ModelSource = field(default_factory=ModelSource)
     """The initial policy."""
     task: TaskConfig = field(default_factory=TaskConfig)

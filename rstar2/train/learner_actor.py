@@ -250,7 +250,9 @@ class LearnerActor(Actor):
             case OpenRun(resume_step=resume_step):
                 self.metrics = MetricsLog(self.run_dir, resume_step=resume_step)
                 if self.cfg.rollout_trace:
-                    self.trace = RolloutTrace(self.run_dir, resume_step)
+                    self.trace = RolloutTrace(
+                        self.run_dir, resume_step, tokens=self.cfg.rollout_trace_tokens
+                    )
             case PushWeights(version=version):
                 if self.engines_asleep:
                     await self._set_engines_asleep(ctx, False)

@@ -6,6 +6,11 @@ prompt, per-turn model and tool tokens, tool latencies, the step's response budg
 [--trace-step N]` replays a step the live graph ran, on any simulated cluster. On resume the
 lines of steps after the checkpoint are dropped (they are run again), as for `metrics.jsonl`.
 
+With `tokens` (train config `rollout_trace_tokens`, off by default: it makes the file about 10x
+larger) each line also carries the trajectory's `token_ids`, `loss_mask`, sampling `logprobs`,
+`sample` and `reward`, so `rstar2 analyze RUN/rollout_trace.jsonl --step N` can study the RL
+trajectories themselves (the simulator ignores these fields).
+
 What it does not do: record held-out evaluation rollouts (not a training step's workload).
 """
 
@@ -63,11 +68,23 @@ def trace_record(
     }
 
 
+def token_fields(r: TrajectoryResult) -> dict[str, object]:
+    """The fields `rollout_trace_tokens` adds to a trace line (see the module docstring)."""
+    return {
+        "sample": r.sample,
+        "reward": r.reward,
+        "token_ids": list(r.token_ids),
+        "loss_mask": list(r.loss_mask),
+        "logprobs": list(r.logprobs),
+    }
+
+
 class RolloutTrace:
     """Appends each RL step's trajectories to `run_dir/rollout_trace.jsonl`."""
 
-    def __init__(self, run_dir: Path, resume_step: int | None = None) -> None:
+    def __init__(self, run_dir: Path, resume_step: int | None = None, tokens: bool = False) -> None:
         self.path = Path(run_dir) / TRACE_FILE
+        self.tokens = tokens
         self.path.parent.mkdir(parents=True, exist_ok=True)
         if resume_step is not None and self.path.exists():
             kept = [
@@ -98,6 +115,8 @@ class RolloutTrace:
                 traj_id=r.traj_id,
                 engine=r.engine,
             )
+            if self.tokens:
+                record.update(token_fields(r))
             lines.append(json.dumps(record))
         self._file.write("".join(line + "\n" for line in lines))
         self._file.flush()

@@ -8,9 +8,11 @@ from pathlib import Path
 
 import pytest
 
+from rstar2.analysis import load_trajectories
 from rstar2.rollout.worker import _TimedTools
 from rstar2.train.rollout_trace import TRACE_FILE, RolloutTrace
 from rstar2.wire import ExecRequest, ExecResult, TrajectoryResult
+from sim.workload import load_trace
 
 
 def result(traj: str, mask: list[int], latencies: list[float]) -> TrajectoryResult:
@@ -47,6 +49,22 @@ def test_each_step_is_appended_and_resume_drops_later_steps(tmp_path: Path) -> N
 class _Tools:
     async def run(self, req: ExecRequest) -> ExecResult:
         return ExecResult(id=req.id, status="ok", stdout="", stderr="", exit_code=0, wall_s=0.0)
+
+
+def test_rollout_trace_tokens_makes_the_trace_analysable(tmp_path: Path) -> None:
+    """With `tokens` (rollout_trace_tokens) a line carries the token ids and mask that
+    `rstar2 analyze` reads; the simulator still reads the file."""
+    mask = [0, 0, 1, 1, 0, 1]
+    trace = RolloutTrace(tmp_path, tokens=True)
+    trace.write(4, [result("a", mask, [0.2])], 8)
+    trace.close()
+    (loaded,) = load_trajectories(tmp_path / TRACE_FILE, step=4).trajectories
+    assert (loaded.name, loaded.token_ids, loaded.loss_mask) == ("a", list(range(6)), mask)
+    assert len(load_trace(tmp_path / TRACE_FILE)) == 1
+    plain = RolloutTrace(tmp_path / "plain")
+    plain.write(4, [result("a", mask, [0.2])], 8)
+    plain.close()
+    assert "token_ids" not in lines(tmp_path / "plain")[0]
 
 
 @pytest.mark.anyio

@@ -55,11 +55,12 @@ def _kill_when(cmd: list[str], ready: Callable[[], bool]) -> None:
 def test_train_writes_metrics_plot_and_checkpoints(tmp_path: Path, smoke_config: Path) -> None:
     run = tmp_path / "run"
     out = subprocess.run(
-        train_cmd("--config", str(smoke_config), "--run-dir", str(run), "--json"),
+        train_cmd("--config", str(smoke_config), "--run-dir", str(run), "--json",
+                  "--set", "rollout_trace_tokens=true"),
         capture_output=True,
         text=True,
         timeout=600,
-    )
+    )  # fmt: skip
     assert out.returncode == 0, out.stderr[-3000:]
     summary = json.loads(out.stdout.strip().splitlines()[-1])
     assert summary["steps"] == 3
@@ -79,6 +80,10 @@ def test_train_writes_metrics_plot_and_checkpoints(tmp_path: Path, smoke_config:
     # every RL step's trajectories, replayable by the simulator
     trace = [json.loads(line) for line in (run / "rollout_trace.jsonl").read_text().splitlines()]
     assert sorted({r["step"] for r in trace}) == [1, 2, 3]
+    for r in trace:  # rollout_trace_tokens: the tokens `rstar2 analyze` reads
+        used = sum(t["model_tokens"] + t["tool_tokens"] for t in r["turns"])
+        assert len(r["token_ids"]) == len(r["loss_mask"]) == r["prompt_tokens"] + used
+        assert sum(r["loss_mask"]) == sum(t["model_tokens"] for t in r["turns"])
     sim = subprocess.run(
         [sys.executable, "-m", "rstar2.cli", "-q", "sim", "--trace", str(run / "rollout_trace.jsonl"),
          "--trace-step", "2", "--gpus", "1", "--json", "--no-progress"],

@@ -14,7 +14,9 @@ This module decides, without I/O:
   and message) for invalid JSON, a wrong field, an empty batch, a language other than Python or
   code over the sandbox's size limits;
 - `exec_request`: a submission -> the `ExecRequest` the executor runs (no per-request limits:
-  code-judge has none, so the sandbox's defaults apply, as on the ZeroMQ service);
+  code-judge has none, so the sandbox's defaults apply, as on the ZeroMQ service), run as a
+  script (`as_script`): both services run `python FILE`, which shows no trailing expression's
+  value, where rstar2's executor runs a notebook-like cell that does;
 - `run_result` / `judge_result`: an `ExecResult` -> code-judge's result.
 
 How rstar2's statuses map onto code-judge's `reason`: a timeout is "worker_timeout"; a request
@@ -40,6 +42,10 @@ from rstar2.sandbox.http_gate import Refusal
 from rstar2.wire import ExecRequest, ExecResult
 
 T = TypeVar("T")
+
+SCRIPT_END = "\npass\n"
+"""Appended to the code: the cell then ends in a statement, so no value is displayed; line
+numbers are unchanged."""
 
 REASONS = ("", "internal_error", "worker_timeout", "queue_timeout", "invalid_input")
 """code-judge's `ResultReason` values."""
@@ -100,8 +106,9 @@ def _problem(sub: Submission, cfg: SandboxConfig) -> str:
     """What keeps `sub` from running here ("" when nothing)."""
     if sub.type != "python":
         return f'type "{sub.type}" is not served: this sandbox runs Python only'
-    if len(sub.solution) > cfg.max_code_bytes:
-        return f"solution of {len(sub.solution)} chars exceeds {cfg.max_code_bytes}"
+    if len(sub.solution) > cfg.max_code_bytes - len(SCRIPT_END):
+        limit = cfg.max_code_bytes - len(SCRIPT_END)
+        return f"solution of {len(sub.solution)} chars exceeds {limit}"
     if sub.input is not None and len(sub.input) > cfg.max_stdin_bytes:
         return f"input of {len(sub.input)} chars exceeds {cfg.max_stdin_bytes}"
     return ""
@@ -139,10 +146,15 @@ def parse_batch(body: bytes, cfg: SandboxConfig) -> BatchSubmission | Refusal:
     return BatchSubmission(subs, "batch", batch.sub_id or str(uuid.uuid4()))
 
 
+def as_script(code: str) -> str:
+    """`code` to run with `python FILE`'s semantics: a trailing expression is not displayed."""
+    return code + SCRIPT_END
+
+
 def exec_request(sub: Submission) -> ExecRequest:
     """What the executor runs for `sub` (the sandbox's default limits)."""
     assert sub.sub_id is not None, "parse_* fills in sub_id"
-    return ExecRequest(id=sub.sub_id, code=sub.solution, stdin=sub.input or "")
+    return ExecRequest(id=sub.sub_id, code=as_script(sub.solution), stdin=sub.input or "")
 
 
 def reason(result: ExecResult) -> str:

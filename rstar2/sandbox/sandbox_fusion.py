@@ -17,7 +17,8 @@ This module decides, without I/O:
 - `exec_request`: `run_timeout` becomes the request's wall-clock limit and `memory_limit_MB`
   its address-space allowance, both capped by the sandbox's config exactly as on the ZeroMQ
   service (left out, or <= 0 for memory, they take the sandbox's defaults); `compile_timeout`
-  has nothing to time for Python and is ignored;
+  has nothing to time for Python and is ignored; the code runs as a script
+  (`code_judge.as_script`: no trailing expression is displayed, as with `python FILE`);
 - `run_code_response`: an `ExecResult` -> SandboxFusion's response. `ok` is "Success";
   `error`, `memory`, `output_limit` and a `killed` that is the code's own are "Failed" with a
   "Finished" run and its non-zero return code; `timeout` is "Failed" with "TimeLimitExceeded";
@@ -32,6 +33,7 @@ from __future__ import annotations
 
 import msgspec
 
+from rstar2.sandbox.code_judge import SCRIPT_END, as_script
 from rstar2.sandbox.config import SandboxConfig
 from rstar2.sandbox.http_gate import Refusal
 from rstar2.wire import ExecRequest, ExecResult
@@ -81,8 +83,9 @@ def parse_run_code(body: bytes, cfg: SandboxConfig) -> RunCodeRequest | Refusal:
         return Refusal(422, "files and fetch_files are not supported: send them inside the code")
     if req.run_timeout is not None and not req.run_timeout > 0:
         return Refusal(422, f"run_timeout must be > 0, got {req.run_timeout}")
-    if len(req.code) > cfg.max_code_bytes:
-        return Refusal(413, f"code of {len(req.code)} chars exceeds {cfg.max_code_bytes}")
+    if len(req.code) > cfg.max_code_bytes - len(SCRIPT_END):
+        limit = cfg.max_code_bytes - len(SCRIPT_END)
+        return Refusal(413, f"code of {len(req.code)} chars exceeds {limit}")
     if req.stdin is not None and len(req.stdin) > cfg.max_stdin_bytes:
         return Refusal(413, f"stdin of {len(req.stdin)} chars exceeds {cfg.max_stdin_bytes}")
     return req
@@ -93,7 +96,7 @@ def exec_request(req: RunCodeRequest, request_id: str) -> ExecRequest:
     memory = req.memory_limit_MB if req.memory_limit_MB and req.memory_limit_MB > 0 else None
     return ExecRequest(
         id=request_id,
-        code=req.code,
+        code=as_script(req.code),
         stdin=req.stdin or "",
         timeout_s=req.run_timeout,
         memory_mb=memory,

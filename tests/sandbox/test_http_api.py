@@ -47,7 +47,7 @@ def test_code_judge_batch_as_rstar2_agent_sends_it_gets_ids_filled_in() -> None:
     assert batch.sub_id and batch.submissions[0].sub_id
     request = code_judge.exec_request(batch.submissions[0])
     assert (request.code, request.stdin, request.timeout_s, request.memory_mb) == (
-        "print(1)", "", None, None,
+        "print(1)\npass\n", "", None, None,
     )  # fmt: skip
 
 
@@ -66,7 +66,7 @@ def test_code_judge_keeps_given_ids_and_ignores_unknown_fields() -> None:
         (body({"type": "python", "solution": 3}), 422, "solution"),
         (body({"type": "cpp", "solution": "int main(){}"}), 422, "Python only"),
         (body({"type": "java", "solution": "x"}), 422, "type"),
-        (body({"type": "python", "solution": "x" * 101}), 413, "exceeds 100"),
+        (body({"type": "python", "solution": "x" * 95}), 413, "of 95 chars exceeds 94"),
         (body({"type": "python", "solution": "x", "input": "y" * 11}), 413, "exceeds 10"),
     ],
 )
@@ -152,7 +152,7 @@ def test_run_code_takes_verls_request_and_maps_limits() -> None:
     req = sandbox_fusion.parse_run_code(verl_payload(stdin="5"), CFG)
     assert isinstance(req, sandbox_fusion.RunCodeRequest)
     ex = sandbox_fusion.exec_request(req, "r")
-    assert (ex.code, ex.stdin, ex.timeout_s, ex.memory_mb) == ("print(1)", "5", 30.0, 1024)
+    assert (ex.code, ex.stdin, ex.timeout_s, ex.memory_mb) == ("print(1)\npass\n", "5", 30.0, 1024)
     bare = sandbox_fusion.parse_run_code(body({"code": "1", "language": "python"}), CFG)
     assert isinstance(bare, sandbox_fusion.RunCodeRequest)
     unlimited = sandbox_fusion.exec_request(
@@ -164,13 +164,13 @@ def test_run_code_takes_verls_request_and_maps_limits() -> None:
 @pytest.mark.parametrize(
     ("sent", "status", "words"),
     [
-        (b"{\"code\": ", 400, "not valid JSON"),
+        (b'{"code": ', 400, "not valid JSON"),
         (body({"language": "python"}), 422, "code"),
         (verl_payload(language="cpp"), 422, "Python only"),
         (verl_payload(files={"a.txt": "eA=="}), 422, "files"),
         (verl_payload(fetch_files=["a.txt"]), 422, "files"),
         (verl_payload(run_timeout=0), 422, "run_timeout"),
-        (verl_payload(code="x" * 101), 413, "exceeds 100"),
+        (verl_payload(code="x" * 95), 413, "of 95 chars exceeds 94"),
         (verl_payload(stdin="y" * 11), 413, "exceeds 10"),
     ],
 )
@@ -292,3 +292,18 @@ def test_admission_refuses_at_once_when_full_and_takes_nothing() -> None:
     gate.release(3, 60)
     assert gate.take_items(4) is None and gate.take_bytes(100)
     assert gate.refused == 2
+
+
+def test_code_runs_as_a_script_within_the_size_limit() -> None:
+    # the executor displays a cell's trailing expression; `python FILE`, which both services
+    # run, does not: the appended statement keeps it from being shown, lines unchanged
+    assert code_judge.as_script("f()") == "f()\npass\n"
+    fits = "x" * (CFG.max_code_bytes - len(code_judge.SCRIPT_END))
+    assert isinstance(
+        code_judge.parse_submission(body({"type": "python", "solution": fits}), CFG),
+        code_judge.Submission,
+    )
+    assert len(code_judge.as_script(fits)) == CFG.max_code_bytes
+    assert isinstance(
+        sandbox_fusion.parse_run_code(verl_payload(code=fits), CFG), sandbox_fusion.RunCodeRequest
+    )

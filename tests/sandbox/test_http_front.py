@@ -19,6 +19,7 @@ import pytest
 import requests
 
 from rstar2.config import ConfigError
+from rstar2.sandbox.code_judge import SCRIPT_END
 from rstar2.sandbox.config import SandboxConfig
 from rstar2.sandbox.executor import ExecutorStats
 from rstar2.sandbox.http_front import Front, HttpConfig, serve_http
@@ -44,15 +45,16 @@ class FakeExecutor:
         self.answers: dict[str, ExecResult] = {}
 
     async def run(self, request: ExecRequest) -> ExecResult:
+        code = request.code.removesuffix(SCRIPT_END)
         self.running += 1
         try:
             if self.hold is not None:
                 await self.hold.wait()
         finally:
             self.running -= 1
-        if request.code in self.answers:
-            return self.answers[request.code]
-        return ExecResult(id=request.id, status="ok", stdout=f"ran {request.code}\n", wall_s=0.5)
+        if code in self.answers:
+            return self.answers[code]
+        return ExecResult(id=request.id, status="ok", stdout=f"ran {code}\n", wall_s=0.5)
 
     def stats(self) -> ExecutorStats:
         return ExecutorStats(self.running, 0, 0, 0, 0)
@@ -282,7 +284,7 @@ async def test_served_front_works_with_the_clients_unchanged(anyio_backend: str)
                 {
                     "sub_id": None,
                     "type": "python",
-                    "solution": "print(9)",
+                    "solution": "print(9)\n9 * 9",  # python FILE shows no 81
                     "input": None,
                     "expected_output": "9",
                 }

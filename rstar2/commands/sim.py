@@ -27,11 +27,13 @@ staleness_max, step_s_mean, ...). `compare-staleness` runs k = 0..max-k on the s
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import logging
 import sys
 import time
 from dataclasses import replace
+from pathlib import Path
 
 from rstar2.commands.arguments import (
     model_directory,
@@ -187,6 +189,10 @@ def _add_calibrate_options(parser: argparse.ArgumentParser) -> None:
         help="--engine: local HF model (default: tiny random Qwen2)",
     )
     parser.add_argument("--threads", type=positive_int, default=1, help="--engine: torch threads")
+    parser.add_argument(
+        "--save-points",
+        help="--engine: write the measured calibration steps here (JSON, for --calibration)",
+    )
     parser.add_argument(
         "--json", action="store_true", default=argparse.SUPPRESS, help="machine-readable output"
     )
@@ -401,6 +407,10 @@ def _points(path: str, flag: str) -> list[StepPoint]:
 def _fidelity(args: argparse.Namespace) -> int:
     model = load_causal_lm(args.model_dir) if args.model_dir else tiny_random_model()
     r = fidelity(model, threads=args.threads)
+    if args.save_points:
+        Path(args.save_points).write_text(
+            json.dumps([dataclasses.asdict(p) for p in r.calibration.steps], indent=0)
+        )
     report = {
         "fit": to_dict(r.cost),
         "calibration_steps": len(r.calibration.steps),

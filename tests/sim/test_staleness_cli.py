@@ -5,10 +5,13 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
+import rstar2.commands.sim as command
 from rstar2.cli import main
+from sim.cost import StepPoint, fit, load_points
 from sim.learner import from_metrics
 from sim.workload import load_trace_steps
 
@@ -88,3 +91,19 @@ def test_a_trace_replayed_with_the_fitted_learner(
     assert main(args) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["step_s_mean"] == pytest.approx(22.0)
+
+
+def test_calibrate_engine_saves_its_measured_steps_for_calibration(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    steps = [StepPoint(1, 10, 0, 0.002), StepPoint(4, 80, 16, 0.005), StepPoint(2, 30, 0, 0.003)]
+    measured = SimpleNamespace(steps=steps, makespan_s=1.0, preemptions=0)
+    fake = SimpleNamespace(cost=fit(steps), calibration=measured, fit_step_error=0.0,
+                           check=measured, predicted_makespan_s=1.0, makespan_error=0.0,
+                           predicted_preemptions=0)  # fmt: skip
+    monkeypatch.setattr(command, "tiny_random_model", lambda: None)
+    monkeypatch.setattr(command, "fidelity", lambda model, threads: fake)
+    path = tmp_path / "points.json"
+    assert main(["-q", "sim", "calibrate", "--engine", "--save-points", str(path), "--json"]) == 0
+    capsys.readouterr()
+    assert load_points(path) == steps

@@ -22,8 +22,10 @@ on anyio/trio as well as asyncio, so the front runs under `anyio.run` on either 
 rest of rstar2; the host binds the socket itself (so port 0 works and the bound port is
 reported) and hands it to Hypercorn.
 
-What it does not do: run anything but Python, keep sessions, or cancel a request whose client
-hung up (its submissions run to their own time limits and the answer is dropped).
+A client that hangs up before its answer has its submissions cancelled in the sandbox (as the
+ZeroMQ service's `ExecCancel` does), so a client's own timeout frees the sandbox at once.
+
+What it does not do: run anything but Python, or keep sessions.
 """
 
 from __future__ import annotations
@@ -187,16 +189,28 @@ class Front:
             chunks.append(chunk)
         return b"".join(chunks)
 
-    async def _run_all(self, requests: list[ExecRequest]) -> list[ExecResult]:
-        results: list[ExecResult | None] = [None] * len(requests)
+    async def _run_all(self, request: Request, runs: list[ExecRequest]) -> list[ExecResult] | None:
+        """The results of `runs` (run concurrently), or None when the client hung up first:
+        its runs are then cancelled in the sandbox rather than left to their time limits."""
+        results: list[ExecResult | None] = [None] * len(runs)
 
-        async def one(i: int, request: ExecRequest) -> None:
-            results[i] = await self.ex.run(request)
+        async def one(i: int, run: ExecRequest) -> None:
+            results[i] = await self.ex.run(run)
 
-        async with anyio.create_task_group() as tg:
-            for i, request in enumerate(requests):
-                tg.start_soon(one, i, request)
-        return [r for r in results if r is not None]
+        async def watch(scope: anyio.CancelScope) -> None:
+            # the body has been read: the next ASGI message is the client's disconnect
+            while (await request.receive())["type"] != "http.disconnect":
+                pass
+            scope.cancel()
+
+        async with anyio.create_task_group() as outer:
+            outer.start_soon(watch, outer.cancel_scope)
+            async with anyio.create_task_group() as tg:
+                for i, run in enumerate(runs):
+                    tg.start_soon(one, i, run)
+            outer.cancel_scope.cancel()
+        done = [r for r in results if r is not None]
+        return done if len(done) == len(runs) else None
 
     def _code_judge(self, *, batch: bool, judge: bool) -> Callable[[Request], Awaitable[Response]]:
         to_result = code_judge.judge_result if judge else code_judge.run_result
@@ -232,7 +246,9 @@ class Front:
         if refusal is not None:
             return refusal_response(refusal, CODE_JUDGE, retry)
         held.items = len(subs)
-        results = await self._run_all([code_judge.exec_request(s) for s in subs])
+        results = await self._run_all(request, [code_judge.exec_request(s) for s in subs])
+        if results is None:
+            return _json({"detail": "the client hung up"}, 499)  # nobody reads it
         answers = [to_result(s, r) for s, r in zip(subs, results, strict=True)]
         if isinstance(parsed, code_judge.BatchSubmission):
             assert parsed.sub_id is not None
@@ -253,7 +269,12 @@ class Front:
             if refusal is not None:
                 return refusal_response(refusal, SANDBOX_FUSION, retry)
             held.items = 1
-            result = await self.ex.run(sandbox_fusion.exec_request(parsed, "run_code"))
+            results = await self._run_all(
+                request, [sandbox_fusion.exec_request(parsed, "run_code")]
+            )
+            if results is None:
+                return _json({"detail": "the client hung up"}, 499)  # nobody reads it
+            result = results[0]
             if result.infra == "queue_full":
                 refusal = Refusal(503, f"overloaded: {result.stderr}, retry later")
                 return refusal_response(refusal, SANDBOX_FUSION, retry)

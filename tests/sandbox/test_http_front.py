@@ -319,3 +319,22 @@ async def test_served_over_tls_with_a_certificate(anyio_backend: str, tmp_path: 
             async with httpx2.AsyncClient(timeout=5) as client:
                 await client.get(f"http://127.0.0.1:{port}/ping")
         tg.cancel_scope.cancel()
+
+
+async def test_a_client_that_hangs_up_frees_the_sandbox_at_once(anyio_backend: str) -> None:
+    slow = run_code("import time; time.sleep(5)", run_timeout=10)
+    async with anyio.create_task_group() as tg:
+        patient = SandboxConfig(concurrency=2, preload=[], warmup=False, timeout_s=10.0)
+        port = await tg.start(serve_http, patient, HttpConfig(port=0))
+        base = f"http://127.0.0.1:{port}"
+        async with httpx2.AsyncClient(timeout=0.5) as client:
+            for path, body in (
+                ("/run_code", slow),
+                ("/run/batch", {"submissions": [sub(slow["code"])] * 2}),
+            ):
+                with pytest.raises(httpx2.ReadTimeout):
+                    await client.post(f"{base}{path}", json=body)
+                with anyio.fail_after(2):  # long before the 5 s sleep ends
+                    while (await client.get(f"{base}/status")).json()["queue"] > 0:
+                        await anyio.sleep(0.05)
+        tg.cancel_scope.cancel()

@@ -8,11 +8,14 @@ import subprocess
 import sys
 from pathlib import Path
 
+import anyio
 import pytest
 
 from rstar2.commands import sandbox as command
 from rstar2.config import ConfigError, UsageError
-from rstar2.sandbox.http_bench import request_for, succeeded
+from rstar2.sandbox.config import SandboxConfig
+from rstar2.sandbox.http_bench import request_for, run_http_bench, succeeded
+from rstar2.sandbox.http_front import HttpConfig, serve_http
 
 CLI = [sys.executable, "-m", "rstar2.cli", "-q", "sandbox"]
 TOKEN = "cmd-token-0123456789abcdef"
@@ -86,3 +89,21 @@ def test_bench_http_measures_each_workload_through_both_apis() -> None:
         assert set(out[name]) == {"code-judge", "sandbox-fusion", "direct"}
         for via in out[name].values():
             assert via["rps"] > 0 and via["failures"] == 0 and via["p99_ms"] >= via["p50_ms"] > 0
+
+
+@pytest.mark.anyio
+async def test_bench_http_measures_a_service_at_a_url_with_its_token() -> None:
+    cfg = SandboxConfig(concurrency=2, preload=[], warmup=False)
+    async with anyio.create_task_group() as tg:
+        port = await tg.start(serve_http, cfg, HttpConfig(port=0, token=TOKEN))
+        url = f"http://127.0.0.1:{port}"
+        lines: list[str] = []
+        out = await run_http_bench(cfg, url, ["code-judge"], 0.2, TOKEN, lines.append)
+        denied = await run_http_bench(cfg, url, ["sandbox-fusion"], 0.2, None, lines.append)
+        tg.cancel_scope.cancel()
+    assert out["url"] == url and "isolation" not in out
+    trivial = out["trivial"]
+    assert set(trivial) == {"code-judge"} and trivial["code-judge"]["failures"] == 0  # type: ignore[index]
+    assert trivial["code-judge"]["rps"] > 0  # type: ignore[index]
+    refused = denied["trivial"]["sandbox-fusion"]  # type: ignore[index]
+    assert refused["failures"] == refused["requests"] > 0  # 401 without the token

@@ -32,6 +32,7 @@ from typing import TextIO
 
 import numpy as np
 import torch
+from transformers import AutoConfig
 
 from rstar2.analysis import (
     RecordedTrajectory,
@@ -177,8 +178,9 @@ def model_report(
     device: torch.device,
 ) -> tuple[TokenTable, dict[str, object]]:
     """Teacher-force `trajs` through one model; its token table and report."""
+    vocab = AutoConfig.from_pretrained(model_dir, local_files_only=True).vocab_size
+    check_vocabulary(model_dir, trajs, int(vocab))  # before the weights load
     model, tokenizer = load_model(model_dir)
-    check_vocabulary(model_dir, trajs, int(model.config.vocab_size))
     model.to(device)
     progress = Progress(label_of(model_dir), len(trajs), sys.stderr)
     scores = teacher_force(

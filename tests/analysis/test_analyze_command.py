@@ -128,3 +128,15 @@ def test_a_file_without_tokens_is_one_line(
     err = capsys.readouterr().err.strip()
     assert "rollout_trace.jsonl:1" in err and "rollout_trace_tokens" in err
     assert len(err.splitlines()) == 1
+
+
+def test_token_ids_outside_the_vocabulary_are_one_line(
+    evaluated: tuple[Path, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Trajectories of another tokenizer (an id the model does not have) are bad input."""
+    model, _ = evaluated
+    path = tmp_path / "t.jsonl"
+    path.write_text(json.dumps({"token_ids": [1, 2, 999_999], "loss_mask": [0, 1, 1]}) + "\n")
+    assert exit_code(["analyze", str(path), "--model", str(model)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "vocabulary" in err and "999999" in err and len(err.splitlines()) == 1

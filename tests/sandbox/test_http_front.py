@@ -4,6 +4,7 @@ tool, code-judge's own client and verl's SandboxFusion client call their service
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import json
 import shutil
@@ -13,6 +14,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import aiohttp
 import anyio
 import httpx2
 import pytest
@@ -220,19 +222,20 @@ def verl_call(url: str) -> tuple[int, dict[str, object]]:
     return response.status_code, response.json()
 
 
-async def rstar2_agent_call(base: str, auth: tuple[str, str]) -> list[str]:
-    """rStar2-Agent's tool: a batch to /run/long-batch, then its reads of each result."""
+async def _rstar2_agent_batch(url: str) -> list[str]:
+    """rStar2-Agent's tool: aiohttp posts a batch to /run/long-batch, then reads each result."""
     submissions = [
-        sub("print(int(input()) * 2)", input="21"),
-        sub("import time; time.sleep(3)", input=None),
+        {"type": "python", "solution": "print(int(input()) * 2)", "input": "21"},
+        {"type": "python", "solution": "import time; time.sleep(3)", "input": None},
     ]
-    async with httpx2.AsyncClient(auth=auth, timeout=30) as client:
-        response = await client.post(
-            f"{base}/run/long-batch", json={"type": "batch", "submissions": submissions}
-        )
-    response.raise_for_status()
+    async with aiohttp.ClientSession() as session:
+        async with session.post(
+            url, json={"type": "batch", "submissions": submissions}
+        ) as response:
+            response.raise_for_status()
+            results = (await response.json())["results"]
     texts = []
-    for r in response.json()["results"]:
+    for r in results:
         head = (
             "Tool call success"
             if r["run_success"] and r["success"]
@@ -240,6 +243,12 @@ async def rstar2_agent_call(base: str, auth: tuple[str, str]) -> list[str]:
         )
         texts.append(f"{head}|{r['stdout']}|{bool(r['stderr'])}|{r['cost']:.2f}")
     return texts
+
+
+def rstar2_agent_call(host_addr: str, host_port: int) -> list[str]:
+    """The tool's URL is built from host_addr and host_port: the token rides in host_addr.
+    aiohttp is asyncio-only: it runs on its own loop in a worker thread, on either backend."""
+    return asyncio.run(_rstar2_agent_batch(f"http://{host_addr}:{host_port}/run/long-batch"))
 
 
 @dataclass
@@ -271,7 +280,7 @@ async def test_served_front_works_with_the_clients_unchanged(anyio_backend: str)
             0,
             None,
         )
-        texts = await rstar2_agent_call(base, ("rstar2", TOKEN))
+        texts = await anyio.to_thread.run_sync(rstar2_agent_call, f"rstar2:{TOKEN}@127.0.0.1", port)
         assert texts[0].startswith("Tool call success|42\n|False|")
         assert texts[1].startswith("Tool call failure worker_timeout||False|")
         denied = await anyio.to_thread.run_sync(

@@ -82,7 +82,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="a second model on the same trajectories (e.g. RUN/model-sft vs RUN/model-rl)",
     )  # fmt: skip
     parser.add_argument(
-        "--top", type=fraction, default=0.2, help="fraction of tokens, by entropy, analysed"
+        "--top",
+        type=fraction,
+        default=0.2,
+        help="fraction of generated tokens, by entropy, that are high-entropy",
     )
     parser.add_argument(
         "--window", type=positive_int, default=8, metavar="N",

@@ -299,9 +299,14 @@ async def test_served_front_works_with_the_clients_unchanged(anyio_backend: str)
                 }
             ],
         }
-        async with httpx2.AsyncClient(headers={"Authorization": f"Bearer {TOKEN}"}) as client:
-            got = (await client.post(f"{base}/run/long-batch", json=body)).json()
-            status_json = (await client.get(f"{base}/status")).json()
+        # code-judge's JudgeClient: requests, json=asdict(batch), URL as given (token in it)
+        judge_url = f"http://rstar2:{TOKEN}@127.0.0.1:{port}"
+        got = await anyio.to_thread.run_sync(
+            lambda: requests.post(f"{judge_url}/run/long-batch", json=body, timeout=30).json()
+        )
+        status_json = await anyio.to_thread.run_sync(
+            lambda: requests.get(f"{judge_url}/status", timeout=10).json()
+        )
         results = [CodeJudgeClientResult(**r) for r in got["results"]]
         assert (results[0].success, results[0].stdout) == (True, "9\n")
         assert set(status_json) == {"queue", "num_workers"}

@@ -352,3 +352,20 @@ async def test_a_client_that_hangs_up_frees_the_sandbox_at_once(anyio_backend: s
                     while (await client.get(f"{base}/status")).json()["queue"] > 0:
                         await anyio.sleep(0.05)
         tg.cancel_scope.cancel()
+
+
+async def test_a_requests_own_limits_are_capped_as_on_the_zeromq_service(
+    anyio_backend: str,
+) -> None:
+    capped = SandboxConfig(
+        concurrency=2, preload=[], warmup=False, timeout_s=1.0, max_timeout_s=1.5
+    )
+    greedy = run_code("import time; time.sleep(20)", run_timeout=100, memory_limit_MB=10**6)
+    async with anyio.create_task_group() as tg:
+        port = await tg.start(serve_http, capped, HttpConfig(port=0))
+        async with httpx2.AsyncClient(timeout=10) as client:
+            with anyio.fail_after(6):  # cut at max_timeout_s, not at the asked-for 100 s
+                resp = (await client.post(f"http://127.0.0.1:{port}/run_code", json=greedy)).json()
+        tg.cancel_scope.cancel()
+    assert (resp["status"], resp["run_result"]["status"]) == ("Failed", "TimeLimitExceeded")
+    assert 1.0 < resp["run_result"]["execution_time"] < 4.0

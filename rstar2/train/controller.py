@@ -58,6 +58,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from rstar2.config import from_dict
+from rstar2.rl.staleness import fresh_groups, staleness, staleness_metrics
 from rstar2.train.accuracy import Accuracy, score
 from rstar2.train.config import StageConfig, TrainConfig
 from rstar2.train.problem_stream import ProblemStream, TrainProblem
@@ -70,6 +71,7 @@ from rstar2.train.run_commands import (
     PushWeights,
     ResetOptimizer,
     RollOut,
+    Submit,
     TraceStep,
     Update,
     WriteMetrics,
@@ -169,6 +171,7 @@ class _Step:
     update: dict[str, float] = field(default_factory=dict)
     learner_s: float = 0.0
     sync_s: float = 0.0
+    staleness: dict[str, Any] = field(default_factory=dict)
     row: dict[str, Any] = field(default_factory=dict)
 
 
@@ -205,6 +208,9 @@ class Controller:
         checkpoint on an interruption holds, as long as the policy is still that step's."""
         self._saved_step = -1
         """The step of the newest checkpoint the run has (-1: none)."""
+        self._ahead: dict[int, tuple[RollOut, dict[str, Any]]] = {}
+        """Asynchronous RL: the steps whose rollouts were submitted ahead, not yet awaited:
+        their `RollOut` and the data cursor from before their problems were drawn."""
 
     # --- events ----------------------------------------------------------------------------
 
@@ -319,8 +325,10 @@ class Controller:
     def state(self) -> dict[str, Any]:
         """The controller's part of a checkpoint: data cursor, current stage, progress."""
         p = self.progress
+        # problems drawn for steps submitted ahead are drawn again on resume
+        stream = self._ahead[min(self._ahead)][1] if self._ahead else self.stream.state()
         return {
-            "stream": self.stream.state(),
+            "stream": copy.deepcopy(stream),
             "stage": self.cfg.stages[self.stage_at(max(p.step, 1))].name,
             "progress": dataclasses.asdict(p),
         }
@@ -431,8 +439,17 @@ class Controller:
         return [*commands, self._roll_out_step()]
 
     def _roll_out_step(self) -> RollOut:
-        cfg = self.cfg
+        """The next step's rollout: the one submitted ahead for it, or a new one."""
         step = self.progress.step + 1
+        stage = self.cfg.stages[self.stage_at(step)]
+        ahead = self._ahead.pop(step, None)
+        command = ahead[0] if ahead is not None else self._train_rollout(step)
+        self._step = _Step(step, stage)
+        return self._await("train", command)
+
+    def _train_rollout(self, step: int) -> RollOut:
+        """Step `step`'s rollouts, on the next problems of the data cursor."""
+        cfg = self.cfg
         stage = cfg.stages[self.stage_at(step)]
         tasks = self.rollout_tasks(
             self.stream.next_batch(cfg.prompts_per_step),
@@ -443,8 +460,27 @@ class Controller:
             stage.max_response_tokens,
             stage.max_turns,
         )
-        self._step = _Step(step, stage)
-        return self._await("train", RollOut(step, tasks))
+        return RollOut(step, tasks)
+
+    def _submit_ahead(self) -> list[Command]:
+        """Asynchronous RL (`rl.max_staleness = k`): before step t's update, submit the
+        rollouts of steps t+1..t+k not submitted yet. The engines hold version t-1, and step
+        u may start generating once they hold u-1-k, so u <= t+k. Not across a stage's start
+        (its solved-filter probe and optimizer reset come first, as in a synchronous run)."""
+        k, t = self.cfg.rl.max_staleness, self._in_flight().step
+        if not k or self.rollout_only:
+            return []
+        commands: list[Command] = []
+        for u in range(t + 1, min(t + k, self.cfg.total_steps) + 1):
+            if self.stage_at(u) != self.stage_at(t):
+                break
+            if u in self._ahead:
+                continue
+            before = copy.deepcopy(self.stream.state())
+            rollout = self._train_rollout(u)
+            self._ahead[u] = (rollout, before)
+            commands.append(Submit(rollout))
+        return commands
 
     def _rolled_out(
         self, results: list[TrajectoryResult], started: float, finished: float
@@ -457,7 +493,27 @@ class Controller:
         if self.rollout_only:
             self.progress.step = s.step
             return [*commands, *self._updated()]
-        return [*commands, self._await("update", Update(s.step, results))]
+        fresh = self._within_staleness(s, results)
+        return [*commands, *self._submit_ahead(), self._await("update", Update(s.step, fresh))]
+
+    def _within_staleness(
+        self, s: _Step, results: list[TrajectoryResult]
+    ) -> list[TrajectoryResult]:
+        """The step's rollouts whose groups are at most `rl.max_staleness` versions behind the
+        learner (version `step - 1`); the step's staleness figures go to its metrics row."""
+        learner = self.progress.step
+        ages = [staleness(r.policy_versions, learner) for r in results]
+        kept, dropped = fresh_groups(group_results(results), learner, self.cfg.rl.max_staleness)
+        s.staleness = {**staleness_metrics(ages), "stale_dropped": dropped}
+        if not dropped:
+            return results  # as they came: the synchronous run's exact input
+        log.warning(
+            "step %d: %d rollout(s) dropped, their groups more than %d version(s) stale",
+            s.step,
+            dropped,
+            self.cfg.rl.max_staleness,
+        )
+        return [r for group in kept for r in group]
 
     def _updated(self) -> list[Command]:
         """The step's policy is out: its metrics row, then its evaluation when due."""
@@ -467,6 +523,7 @@ class Controller:
         s.row.update(s.update)
         s.row.update(stage_split(s.results, s.rollout_s))
         s.row.update(time_learner_s=s.learner_s, time_sync_s=s.sync_s)
+        s.row.update(s.staleness)
         if not self.rollout_only and not s.update.get("trained_rollouts", 0):
             skipped = self.progress.extra.get("steps_not_updated", 0) + 1
             self.progress.extra["steps_not_updated"] = skipped

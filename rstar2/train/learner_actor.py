@@ -49,6 +49,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 import anyio
+import numpy as np
 import torch
 
 from rstar2.actors import Actor, ActorContext, Port, port
@@ -58,6 +59,7 @@ from rstar2.metrics import MetricsLog
 from rstar2.train.accuracy import eval_splits
 from rstar2.train.config import TrainConfig
 from rstar2.train.controller import Controller
+from rstar2.train.rollout_inbox import RolloutInbox
 from rstar2.train.rollout_trace import RolloutTrace
 from rstar2.train.run_commands import (
     Checkpoint,
@@ -68,6 +70,7 @@ from rstar2.train.run_commands import (
     PushWeights,
     ResetOptimizer,
     RollOut,
+    Submit,
     TraceStep,
     Update,
     WriteMetrics,
@@ -83,7 +86,6 @@ from rstar2.wire import (
     EngineWake,
     Message,
     RolloutBatch,
-    RolloutTask,
     TrajectoryResult,
     WeightAck,
     WeightBroadcast,
@@ -164,6 +166,9 @@ class LearnerActor(Actor):
         """The signal that asked the graph to stop ("": none)."""
         self._abandon: anyio.CancelScope | None = None
         """The scope of the rollout in flight that a stop request may abandon."""
+        self.inbox = RolloutInbox()
+        """Rollouts submitted (also ahead of their step, `rl.max_staleness`) and their
+        trajectories received so far."""
 
     async def serve(self, ctx: ActorContext) -> None:
         if self.cfg.graph.learner_threads > 0:
@@ -258,9 +263,11 @@ class LearnerActor(Actor):
                     await self._set_engines_asleep(ctx, False)
                 pushed = await self._push_weights(ctx, state, version)
                 return controller.weights_pushed(version, pushed, started, time.perf_counter())
-            case RollOut(step=step, tasks=tasks):
-                results = await self._roll_out(ctx, tasks, step)
+            case RollOut(step=step):
+                results = await self._roll_out(ctx, command)
                 return controller.rollouts_done(step, results, started, time.perf_counter())
+            case Submit(rollout=rollout):
+                await self._submit(ctx, rollout)
             case Update(step=step, results=results):
                 if self.cfg.cluster.colocate:
                     await self._set_engines_asleep(ctx, True)
@@ -287,25 +294,26 @@ class LearnerActor(Actor):
                 raise ValueError("Finish is the shell's loop's to handle")
         return []
 
-    async def _roll_out(
-        self, ctx: ActorContext, tasks: list[RolloutTask], step: int
-    ) -> list[TrajectoryResult]:
-        kind = tasks[0].kind if tasks else "train"
-        await ctx.send("tasks", RolloutBatch(step=step, tasks=tasks))
-        wanted = {t.traj_id for t in tasks}
-        results: list[TrajectoryResult] = []
-        while wanted:
+    async def _submit(self, ctx: ActorContext, rollout: RollOut) -> None:
+        """Send a rollout's tasks; its trajectories are collected as they are read."""
+        self.inbox.expect((rollout.kind, rollout.step), rollout.tasks)
+        await ctx.send("tasks", RolloutBatch(step=rollout.step, tasks=rollout.tasks))
+
+    async def _roll_out(self, ctx: ActorContext, rollout: RollOut) -> list[TrajectoryResult]:
+        """A rollout's scored trajectories (submitted now unless it was submitted ahead);
+        trajectories of other rollouts in flight read meanwhile are kept for them."""
+        key = (rollout.kind, rollout.step)
+        if not self.inbox.expects(key):
+            await self._submit(ctx, rollout)
+        while not self.inbox.complete(key):
             incoming = await ctx.recv()
             msg = incoming.msg
             assert isinstance(msg, TrajectoryResult)
-            if msg.traj_id not in wanted or msg.kind != kind:
+            if not self.inbox.deliver(msg):
                 log.warning("ignoring a stray trajectory %s", msg.traj_id)
-                continue
-            wanted.discard(msg.traj_id)
-            results.append(msg)
-            if self.profile:
+            elif self.profile:
                 self._sample_kv(msg)
-        return results
+        return self.inbox.take(key)
 
     def _sample_kv(self, msg: TrajectoryResult) -> None:
         load = msg.load
@@ -361,6 +369,12 @@ class LearnerActor(Actor):
         peers = ctx.peers("weights")
         bucket_bytes = max(1, int(self.cfg.cluster.weight_bucket_mb * 2**20))
         buckets = state.weight_buckets(bucket_bytes)
+        # synchronous: every bucket loads as it comes (the engines are idle); asynchronous
+        # RL: the engines keep generating, so they stage the buckets and load the version at
+        # once on an empty `final` update after the last (no lookahead: one bucket in memory)
+        atomic = self.cfg.rl.max_staleness > 0
+        acked = lambda ack: isinstance(ack, WeightAck) and ack.version == version  # noqa: E731
+        wanted = f"a WeightAck of version {version}"
         sent = largest = parts = 0
         while True:
             with handling(ctx, "weights"):  # the gather and the flattening
@@ -368,16 +382,17 @@ class LearnerActor(Actor):
                 if bucket is None:
                     break
                 names, shapes, flat = flatten_weights(bucket)
-            update = WeightUpdate(version=version, names=names, shapes=shapes, flat=flat.numpy())
-            await self._ask_every_engine(
-                ctx,
-                update,
-                lambda ack: isinstance(ack, WeightAck) and ack.version == version,
-                f"a WeightAck of version {version}",
+            update = WeightUpdate(
+                version=version, names=names, shapes=shapes, flat=flat.numpy(), final=not atomic
             )
+            await self._ask_every_engine(ctx, update, acked, wanted)
             sent += frames_size(to_frames(update)) * peers
             largest = max(largest, sum(t.numel() * t.element_size() for t in bucket.values()))
             parts += 1
+        if atomic:
+            done = WeightUpdate(version, [], [], np.zeros(0, dtype=np.float32), final=True)
+            await self._ask_every_engine(ctx, done, acked, wanted)
+            sent += frames_size(to_frames(done)) * peers
         return {
             "weights_broadcast_bytes": 0.0,
             "weights_bus_bytes": float(sent),

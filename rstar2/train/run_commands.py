@@ -4,7 +4,8 @@
 commands, in the order they are to be executed. At most one command of a list expects a reply,
 and it comes last: `PushWeights` (answered by `Controller.weights_pushed`), `RollOut`
 (`Controller.rollouts_done`) or `Update` (`Controller.update_done`). The others are effects
-without a reply (files, the optimizer, the profiler's window); `Finish` ends the run.
+without a reply (files, the optimizer, the profiler's window, `Submit`: rollouts started
+ahead); `Finish` ends the run.
 
 What it does not do: decide anything (`controller.py`) or execute anything (`learner_actor.py`).
 """
@@ -46,6 +47,16 @@ class RollOut:
     @property
     def kind(self) -> str:
         return self.tasks[0].kind if self.tasks else "train"
+
+
+@dataclass(frozen=True)
+class Submit:
+    """Start rolling `rollout`'s trajectories out now and keep collecting them in the
+    background (asynchronous RL: a later step generates while the learner updates); no reply.
+    The same `RollOut` is issued again when the controller wants its results: the shell then
+    only waits for them."""
+
+    rollout: RollOut
 
 
 @dataclass(frozen=True)
@@ -110,6 +121,7 @@ Command = (
     OpenRun
     | PushWeights
     | RollOut
+    | Submit
     | Update
     | ResetOptimizer
     | TraceStep

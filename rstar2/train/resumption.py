@@ -33,6 +33,7 @@ MAY_CHANGE = (
     "graph.",
     "cluster.learner_ranks",
     "cluster.weight_bucket_mb",
+    "rl.max_staleness",
     "eval_every",
     "checkpoint_every",
     "keep_checkpoints",
@@ -71,7 +72,8 @@ def resumed_config(run_dir: Path, sets: list[str], done_step: int) -> TrainConfi
                 "--set " + ".".join(keys),
                 value,
                 "a key a resumed run may change (graph.*, cluster.learner_ranks, "
-                "cluster.weight_bucket_mb, eval_every, checkpoint_every, keep_checkpoints, "
+                "cluster.weight_bucket_mb, rl.max_staleness, eval_every, checkpoint_every, "
+                "keep_checkpoints, "
                 "stages.N.steps, a new stage); start a new run to change the rest",
             )
         if keys[0] == "stages" and len(keys) == 2 and int(keys[1]) < len(old_stages):

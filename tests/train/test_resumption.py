@@ -31,10 +31,11 @@ def test_resume_applies_what_may_change(run: Path) -> None:
     cfg = resumed_config(
         run,
         ["graph.processes=2", "cluster.learner_ranks=2", "eval_every=5", "stages.1.steps=4",
-         'stages.2={"name": "rl4", "steps": 2}'],
+         'stages.2={"name": "rl4", "steps": 2}', "rl.max_staleness=2"],
         done_step=2,
     )  # fmt: skip
     assert (cfg.graph.processes, cfg.cluster.learner_ranks, cfg.eval_every) == (2, 2, 5)
+    assert cfg.rl.max_staleness == 2  # a synchronous run may go on asynchronously
     assert [(s.name, s.steps) for s in cfg.stages] == [("rl1", 2), ("rl3", 4), ("rl4", 2)]
 
 

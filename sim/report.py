@@ -131,14 +131,15 @@ def staleness_table(results: Sequence[RunResult]) -> str:
     """One row per max staleness k; `speedup` is trajectories per hour over the first row's."""
     base = results[0].trajectories_per_hour
     head = (
-        f"{'k':>2} {'step_s_mean':>11} {'traj/hour':>10} {'speedup':>7} {'engine_idle':>11} "
+        f"{'k':>2} {'step_s_mean':>11} {'steady_s':>9} {'traj/hour':>10} {'speedup':>7} {'engine_idle':>11} "
         f"{'stale_mean':>10} {'stale_max':>9} {'partial':>7} {'push_wait_s':>11}"
     )
     lines = [head, "-" * len(head)]
     for r in results:
         s = r.summary()
         lines.append(
-            f"{r.max_staleness:>2d} {r.step_s_mean:>11.3f} {r.trajectories_per_hour:>10.0f} "
+            f"{r.max_staleness:>2d} {r.step_s_mean:>11.3f} {r.step_s_steady:>9.3f} "
+            f"{r.trajectories_per_hour:>10.0f} "
             f"{r.trajectories_per_hour / base:>7.3f} {r.engine_idle_fraction:>11.3f} "
             f"{s['staleness_mean']:>10.3f} {s['staleness_max']:>9} "
             f"{s['partial_rollout_fraction']:>7.3f} {s['push_wait_s_mean']:>11.3f}"

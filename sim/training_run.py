@@ -100,6 +100,16 @@ class RunResult:
     def step_s_mean(self) -> float:
         return self.run_s / self.steps
 
+    @property
+    def step_s_steady(self) -> float:
+        """Mean time between push ends over the run's second half (after the pipeline filled
+        at k > 0): ``(end of push N - end of push N//2) / (N - N//2)``; a 1-step run's time."""
+        half = self.steps // 2
+        if half == 0:
+            return self.run_s
+        ends = [s.push_end_s for s in self.step_times]
+        return (ends[-1] - ends[half - 1]) / (self.steps - half)
+
     def staleness_histogram(self) -> dict[int, int]:
         """Trajectories by staleness (0..k)."""
         return {s: self.staleness.count(s) for s in range(self.max_staleness + 1)}
@@ -113,6 +123,7 @@ class RunResult:
             "learner": "colocated" if self.colocated else "separate",
             "run_s": round(self.run_s, 3),
             "step_s_mean": round(self.step_s_mean, 4),
+            "step_s_steady": round(self.step_s_steady, 4),
             "trajectories_per_hour": round(self.trajectories_per_hour, 1),
             "engine_idle_fraction": round(self.engine_idle_fraction, 4),
             "staleness_mean": round(statistics.fmean(self.staleness), 4),

@@ -49,7 +49,7 @@ def test_compare_staleness_tabulates_every_k_and_plots(
     assert (tmp_path / "staleness.png").read_bytes()[:4] == b"\x89PNG"
     assert main([*args, "--out-dir", str(tmp_path)]) == 0
     table = capsys.readouterr().out.splitlines()
-    assert table[0].split()[:3] == ["k", "step_s_mean", "traj/hour"]
+    assert table[0].split()[:4] == ["k", "step_s_mean", "steady_s", "traj/hour"]
     assert [line.split()[0] for line in table[2:5]] == ["0", "1", "2"]
 
 

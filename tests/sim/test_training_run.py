@@ -49,6 +49,7 @@ def test_one_step_of_staleness_overlaps_generation_with_the_update() -> None:
     r = run([[traj(0, 10)]] * 3, k=1, update_s=5.0, push_s=2.0)
     assert r.run_s == 36.0
     assert r.step_s_mean == 12.0
+    assert r.step_s_steady == (36.0 - 17.0) / 2  # after push 1, a step every 9.5 s
     assert r.engine_idle_fraction == pytest.approx(1 - 20 / 36)
     assert r.staleness == [0, 1, 1]  # step 2 from version 0, step 3 from version 1
     assert [t.push_start_s for t in r.step_times] == [15.0, 27.0, 34.0]

@@ -68,6 +68,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "profile": ("rstar2.commands.profile", "trace a short run and name the bottleneck actor"),
     "top": ("rstar2.commands.top", "live per-actor rates, queue depths and busy share"),
     "launch": ("rstar2.commands.launch", "start this node's share of a multi-host graph"),
+    "learner-rank": (
+        "rstar2.commands.learner_rank",
+        "one rank of a sharded learner, started by torchrun or srun (multi-host)",
+    ),
     "experiment": ("rstar2.commands.experiment", "arms x envs x seeds: one table and plots"),
 }
 

@@ -54,7 +54,7 @@ from rstar2.learner.policy_update import (
     make_optimizer,
     update_policy,
 )
-from rstar2.learner.rank_group import join_group, serve_commands
+from rstar2.learner.rank_group import follow, join_group, serve_commands
 from rstar2.model.loader import load_model
 from rstar2.rl import RLConfig, TrainingBatch
 
@@ -220,6 +220,26 @@ def load_policy(
     model, tokenizer = load_model(model_dir)
     pad_id = int(tokenizer.pad_token_id or 0)
     return LearnerPolicy(model, cfg, rl, pad_id, device), tokenizer
+
+
+def external_rank(rank: int, world: int, init_method: str, device: str, local_rank: int) -> None:
+    """A follower rank started outside the learner actor (`rstar2 learner-rank`, by torchrun or
+    srun): join rank 0 at `init_method`, take the policy's settings from it, load the policy on
+    local device `local_rank` of `device`, and follow rank 0 until it stops. SIGINT is ignored,
+    as in `policy_rank`."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    control, args = follow(
+        rank, world, init_method, backend_for(resolve_device(device, local_rank))
+    )
+    model_dir, cfg, rl, threads, seed = args
+    try:
+        if threads > 0:
+            torch.set_num_threads(threads)
+        torch.manual_seed(seed)
+        policy, _ = load_policy(Path(model_dir), cfg, rl, local_rank=local_rank)
+        serve_commands(policy, control)
+    finally:
+        dist.destroy_process_group()
 
 
 def policy_rank(

@@ -6,7 +6,10 @@ rank 0 does, in the same order, so the collectives inside line up:
 
 - `RankGroup.spawn(world, entry, args, backend)` starts the followers as local processes
   (torch.multiprocessing, "spawn"), each running `entry(rank, world, init_method, *args)`, and
-  joins the group as rank 0.
+  joins the group as rank 0; or `RankGroup.meet(world, init, backend, args)` joins followers
+  started elsewhere (torchrun, srun: `follow` on their side) and sends them `args`. Rank 0
+  then knows no follower process to watch: a dead remote rank shows as the collective's own
+  error (gloo: at once; NCCL: at its timeout).
 - `run(policy, op, *args)` sends `(op, args)` to every follower (`call`: `broadcast_object_list`
   on the control group (gloo: the default group on CPU, a second gloo group when the default is NCCL);
   each follower's `serve_commands` runs `getattr(policy, op)(*args)` (an iterator result, such
@@ -77,6 +80,18 @@ def serve_commands(target: object, control: dist.ProcessGroup) -> None:
                 pass
 
 
+def follow(rank: int, world: int, init: str, backend: str) -> tuple[dist.ProcessGroup, tuple]:
+    """A rank started elsewhere (see `RankGroup.meet`): join the group at `init`, then wait for
+    rank 0's `start` command; returns the control group and the command's arguments."""
+    control = join_group(rank, world, init, backend)
+    box: list[Any] = [None]
+    dist.broadcast_object_list(box, src=0, group=control)
+    op, args = box[0]
+    if op != "start":
+        raise RuntimeError(f"rank 0 sent {op!r} before 'start'")
+    return control, args
+
+
 def _follower(entry: Callable[..., None], rank: int, world: int, init: str, args: tuple) -> None:
     entry(rank, world, init, *args)
 
@@ -121,6 +136,20 @@ class RankGroup:
                 p.kill()
             raise
         return cls(control, processes)
+
+    @classmethod
+    def meet(cls, world: int, init: str, backend: str, args: tuple) -> RankGroup:
+        """Join ranks 1..world-1 started elsewhere (`rstar2 learner-rank`, by torchrun or srun)
+        at `init` as rank 0, and send them `args` (what `follow` hands to its entry)."""
+        if world < 2:
+            raise ValueError(f"a rank group needs world >= 2, got {world}")
+        if dist.is_initialized():
+            raise RuntimeError("this process already belongs to a torch.distributed group")
+        log.info("learner: waiting at %s for ranks 1..%d", init, world - 1)
+        control = join_group(0, world, init, backend)
+        group = cls(control, [])
+        group.call("start", *args)
+        return group
 
     def run(self, target: object, op: str, *args: object) -> Any:
         """`target.op(*args)` on every rank: the followers are told first (they wait in the

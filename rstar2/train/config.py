@@ -126,6 +126,14 @@ class ClusterConfig:
     share of every micro-batch; checkpoints are sharded (torch.distributed.checkpoint) and load
     on any rank count."""
 
+    learner_rendezvous: str = ""
+    """Where the learner's ranks meet. "" (default): the learner actor spawns ranks 1..N-1 on
+    its own host. "tcp://HOST:PORT": it spawns none; it joins as rank 0 at HOST:PORT (HOST is
+    its own address, reachable from the other hosts) and waits for ranks 1..N-1 started
+    elsewhere with `rstar2 learner-rank --rendezvous tcp://HOST:PORT` (by torchrun or srun,
+    which give each its rank), then sends them what to load. The model directory must be at
+    the same path on every host (a shared filesystem). See docs/production.md."""
+
     colocate: bool = False
     """The learner shares the vLLM engines' GPUs through vLLM's sleep mode (`engine_backend =
     "vllm"` only): once a step's rollouts are in, every engine sleeps (`EngineSleep`: weights to
@@ -142,6 +150,16 @@ class ClusterConfig:
     def validate(self) -> None:
         require(self.weight_bucket_mb > 0, "cluster.weight_bucket_mb", self.weight_bucket_mb, "> 0")
         require(self.learner_ranks >= 1, "cluster.learner_ranks", self.learner_ranks, ">= 1")
+        require(
+            not self.learner_rendezvous
+            or (
+                self.learner_rendezvous.startswith("tcp://")
+                and self.learner_rendezvous.rsplit(":", 1)[-1].isdigit()
+            ),
+            "cluster.learner_rendezvous",
+            self.learner_rendezvous,
+            '"" (spawn the ranks here) or tcp://HOST:PORT',
+        )
         require(self.gpus >= 0, "cluster.gpus", self.gpus, ">= 0")
         require(self.gpus_per_node >= 1, "cluster.gpus_per_node", self.gpus_per_node, ">= 1")
         require(self.tp in (1, 2, 4, 8), "cluster.tp", self.tp, "1, 2, 4 or 8")

@@ -7,8 +7,10 @@ the group, build the same policy from the same model directory (so every rank st
 identical weights before FSDP2 shards them), and follow rank 0's commands until it stops them.
 The group's backend follows the learner's device: NCCL (RCCL on ROCm) on GPUs, gloo on CPU.
 
-Rank 0 spawns the other ranks on its own host (one host's GPUs, or CPU processes). Starting them
-from torchrun or Slurm across hosts is not built yet (see docs/production.md).
+Rank 0 spawns the other ranks on its own host (one host's GPUs, or CPU processes), or, with
+`cluster.learner_rendezvous = "tcp://HOST:PORT"`, meets ranks started on any hosts by torchrun
+or srun running `rstar2 learner-rank` (`rstar2.learner.policy.external_rank`; see
+docs/production.md).
 
 What it does not do: the update itself (`rstar2.learner.policy`), or the run's decisions.
 """
@@ -36,6 +38,11 @@ def start_ranks(cfg: TrainConfig, model_dir: Path) -> RankGroup | None:
         return None
     backend = backend_for(resolve_device(cfg.learner.device))
     args = (str(model_dir), cfg.learner, cfg.rl, cfg.graph.learner_threads, cfg.seed)
-    group = RankGroup.spawn(world, policy_rank, args, backend)
-    log.info("learner: %d ranks (%s, FSDP2)", world, backend)
+    rendezvous = cfg.cluster.learner_rendezvous
+    if rendezvous:
+        group = RankGroup.meet(world, rendezvous, backend, args)
+        log.info("learner: %d ranks met at %s (%s, FSDP2)", world, rendezvous, backend)
+    else:
+        group = RankGroup.spawn(world, policy_rank, args, backend)
+        log.info("learner: %d ranks (%s, FSDP2)", world, backend)
     return group

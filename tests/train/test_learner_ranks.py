@@ -14,8 +14,10 @@ import time
 from pathlib import Path
 
 import pytest
+import torch
 
 from rstar2.learner.checkpoint import read_policy
+from rstar2.learner.rank_group import free_port
 from rstar2.metrics import read_metrics
 from tests.profile.tool_policy import ToolPolicy
 
@@ -56,8 +58,33 @@ def test_two_learner_ranks_train_and_resume_on_one(tmp_path: Path, tool_policy: 
     shards = sorted(p.name for p in (run / "checkpoints" / "step-000002" / "policy").iterdir())
     assert shards == [".metadata", "__0_0.distcp", "__1_0.distcp"]  # both ranks wrote
 
-    # Resume the finished two-rank run on one rank with one more step.
+    # The same run with rank 1 started by torchrun (as on another host) and meeting rank 0 at
+    # cluster.learner_rendezvous: it trains to the same weights.
     before = read_policy(run / "checkpoints" / "step-000002")["model"]
+    met = tmp_path / "met"
+    rendezvous = f"tcp://127.0.0.1:{free_port()}"
+    trainer = subprocess.Popen(
+        _cmd(tool_policy, met, 2, "cluster.weight_bucket_mb=0.0625",
+             f"cluster.learner_rendezvous={rendezvous}"),
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    follower = subprocess.run(
+        [str(Path(sys.executable).parent / "torchrun"), "--standalone", "--nproc-per-node", "1",
+         "-m", "rstar2.cli", "learner-rank", "--rendezvous", rendezvous, "--device", "cpu"],
+        capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    _, err = trainer.communicate(timeout=600)
+    assert trainer.returncode == 0 and follower.returncode == 0, (err[-2000:], follower.stderr)
+    assert "learner: 2 ranks met at" in err
+    shards = sorted(p.name for p in (met / "checkpoints" / "step-000002" / "policy").iterdir())
+    assert shards == [".metadata", "__0_0.distcp", "__1_0.distcp"]
+    got = read_policy(met / "checkpoints" / "step-000002")["model"]
+    assert got.keys() == before.keys()
+    # (to 1e-5, as 1 vs 2 ranks: torchrun sets its own thread count, so sums round apart)
+    for name, tensor in before.items():
+        torch.testing.assert_close(got[name], tensor, rtol=0, atol=1e-5, msg=name)
+
+    # Resume the finished two-rank run on one rank with one more step.
     subprocess.run(
         [sys.executable, "-m", "rstar2.cli", "train", "--resume", str(run),
          "--set", "cluster.learner_ranks=1", "--set", "stages.0.steps=3"],

@@ -102,13 +102,15 @@ class RunResult:
 
     @property
     def step_s_steady(self) -> float:
-        """Mean time between push ends over the run's second half (after the pipeline filled
-        at k > 0): ``(end of push N - end of push N//2) / (N - N//2)``; a 1-step run's time."""
-        half = self.steps // 2
-        if half == 0:
-            return self.run_s
+        """Mean time between push ends with the pipeline full: from the end of push k+1 (the
+        steps released at time 0 are trained) to the end of push N-k (the last step is
+        released; after it the engines drain), ``(end_{N-k} - end_{k+1}) / (N - 2k - 1)``;
+        `step_s_mean` when the run is too short to have that window."""
+        k, n = self.max_staleness, self.steps
+        if n - 2 * k - 1 < 1:
+            return self.step_s_mean
         ends = [s.push_end_s for s in self.step_times]
-        return (ends[-1] - ends[half - 1]) / (self.steps - half)
+        return (ends[n - k - 1] - ends[k]) / (n - 2 * k - 1)
 
     def staleness_histogram(self) -> dict[int, int]:
         """Trajectories by staleness (0..k)."""

@@ -49,11 +49,22 @@ def test_one_step_of_staleness_overlaps_generation_with_the_update() -> None:
     r = run([[traj(0, 10)]] * 3, k=1, update_s=5.0, push_s=2.0)
     assert r.run_s == 36.0
     assert r.step_s_mean == 12.0
-    assert r.step_s_steady == (36.0 - 17.0) / 2  # after push 1, a step every 9.5 s
+    assert r.step_s_steady == 12.0  # too short for a full pipeline: the mean
     assert r.engine_idle_fraction == pytest.approx(1 - 20 / 36)
     assert r.staleness == [0, 1, 1]  # step 2 from version 0, step 3 from version 1
     assert [t.push_start_s for t in r.step_times] == [15.0, 27.0, 34.0]
     assert r.summary()["push_wait_s_mean"] == pytest.approx(5 / 3, abs=1e-4)
+
+
+def test_the_steady_step_leaves_out_the_pipeline_fill_and_drain() -> None:
+    # As above for 5 steps: each push waits for the next step's turn, so pushes end at 17, 29,
+    # 41, 53 and (update 5 53-58, push 58-60) 60. Full pipeline from push 2 to push 4: 12 s a
+    # step, the update hidden behind generation.
+    r = run([[traj(0, 10)]] * 5, k=1, update_s=5.0, push_s=2.0)
+    assert [t.push_end_s for t in r.step_times] == [17.0, 29.0, 41.0, 53.0, 60.0]
+    assert r.step_s_steady == 12.0
+    assert r.step_s_mean == 12.0
+    assert run([[traj(0, 10)]] * 3, k=0, update_s=5.0, push_s=2.0).step_s_steady == 17.0
 
 
 def test_a_turn_waits_at_the_gate_and_continues_under_the_new_version() -> None:

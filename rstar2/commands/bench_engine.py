@@ -1,7 +1,14 @@
 """`rstar2 bench engine`: embedded engine vs Hugging Face `generate`, tokens/s, same workload.
 
-See `rstar2.engine.benchmark` for the workload and how each side is run. Prints a table, or
-with `--json` one object with `engine_tok_s`, `hf_generate_tok_s`, `ratio` and the HF sweep.
+See `rstar2.engine.benchmark` for the workload and how each side is run (the engine is timed
+again before each HF batch size). Prints a table, or with `--json` one object with
+`engine_tok_s` (median of the engine's runs), `hf_generate_tok_s` (the best batch size),
+`ratio`, the HF sweep (each with the engine run next to it), CPU microseconds per token of both
+sides, the load average before and after, and the conditions (`model_size`, `params`,
+`threads`, `contention`, `omp_wait_policy`).
+
+`--contention N` runs everything beside N busy-loop processes (`bench_contention`), so a
+figure under CPU contention can be reproduced.
 """
 
 from __future__ import annotations
@@ -9,11 +16,15 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
+from typing import Any
 
 import torch
 
 from rstar2.commands.arguments import int_list, model_directory, nonnegative_int, positive_int
-from rstar2.engine.benchmark import make_workload, run_engine, run_hf, tiny_random_model
+from rstar2.commands.bench_contention import busy_processes, load_average
+from rstar2.config import UsageError
+from rstar2.engine.benchmark import MODEL_SIZES, Sweep, make_workload, random_model, run_sweep
 from rstar2.engine.config import EngineConfig
 from rstar2.engine.core import load_causal_lm
 
@@ -24,7 +35,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--model",
         type=model_directory,
-        help="local HF model directory (default: random tiny Qwen2)",
+        help="local HF model directory (default: a random Qwen2 of --model-size)",
+    )
+    parser.add_argument(
+        "--model-size",
+        choices=sorted(MODEL_SIZES),
+        default="tiny",
+        help="random model without --model: tiny (~1.05M parameters) or 25m (~25M)",
     )
     parser.add_argument("--requests", type=positive_int, default=256, help="number of requests")
     parser.add_argument(
@@ -34,62 +51,90 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--batch-sizes",
         type=int_list,
         default="4,8,16,32,64,128,256",
-        help="HF generate batch sizes to sweep",
+        help="HF generate batch sizes to sweep (the engine runs before each)",
     )
     parser.add_argument("--kv-budget", type=positive_int, default=65536, help="engine KV tokens")
     parser.add_argument(
         "--threads", type=nonnegative_int, default=0, help="torch threads (0: default)"
     )
+    parser.add_argument(
+        "--contention",
+        type=nonnegative_int,
+        default=0,
+        help="busy-loop processes to run beside the benchmark (CPU contention)",
+    )
     parser.add_argument("--seed", type=int, default=0, help="workload and weights seed")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
 
 
-def run(args: argparse.Namespace) -> int:
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    sizes: list[int] = args.batch_sizes
-    model = load_causal_lm(args.model) if args.model else tiny_random_model(args.seed)
-    work = make_workload(args.requests, model.config.vocab_size, args.max_tokens, args.seed)
-    cfg = EngineConfig(kv_budget_tokens=args.kv_budget, max_num_seqs=max(args.requests, 1))
-    log.info("workload: %d requests, %d output tokens", args.requests, work.total_tokens)
-    seconds, core = run_engine(model, work, cfg)
-    engine_tok_s = work.total_tokens / seconds
-    log.info("engine: %.1f s, %.0f tok/s, %s", seconds, engine_tok_s, core.stats())
-    sweep = []
-    for size in sizes:
-        hf = run_hf(model, work, size)
-        log.info("hf generate batch %d: %.1f s, %.0f tok/s", size, hf.seconds, hf.tok_s)
-        sweep.append(hf)
-    best = max(sweep, key=lambda r: r.tok_s)
-    stats = core.stats()
-    result = {
-        "engine_tok_s": round(engine_tok_s, 1),
+def report(sweep: Sweep, tokens: int) -> dict[str, Any]:
+    """The JSON figures of one sweep (no conditions)."""
+    best = sweep.best_hf
+    engine_cpu = sorted(t.cpu_us_per_token(tokens) for t in sweep.engine)
+    return {
+        "engine_tok_s": round(sweep.engine_tok_s, 1),
         "hf_generate_tok_s": round(best.tok_s, 1),
-        "ratio": round(engine_tok_s / best.tok_s, 2),
+        "ratio": round(sweep.engine_tok_s / best.tok_s, 2),
         "hf_best_batch_size": best.batch_size,
+        "engine_runs_tok_s": [round(t.tok_s, 1) for t in sweep.engine],
+        "engine_cpu_us_per_token": round(engine_cpu[len(engine_cpu) // 2], 1),
         "hf_sweep": [
             {
                 "batch_size": r.batch_size,
                 "tok_s": round(r.tok_s, 1),
                 "seconds": round(r.seconds, 2),
                 "computed_tokens": r.computed_tokens,
+                "cpu_us_per_token": round(r.cpu_seconds * 1e6 / tokens, 1),
+                "engine_tok_s_before": round(e.tok_s, 1),
+                "paired_ratio": round(e.tok_s / r.tok_s, 2),
             }
-            for r in sweep
+            for e, r in zip(sweep.engine, sweep.hf, strict=True)
         ],
-        "engine_seconds": round(seconds, 2),
-        "engine_preemptions": stats.preemptions,
+        "engine_seconds": round(sorted(t.seconds for t in sweep.engine)[len(sweep.engine) // 2], 2),
+        "engine_preemptions": sweep.core.stats().preemptions,
+    }
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.model and args.model_size != "tiny":
+        raise UsageError("--model-size is for the random model; --model names its own")
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    sizes: list[int] = args.batch_sizes
+    model = load_causal_lm(args.model) if args.model else random_model(args.model_size, args.seed)
+    work = make_workload(args.requests, model.config.vocab_size, args.max_tokens, args.seed)
+    cfg = EngineConfig(kv_budget_tokens=args.kv_budget, max_num_seqs=max(args.requests, 1))
+    log.info("workload: %d requests, %d output tokens", args.requests, work.total_tokens)
+    load_before = load_average()
+    with busy_processes(args.contention):
+        sweep = run_sweep(model, work, cfg, sizes)
+    result = report(sweep, work.total_tokens)
+    result |= {
         "requests": args.requests,
         "output_tokens": work.total_tokens,
+        "model_size": "model" if args.model else args.model_size,
         "params": sum(p.numel() for p in model.parameters()),
         "threads": torch.get_num_threads(),
+        "contention": args.contention,
+        "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY", ""),
+        "load_avg": [load_before, load_average()],
     }
     if args.json:
         print(json.dumps(result))
         return 0
-    print(f"{'side':<22}{'tok/s':>10}{'seconds':>10}{'computed':>10}")
-    print(f"{'engine':<22}{engine_tok_s:>10.0f}{seconds:>10.1f}{work.total_tokens:>10}")
-    for r in sweep:
+    print(f"{'side':<22}{'tok/s':>10}{'seconds':>10}{'computed':>10}{'cpu us/tok':>12}")
+    for e, r in zip(sweep.engine, sweep.hf, strict=True):
+        cpu = e.cpu_us_per_token(work.total_tokens)
+        print(
+            f"{'engine':<22}{e.tok_s:>10.0f}{e.seconds:>10.1f}{work.total_tokens:>10}{cpu:>12.0f}"
+        )
         name = f"hf generate bs={r.batch_size}"
-        print(f"{name:<22}{r.tok_s:>10.0f}{r.seconds:>10.1f}{r.computed_tokens:>10}")
-    print(f"ratio engine / best hf: {result['ratio']:.2f}x (best hf batch {best.batch_size})")
+        cpu = r.cpu_seconds * 1e6 / work.total_tokens
+        print(f"{name:<22}{r.tok_s:>10.0f}{r.seconds:>10.1f}{r.computed_tokens:>10}{cpu:>12.0f}")
+    print(
+        f"ratio median engine / best hf: {result['ratio']:.2f}x (best hf batch "
+        f"{result['hf_best_batch_size']}); {result['params']:,} parameters, "
+        f"{result['threads']} threads, {args.contention} busy processes, load average "
+        f"{load_before} -> {result['load_avg'][1]}"
+    )
     return 0

@@ -6,14 +6,18 @@ For each transport (inproc, ipc, tcp on loopback) and 1 KB messages (`wire.Item`
   the same formula on both sides. Runtime = a `Source` actor (one `ctx.send` per message) ->
   `RateSink` actor graph; raw = one PUSH socket sending one encoded Item per `send()` call ->
   one PULL socket decoding each, with msgspec msgpack and nothing else. Both encode, send,
-  receive and decode every message; the runtime may pack messages into frames (that is its
-  batching), raw does not;
+  receive and decode every message; the runtime packs messages into frames (up to
+  `graph.batch` = 64 messages and `PACK_BYTES` = 60 KiB: ~58 of 1 KB), raw does not. So
+  there is a second raw side, raw batched: the same PUSH -> PULL, but `raw_batch` messages
+  (the same limits as the runtime's) encoded as one msgpack list per `send()` and decoded in
+  one call, the batching a hand-written pyzmq program would do. `ratio` compares the runtime
+  with raw, `batched_ratio` with raw batched; each side's CPU per message is reported too;
 - round trip p50/p99: runtime = `Pinger` -> `Echo` over request/reply ports; raw = a blocking
   DEALER -> ROUTER echo.
 inproc pairs run in one process (raw: a sender thread); ipc and tcp put the sender (or the
 echo service) in a spawned process. The runtime side runs on asyncio (+uvloop) by default.
-Each throughput figure is the median of `--repeats` runs, runtime and raw alternating so that
-load from other jobs hits both alike; the JSON also gives each side's min and max.
+Each throughput figure is the median of `--repeats` runs, runtime, raw and raw batched in
+turn so that load from other jobs hits all alike; the JSON also gives each side's min and max.
 
 What it does not do: tune anything, or assert on the figures (they are printed).
 """
@@ -21,6 +25,7 @@ What it does not do: tune anything, or assert on the figures (they are printed).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import multiprocessing
 import statistics
@@ -35,6 +40,7 @@ import zmq
 from rstar2.actors.backend import BACKENDS
 from rstar2.actors.graph import run_graph_blocking
 from rstar2.actors.graph_config import GraphConfig, graph_config
+from rstar2.actors.outbox import PACK_BYTES
 from rstar2.commands.arguments import nonnegative_int, positive_int
 from rstar2.config import UsageError
 from rstar2.wire import Item
@@ -171,6 +177,38 @@ def _raw_send(endpoint: str, n: int, size: int, context: zmq.Context | None = No
         ctx.term()
 
 
+def raw_batch(size: int, batch: int | None = None, max_bytes: int = PACK_BYTES) -> int:
+    """Messages of `size`-byte payloads per frame for raw batched: as many as the runtime
+    packs, i.e. up to `batch` (default: the graph's default `batch`) and within `max_bytes`."""
+    if batch is None:
+        batch = next(f.default for f in dataclasses.fields(GraphConfig) if f.name == "batch")
+    body = len(msgspec.msgpack.encode(Item(0, 0, b"x" * size, time.time())))
+    return max(1, min(batch, (max_bytes - 6) // body))  # 6: the list's largest header
+
+
+def _raw_send_batched(
+    endpoint: str, n: int, size: int, per_frame: int, context: zmq.Context | None = None
+) -> None:
+    ctx = context or zmq.Context()
+    sock = ctx.socket(zmq.PUSH)
+    sock.connect(endpoint)
+    enc = msgspec.msgpack.Encoder()
+    payload = b"x" * size
+    batch: list[Item] = []
+    cpu_start = time.thread_time_ns()
+    for seq in range(n - 1):
+        batch.append(Item(seq, seq, payload, time.time()))
+        if len(batch) == per_frame:
+            sock.send(enc.encode(batch))
+            batch = []
+    cpu = time.thread_time_ns() - cpu_start  # carried by the last Item, as in `_raw_send`
+    batch.append(Item(n - 1, cpu, payload, time.time()))
+    sock.send(enc.encode(batch))
+    sock.close(linger=-1)
+    if context is None:
+        ctx.term()
+
+
 def _raw_echo(endpoint: str, n: int, context: zmq.Context | None = None) -> None:
     ctx = context or zmq.Context()
     sock = ctx.socket(zmq.ROUTER)
@@ -209,6 +247,30 @@ def raw_throughput(transport: str, n: int, size: int, tmp: str) -> Run:
     send_cpu_ns = dec.decode(sock.recv()).value
     elapsed = time.time() - first_sent_at
     recv_cpu = time.thread_time() - cpu_start
+    peer.join()
+    sock.close(linger=0)
+    ctx.term()
+    return Run(n / elapsed, send_cpu_ns / 1e3 / n, recv_cpu * 1e6 / n)
+
+
+def raw_batched_throughput(transport: str, n: int, size: int, tmp: str) -> Run:
+    """Like `raw_throughput`, with `raw_batch(size)` messages per frame."""
+    ctx = zmq.Context()
+    sock = ctx.socket(zmq.PULL)
+    endpoint = _endpoint(transport, "stream", tmp)
+    sock.bind(endpoint)
+    peer = _start_peer(transport, _raw_send_batched, (endpoint, n, size, raw_batch(size)), ctx)
+    dec = msgspec.msgpack.Decoder(list[Item])
+    items = dec.decode(sock.recv())
+    first_sent_at = items[0].sent_at
+    count = len(items)
+    cpu_start = time.thread_time()
+    while count < n:
+        items = dec.decode(sock.recv())
+        count += len(items)
+    elapsed = time.time() - first_sent_at
+    recv_cpu = time.thread_time() - cpu_start
+    send_cpu_ns = items[-1].value
     peer.join()
     sock.close(linger=0)
     ctx.term()
@@ -257,10 +319,12 @@ def _median_run(runs: list[Run]) -> Run:
 def measure(transport: str, args: argparse.Namespace, tmp: str) -> dict[str, Any]:
     runtimes: list[Run] = []
     raws: list[Run] = []
+    batched: list[Run] = []
     for _ in range(args.repeats):
         runtimes.append(runtime_throughput(transport, args.messages, args.size, args.backend))
         raws.append(raw_throughput(transport, args.messages, args.size, tmp))
-    runtime, raw = _median_run(runtimes), _median_run(raws)
+        batched.append(raw_batched_throughput(transport, args.messages, args.size, tmp))
+    runtime, raw, raw_b = _median_run(runtimes), _median_run(raws), _median_run(batched)
     rtts = runtime_rtts(transport, args.round_trips, args.size, args.backend)
     raw_rt = raw_rtts(transport, args.round_trips, args.size, tmp)
     return {
@@ -276,6 +340,13 @@ def measure(transport: str, args: argparse.Namespace, tmp: str) -> dict[str, Any
             round(min(r.msgs_per_s for r in raws)),
             round(max(r.msgs_per_s for r in raws)),
         ],
+        "raw_batched_msgs_per_s": round(raw_b.msgs_per_s),
+        "batched_ratio": round(runtime.msgs_per_s / raw_b.msgs_per_s, 3),
+        "raw_batch": raw_batch(args.size),
+        "raw_batched_range": [
+            round(min(r.msgs_per_s for r in batched)),
+            round(max(r.msgs_per_s for r in batched)),
+        ],
         "runtime_cpu_us_per_msg": {
             "send": round(runtime.send_cpu_us, 3),
             "recv": round(runtime.recv_cpu_us, 3),
@@ -284,7 +355,12 @@ def measure(transport: str, args: argparse.Namespace, tmp: str) -> dict[str, Any
             "send": round(raw.send_cpu_us, 3),
             "recv": round(raw.recv_cpu_us, 3),
         },
+        "raw_batched_cpu_us_per_msg": {
+            "send": round(raw_b.send_cpu_us, 3),
+            "recv": round(raw_b.recv_cpu_us, 3),
+        },
         "cpu_ratio": round(raw.cpu_us / runtime.cpu_us, 3),
+        "batched_cpu_ratio": round(raw_b.cpu_us / runtime.cpu_us, 3),
         "rtt_p50_ms": round(percentile(rtts, 0.5) * 1e3, 3),
         "rtt_p99_ms": round(percentile(rtts, 0.99) * 1e3, 3),
         "raw_rtt_p50_ms": round(percentile(raw_rt, 0.5) * 1e3, 3),
@@ -316,18 +392,30 @@ def run(args: argparse.Namespace) -> int:
         f"{args.size}-byte messages, {args.messages} one way (median of {args.repeats}), "
         f"{args.round_trips} round trips, runtime on {args.backend}"
     )
-    head = ("transport", "runtime/s", "raw/s", "ratio", "cpu ratio", "rtt p50", "rtt p99")
-    print("{:<9} {:>10} {:>10} {:>6} {:>9} {:>9} {:>9}".format(*head) + "  raw p50, p99")
+    head = (
+        "transport",
+        "runtime/s",
+        "raw/s",
+        "ratio",
+        "cpu ratio",
+        "batched/s",
+        "ratio",
+        "cpu ratio",
+    )
+    print("{:<9} {:>10} {:>10} {:>6} {:>9} {:>10} {:>6} {:>9}".format(*head), end="")
+    print("   rtt p50    p99  raw p50, p99")
     for r in rows:
         rtts = [r[k] for k in ("rtt_p50_ms", "rtt_p99_ms")]
         print(
             f"{r['transport']:<9} {r['runtime_msgs_per_s']:>10} {r['raw_msgs_per_s']:>10} "
-            f"{r['ratio']:>6.2f} {r['cpu_ratio']:>9.2f} "
+            f"{r['ratio']:>6.2f} {r['cpu_ratio']:>9.2f} {r['raw_batched_msgs_per_s']:>10} "
+            f"{r['batched_ratio']:>6.2f} {r['batched_cpu_ratio']:>9.2f} "
             + " ".join(f"{v:>7.3f}ms" for v in rtts)
             + f"  {r['raw_rtt_p50_ms']:.3f}ms, {r['raw_rtt_p99_ms']:.3f}ms"
         )
     print(
         "ratio: runtime / raw msgs/s (load from other jobs moves it); cpu ratio: raw / runtime "
-        "CPU per message, both ends (what the ratio becomes when the machine is CPU-bound)"
+        "CPU per message, both ends (what the ratio becomes when the machine is CPU-bound); "
+        f"batched: raw with {rows[0]['raw_batch']} messages per send(), as the runtime packs"
     )
     return 0

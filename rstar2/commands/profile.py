@@ -18,8 +18,9 @@ Workloads (one of; the trainer's graph when none is named):
 Writes `<out>/trace.json` (Chrome trace event JSON: open it in https://ui.perfetto.dev),
 `<out>/report.txt` and `<out>/report.json`, and prints the report (`--json`: the JSON).
 
-`--overhead` instead times the workload (`--graph`, or the message-bound demo pipeline) with
-tracing on and off, `--repeats` times each, and prints the overhead.
+`--overhead` instead times workloads with tracing on and off, `--repeats` times each, and
+prints the overhead of each: `--graph`, or the two built-in ones (`rstar2.profile.overhead`:
+the demo pipeline, where spans coalesce best, and a request/reply pair, one span per message).
 
 What it does not do: attach to a graph that is already running (that is `rstar2 top`).
 """
@@ -31,15 +32,16 @@ import json
 import logging
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from rstar2.actors.backend import BACKENDS
 from rstar2.actors.graph import GraphResult
-from rstar2.actors.graph_config import load_graph_config
+from rstar2.actors.graph_config import GraphConfig, load_graph_config
 from rstar2.commands.arguments import model_directory, positive_float, positive_int
 from rstar2.config import UsageError
 from rstar2.profile.chrome_trace import write_chrome_trace
-from rstar2.profile.overhead import TARGET, demo_pipeline, measure_overhead_blocking
+from rstar2.profile.overhead import TARGET, WORKLOADS, measure_overhead_blocking
 from rstar2.profile.recording import Recording
 from rstar2.profile.report import build_report, format_report, report_json
 from rstar2.profile.synthetic import SLOW_CHOICES, synthetic_graph
@@ -131,24 +133,28 @@ def _write(rec: Recording, out: Path, as_json: bool) -> int:
     return 0
 
 
+def _overhead(args: argparse.Namespace) -> int:
+    configs: dict[str, Callable[[], GraphConfig]] = WORKLOADS
+    if args.graph:
+        configs = {"graph": lambda: load_graph_config(args.graph)}
+    rows = []
+    for name, make in configs.items():
+        result = measure_overhead_blocking(make(), args.repeats, args.backend or "asyncio")
+        rows.append((name, result))
+        if not args.json:
+            print(f"{name}: {result.summary()}")
+    if args.json:
+        workloads = [
+            {"name": name, "overhead": r.overhead, "on_s": r.on_s, "off_s": r.off_s}
+            for name, r in rows
+        ]
+        print(json.dumps({"target": TARGET, "workloads": workloads}))
+    return 0
+
+
 def run(args: argparse.Namespace) -> int:
     if args.overhead:
-        cfg = load_graph_config(args.graph) if args.graph else demo_pipeline()
-        result = measure_overhead_blocking(cfg, args.repeats, args.backend or "asyncio")
-        if args.json:
-            print(
-                json.dumps(
-                    {
-                        "overhead": result.overhead,
-                        "on_s": result.on_s,
-                        "off_s": result.off_s,
-                        "target": TARGET,
-                    }
-                )
-            )
-        else:
-            print(result.summary())
-        return 0
+        return _overhead(args)
     result, rec = _record(args)
     if not result.ok:
         for f in result.failures:

@@ -1,10 +1,17 @@
 """How much tracing slows a graph: the same workload with `graph.trace` on and off.
 
 Runs alternate (off, on, off, on, ...) so that drift of a shared machine hits both sides
-alike; the overhead is median(on) / median(off) - 1. The default workload is the runtime's
-message-bound demo pipeline (source -> square x2 -> sink, tiny messages), the worst case for
-tracing because its cost is per message and the actors do almost nothing else; any real
-graph, whose actors work per message, pays a smaller share.
+alike; the overhead is median(on) / median(off) - 1. The default workloads (`WORKLOADS`):
+
+- "pipeline": the runtime's message-bound demo pipeline (source -> square x2 -> sink, tiny
+  messages). Its actors drain runs of back-to-back messages, and the runtime records one
+  "handle" span per run (docs/actors.md), so it is the case where spans coalesce best;
+- "request_reply": a Pinger -> Echo pair, one request in flight at a time: every message is a
+  run of its own, so the echo records one "handle" span per request and the pinger one
+  "reply" span, the case where spans coalesce least.
+
+Both are the worst case for tracing in another way too: the actors do almost nothing but pass
+messages, so any real graph, whose actors work per message, pays a smaller share.
 
 With `trace = false` the runtime still keeps its counters (busy/wait/blocked seconds); only
 the span ring buffer is skipped. So this measures the spans; `rstar2 top` needs only counters.
@@ -16,6 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 import statistics
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import anyio
@@ -46,6 +54,21 @@ class Overhead:
         )
 
 
+def request_reply(n: int = 3000) -> GraphConfig:
+    """`n` round trips, one at a time, over a request/reply port (inproc)."""
+    demo = "rstar2.actors.demo"
+    return graph_config(
+        {
+            "name": "overhead-rr",
+            "edges": ["pinger.req -> echo.req"],
+            "actors": [
+                {"name": "echo", "cls": f"{demo}:Echo"},
+                {"name": "pinger", "cls": f"{demo}:Pinger", "params": {"n": n}},
+            ],
+        }
+    )
+
+
 def demo_pipeline(n: int = 20000) -> GraphConfig:
     """The message-bound default workload (all in one process, inproc sockets)."""
     demo = "rstar2.actors.demo"
@@ -60,6 +83,13 @@ def demo_pipeline(n: int = 20000) -> GraphConfig:
             ],
         }
     )
+
+
+WORKLOADS: dict[str, Callable[[], GraphConfig]] = {
+    "pipeline": demo_pipeline,
+    "request_reply": request_reply,
+}
+"""The workloads `rstar2 profile --overhead` measures when no `--graph` is given."""
 
 
 async def measure_overhead(cfg: GraphConfig, repeats: int = 5) -> Overhead:

@@ -120,7 +120,8 @@ def test_overhead_reports_both_sides(capsys: pytest.CaptureFixture[str], tmp_pat
         main(["-q", "profile", "--overhead", "--graph", str(graph), "--repeats", "2", "--json"])
         == 0
     )
-    doc = json.loads(capsys.readouterr().out)
+    (doc,) = json.loads(capsys.readouterr().out)["workloads"]
+    assert doc["name"] == "graph"
     assert len(doc["on_s"]) == len(doc["off_s"]) == 2
     on, off = doc["on_s"], doc["off_s"]
     assert doc["overhead"] == pytest.approx(statistics.median(on) / statistics.median(off) - 1)

@@ -307,6 +307,11 @@ def run(args: argparse.Namespace) -> int:
         return _bound(args)
     if args.action == "compare-staleness":
         return _compare_staleness(args)
+    if args.max_staleness and args.action in ("run", "compare") and (args.steps or 1) <= 1:
+        raise UsageError(
+            "--max-staleness needs --steps N (N > 1): staleness exists between steps (one step "
+            "is the synchronous simulation)"
+        )
     if args.action == "run" and (args.steps or 1) > 1:
         run_result = simulate_run(args, args.max_staleness)
         summary = run_result.summary()

@@ -37,6 +37,11 @@ def test_without_steps_run_is_the_one_step_simulation(capsys: pytest.CaptureFixt
     assert "makespan_s" in out and "staleness_max" not in out
 
 
+def test_max_staleness_without_steps_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["-q", "sim", "run", "--max-staleness", "1", *SMALL]) == 2
+    assert "--max-staleness needs --steps N" in capsys.readouterr().err
+
+
 def test_compare_staleness_tabulates_every_k_and_plots(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -46,7 +46,7 @@ WORKLOADS = {
         "import sympy as sp\n"
         "x = sp.symbols('x')\n"
         "print(sp.factor(x**6 - 1), sp.solve(x**2 - 7*x + 12, x),\n"
-        "      sp.integrate(x**3 * sp.exp(2*x), x))"
+        "      sp.integrate(x**3 * sp.sin(2*x), x))"
     ),
 }
 

@@ -16,6 +16,7 @@ import pytest
 
 from rstar2.sandbox import zygote
 from rstar2.sandbox.bench import WORKLOADS
+from tests.sandbox.conftest import Sandbox
 
 
 def calls_with_arguments(source: str) -> set[str]:
@@ -44,3 +45,11 @@ def test_snippet_repeats_no_warm_up_call(name: str) -> None:
 def test_snippet_uses_the_module_the_warm_up_preloads(name: str) -> None:
     # the bench still measures a warm module: the import itself is what the zygote saves
     assert f"import {name}" in WORKLOADS[name]
+
+
+@pytest.mark.parametrize("name", sorted(WORKLOADS))
+def test_snippet_runs_ok_in_the_sandbox(name: str, sandbox: Sandbox) -> None:
+    # a failing snippet would be timed as fast failures (the sympy one once needed a submodule
+    # the children could not import: `sympy.integrals.prde`)
+    result = sandbox.run(WORKLOADS[name])
+    assert result.status == "ok", result

@@ -136,7 +136,7 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
     # torch's OpenMP threads otherwise spin-wait at the end of every parallel region; when
     # other processes share the cores, the spinning thread holds the core that the thread it
-    # waits for needs, and the engine's and HF's small decode steps ran 25-150x slower
+    # waits for needs, and the engine's and HF's small decode steps ran 10-150x slower
     # (docs/results.md, "Embedded engine"). The OpenMP runtime reads this once, when torch
     # loads it, so it is set here, before any command imports torch (children inherit it).
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")

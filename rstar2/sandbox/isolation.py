@@ -162,6 +162,11 @@ def bwrap_argv(cfg: SandboxConfig, bwrap: str, python: str, prefix: str) -> list
             argv += ["--ro-bind", link, link]
     if os.path.exists("/etc/ld.so.cache"):
         argv += ["--ro-bind", "/etc/ld.so.cache", "/etc/ld.so.cache"]
+    # /opt and /opt/rstar2 hold the site-packages and the zygote's modules: traversable (not
+    # listable) by the children's uids too, or a child could import only what the zygote
+    # imported before the fork (bwrap would create them 0700, owned by the zygote's user)
+    for parent in _parents(f"{SANDBOX_DIR}/x"):
+        argv += ["--perms", "0711", "--dir", parent]
     inside_sites = []
     for i, site in enumerate(site_dirs()):
         if _under(site, bound):

@@ -115,6 +115,19 @@ def test_home_directory_is_not_readable(sandbox: Sandbox) -> None:
     sandbox.assert_recovered()
 
 
+def test_a_module_the_zygote_did_not_import_still_imports_but_opt_is_not_listable(
+    sandbox: Sandbox,
+) -> None:
+    # The children run under other uids than the zygote: the directories holding the bound
+    # site-packages must be traversable by them, or only what the zygote imported before the
+    # fork would import (model-written code importing a sympy submodule failed that way).
+    r = sandbox.run("import msgspec\nprint(msgspec.__name__)")
+    assert r.status == "ok" and r.stdout.strip() == "msgspec", r.stderr
+    r = sandbox.run("import os\nprint(os.listdir('/opt/rstar2'))")
+    assert r.status == "error" and "PermissionError" in r.stderr
+    sandbox.assert_recovered()
+
+
 def test_project_tree_is_not_visible(sandbox: Sandbox) -> None:
     this_file = str(Path(__file__).resolve())
     r = sandbox.run(f"print(open({this_file!r}).read())")

@@ -43,10 +43,10 @@ from __future__ import annotations
 import logging
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeVar
 
 import anyio
 import numpy as np
@@ -95,6 +95,8 @@ from rstar2.wire import (
 )
 
 log = logging.getLogger(__name__)
+
+_T = TypeVar("_T")
 
 
 @dataclass
@@ -168,25 +170,20 @@ class LearnerActor(Actor):
         """The scope of the rollout in flight that a stop request may abandon."""
         self.inbox = RolloutInbox()
         """Rollouts submitted (also ahead of their step, `rl.max_staleness`) and their
-        trajectories received so far."""
+        trajectories received so far (by `_receive`, all the time)."""
+        self._arrival: anyio.Event
+        """Set when a trajectory has been filed (then replaced); created in `serve`."""
 
     async def serve(self, ctx: ActorContext) -> None:
         if self.cfg.graph.learner_threads > 0:
             torch.set_num_threads(self.cfg.graph.learner_threads)
+        self._arrival = anyio.Event()
         state, controller = await anyio.to_thread.run_sync(self._open)
         summary: dict[str, Any] | None = None
         failed = True
         try:
             await self._open_group(ctx)
-            pending = deque(controller.start(self.resume, state.saved))
-            while pending and summary is None:
-                command = pending.popleft()
-                if isinstance(command, Finish):
-                    summary = command.summary
-                elif isinstance(command, RollOut) and controller.interruptible:
-                    pending = deque(await self._interruptible(ctx, state, controller, command))
-                else:
-                    pending.extend(await self._execute(ctx, state, controller, command))
+            summary = await self._receiving(ctx, self._run(ctx, state, controller))
             failed = False
         finally:
             if self.metrics is not None:
@@ -202,6 +199,57 @@ class LearnerActor(Actor):
         if self.profile:
             summary["profile"] = {"counters": self.kv_samples, "window": self.rl_window}
         ctx.stop_graph("done", summary)
+
+    async def _run(
+        self, ctx: ActorContext, state: RunState, controller: Controller
+    ) -> dict[str, Any] | None:
+        """Execute the controller's commands until `Finish`; returns its summary."""
+        pending = deque(controller.start(self.resume, state.saved))
+        while pending:
+            command = pending.popleft()
+            if isinstance(command, Finish):
+                return command.summary
+            if isinstance(command, RollOut) and controller.interruptible:
+                pending = deque(await self._interruptible(ctx, state, controller, command))
+            else:
+                pending.extend(await self._execute(ctx, state, controller, command))
+        return None
+
+    async def _receiving(self, ctx: ActorContext, run: Awaitable[_T]) -> _T:
+        """Await `run` while a task reads every scored trajectory into the inbox as it comes.
+        The learner must keep reading while it updates and pushes: with rollouts submitted
+        ahead (`rl.max_staleness`), trajectories arrive meanwhile, and unread they would fill
+        the bus up to the rollout workers, whose weight acks would then wait behind them.
+        `run`'s own exception comes out as it is (not in an exception group)."""
+        outcome: list[_T] = []
+        error: list[BaseException] = []
+
+        async def main(scope: anyio.CancelScope) -> None:
+            try:
+                outcome.append(await run)
+            except BaseException as e:  # re-raised below, outside the task group
+                error.append(e)
+            finally:
+                scope.cancel()
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(self._receive, ctx)
+            tg.start_soon(main, tg.cancel_scope)
+        if error:
+            raise error[0]
+        return outcome[0]
+
+    async def _receive(self, ctx: ActorContext) -> None:
+        """File every scored trajectory with its rollout (`RolloutInbox`), for good."""
+        while True:
+            msg = (await ctx.recv()).msg
+            if not isinstance(msg, TrajectoryResult) or not self.inbox.deliver(msg):
+                log.warning("ignoring a stray message %r", getattr(msg, "traj_id", msg))
+                continue
+            if self.profile:
+                self._sample_kv(msg)
+            self._arrival.set()
+            self._arrival = anyio.Event()
 
     def request_stop(self, reason: str) -> None:
         """A signal asked the graph to stop: end the run at the next point where the policy is
@@ -306,13 +354,7 @@ class LearnerActor(Actor):
         if not self.inbox.expects(key):
             await self._submit(ctx, rollout)
         while not self.inbox.complete(key):
-            incoming = await ctx.recv()
-            msg = incoming.msg
-            assert isinstance(msg, TrajectoryResult)
-            if not self.inbox.deliver(msg):
-                log.warning("ignoring a stray trajectory %s", msg.traj_id)
-            elif self.profile:
-                self._sample_kv(msg)
+            await self._arrival.wait()  # `_receive` files them
         return self.inbox.take(key)
 
     def _sample_kv(self, msg: TrajectoryResult) -> None:

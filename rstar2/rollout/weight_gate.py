@@ -11,9 +11,10 @@ pausing; the gate is the same for both). The price is the wait for the longest t
 before an update loads, at most one turn's generation time.
 
 An update that fails (the load raises, or the push is abandoned before its last bucket) leaves
-`version` at the old number: the engine's weights are then that version's (the load validates
-before copying; bus pushes stage every bucket and load them in one call), so a trajectory is
-never tagged with a version its tokens did not come from.
+`version` at the old number: the engine's weights are then that version's (the embedded
+engine's load checks every name and shape before copying anything; bus pushes stage every
+bucket and load them in one call; a vLLM load that fails half-way is not covered), so a
+trajectory is never tagged with a version its tokens did not come from.
 
 In synchronous mode no turn is in flight during a push, so the gate never waits.
 

@@ -43,6 +43,8 @@ from rstar2.log_format import setup_logging
 EXIT_FAILURE = 1
 EXIT_INTERRUPTED = 130
 EXIT_BROKEN_PIPE = 141
+GOMP_SPINCOUNT = "10000"
+"""How long torch's OpenMP threads spin before sleeping (see `main`)."""
 
 # name -> (module, one-line help). Help strings live here so `--help` imports nothing heavy.
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -134,12 +136,16 @@ def main(argv: list[str] | None = None) -> int:
     # one-line-per-step progress output; set before any command module imports transformers
     # (spawned children inherit it)
     os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
-    # torch's OpenMP threads otherwise spin-wait at the end of every parallel region; when
-    # other processes share the cores, the spinning thread holds the core that the thread it
-    # waits for needs, and the engine's and HF's small decode steps ran 10-150x slower
-    # (docs/results.md, "Embedded engine"). The OpenMP runtime reads this once, when torch
-    # loads it, so it is set here, before any command imports torch (children inherit it).
-    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+    # torch's OpenMP threads (libgomp) spin-wait at the end of every parallel region, by
+    # default for 300,000 spins; when other processes share the cores, the spinning thread
+    # holds the core that the thread it waits for needs, and the engine's and HF's small
+    # decode steps ran 10-150x slower (docs/results.md, "Embedded engine"). Passive waiting
+    # fixed that but cost ~45% of the idle engine's speed; a short spin (10,000) keeps both
+    # (measured: idle as fast as spinning, under contention within 5% of passive). The OpenMP
+    # runtime reads this once, when torch loads it, so it is set here, before any command
+    # imports torch (children inherit it); a user's own OMP_WAIT_POLICY or GOMP_SPINCOUNT wins.
+    if "OMP_WAIT_POLICY" not in os.environ:
+        os.environ.setdefault("GOMP_SPINCOUNT", GOMP_SPINCOUNT)
     selected = next((a for a in argv if not a.startswith("-")), None)
     parser = build_parser(selected if selected in _available() else None)
     args = parser.parse_args(argv)

@@ -117,6 +117,7 @@ def run(args: argparse.Namespace) -> int:
         "threads": torch.get_num_threads(),
         "contention": args.contention,
         "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY", ""),
+        "gomp_spincount": os.environ.get("GOMP_SPINCOUNT", ""),
         "load_avg": [load_before, load_average()],
     }
     if args.json:

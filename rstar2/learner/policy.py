@@ -54,7 +54,7 @@ from rstar2.learner.policy_update import (
     make_optimizer,
     update_policy,
 )
-from rstar2.learner.rank_group import follow, join_group, serve_commands
+from rstar2.learner.rank_group import follow, join_group, leave, serve_commands
 from rstar2.model.loader import load_model
 from rstar2.rl import RLConfig, TrainingBatch
 
@@ -228,18 +228,16 @@ def external_rank(rank: int, world: int, init_method: str, device: str, local_ra
     local device `local_rank` of `device`, and follow rank 0 until it stops. SIGINT is ignored,
     as in `policy_rank`."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    control, args = follow(
-        rank, world, init_method, backend_for(resolve_device(device, local_rank))
-    )
+    member, args = follow(rank, world, init_method, backend_for(resolve_device(device, local_rank)))
     model_dir, cfg, rl, threads, seed = args
     try:
         if threads > 0:
             torch.set_num_threads(threads)
         torch.manual_seed(seed)
         policy, _ = load_policy(Path(model_dir), cfg, rl, local_rank=local_rank)
-        serve_commands(policy, control)
+        serve_commands(policy, member.control)
     finally:
-        dist.destroy_process_group()
+        leave(rank, member)
 
 
 def policy_rank(
@@ -259,9 +257,9 @@ def policy_rank(
     if threads > 0:
         torch.set_num_threads(threads)
     torch.manual_seed(seed)
-    control = join_group(rank, world, init_method, backend_for(resolve_device(cfg.device, rank)))
+    member = join_group(rank, world, init_method, backend_for(resolve_device(cfg.device, rank)))
     try:
         policy, _ = load_policy(Path(model_dir), cfg, rl, local_rank=rank)
-        serve_commands(policy, control)
+        serve_commands(policy, member.control)
     finally:
-        dist.destroy_process_group()
+        leave(rank, member)

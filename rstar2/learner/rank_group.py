@@ -19,6 +19,9 @@ rank 0 does, in the same order, so the collectives inside line up:
   about a second; `call` turns that into `LearnerRankDied`, which names the dead rank(s) and how
   they ended. NCCL does not notice a dead peer before its timeout, so `dead_ranks()` is there for
   a watchdog to poll while rank 0 is blocked.
+- Leaving: each follower leaves the group and then reports it through the rendezvous store
+  (`leave`); rank 0, which hosts the store, leaves last (`close` waits for the reports): a gloo
+  rank whose peer closes its connections first can abort on an uncaught I/O error.
 
 Commands are pickled (they carry a `TrainingBatch` or a path), which is fine here: every rank is a
 process this run started from its own code, on the learner's private group; nothing untrusted is
@@ -33,8 +36,10 @@ import datetime
 import logging
 import socket
 from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 from multiprocessing.process import BaseProcess
 from typing import Any
+from urllib.parse import urlsplit
 
 import torch.distributed as dist
 import torch.multiprocessing as mp
@@ -56,14 +61,46 @@ def free_port(host: str = "127.0.0.1") -> int:
         return int(s.getsockname()[1])
 
 
-def join_group(rank: int, world: int, init_method: str, backend: str) -> dist.ProcessGroup:
-    """Join the learner's default process group; returns the gloo control group of commands."""
-    dist.init_process_group(
-        backend, init_method=init_method, rank=rank, world_size=world, timeout=TIMEOUT
-    )
+@dataclass(frozen=True)
+class Membership:
+    """A rank's place in the learner's group: the gloo control group of commands, and the
+    rendezvous store (rank 0 hosts it) that carries the leaving handshake (`leave`)."""
+
+    control: dist.ProcessGroup
+    store: dist.Store
+
+
+def join_group(rank: int, world: int, init_method: str, backend: str) -> Membership:
+    """Join the learner's default process group at `init_method` (`tcp://HOST:PORT`; rank 0
+    binds it and hosts the store)."""
+    host, port = _host_port(init_method)
+    store = dist.TCPStore(host, port, world_size=world, is_master=rank == 0, timeout=TIMEOUT)
+    dist.init_process_group(backend, store=store, rank=rank, world_size=world, timeout=TIMEOUT)
     control = dist.new_group(backend="gloo") if backend != "gloo" else dist.group.WORLD
     assert control is not None
-    return control
+    return Membership(control, store)
+
+
+def leave(rank: int, member: Membership) -> None:
+    """A follower leaves the group, then tells rank 0 it has (see `RankGroup.close`): rank 0
+    must go last, since a gloo rank whose peer closes its connections first may abort with an
+    uncaught I/O error (seen in CI: a torchrun-started rank ended by SIGABRT after `STOP`)."""
+    dist.destroy_process_group()
+    try:
+        member.store.set(_left_key(rank), "1")
+    except (RuntimeError, dist.DistError) as e:  # rank 0 gone already: nothing left to protect
+        log.warning("learner rank %d could not report leaving: %s", rank, e)
+
+
+def _left_key(rank: int) -> str:
+    return f"rstar2/left/{rank}"
+
+
+def _host_port(init_method: str) -> tuple[str, int]:
+    url = urlsplit(init_method)
+    if url.scheme != "tcp" or not url.hostname or url.port is None:
+        raise ValueError(f"a learner rendezvous is tcp://HOST:PORT, got {init_method!r}")
+    return url.hostname, url.port
 
 
 def serve_commands(target: object, control: dist.ProcessGroup) -> None:
@@ -80,16 +117,16 @@ def serve_commands(target: object, control: dist.ProcessGroup) -> None:
                 pass
 
 
-def follow(rank: int, world: int, init: str, backend: str) -> tuple[dist.ProcessGroup, tuple]:
+def follow(rank: int, world: int, init: str, backend: str) -> tuple[Membership, tuple]:
     """A rank started elsewhere (see `RankGroup.meet`): join the group at `init`, then wait for
-    rank 0's `start` command; returns the control group and the command's arguments."""
-    control = join_group(rank, world, init, backend)
+    rank 0's `start` command; returns the membership and the command's arguments."""
+    member = join_group(rank, world, init, backend)
     box: list[Any] = [None]
-    dist.broadcast_object_list(box, src=0, group=control)
+    dist.broadcast_object_list(box, src=0, group=member.control)
     op, args = box[0]
     if op != "start":
         raise RuntimeError(f"rank 0 sent {op!r} before 'start'")
-    return control, args
+    return member, args
 
 
 def _follower(entry: Callable[..., None], rank: int, world: int, init: str, args: tuple) -> None:
@@ -99,8 +136,9 @@ def _follower(entry: Callable[..., None], rank: int, world: int, init: str, args
 class RankGroup:
     """Rank 0's side of the learner's process group (see the module docstring)."""
 
-    def __init__(self, control: dist.ProcessGroup, processes: Sequence[BaseProcess]) -> None:
-        self.control = control
+    def __init__(self, member: Membership, processes: Sequence[BaseProcess]) -> None:
+        self.control = member.control
+        self.store = member.store
         self.processes = list(processes)
         """The followers this process started (rank i + 1)."""
         self._closed = False
@@ -130,12 +168,12 @@ class RankGroup:
             log.info("learner rank %d/%d started (pid %d)", rank, world, p.pid)
             processes.append(p)
         try:
-            control = join_group(0, world, init, backend)
+            member = join_group(0, world, init, backend)
         except BaseException:
             for p in processes:
                 p.kill()
             raise
-        return cls(control, processes)
+        return cls(member, processes)
 
     @classmethod
     def meet(cls, world: int, init: str, backend: str, args: tuple) -> RankGroup:
@@ -146,8 +184,7 @@ class RankGroup:
         if dist.is_initialized():
             raise RuntimeError("this process already belongs to a torch.distributed group")
         log.info("learner: waiting at %s for ranks 1..%d", init, world - 1)
-        control = join_group(0, world, init, backend)
-        group = cls(control, [])
+        group = cls(join_group(0, world, init, backend), [])
         group.call("start", *args)
         return group
 
@@ -194,6 +231,12 @@ class RankGroup:
             except RuntimeError as e:
                 log.warning("could not stop the learner ranks cleanly: %s", e)
                 abort = True
+        if not abort:  # rank 0 leaves last (see `leave`); followers elsewhere have no process here
+            keys = [_left_key(r) for r in range(1, self.world)]
+            try:
+                self.store.wait(keys, datetime.timedelta(seconds=timeout_s))
+            except (RuntimeError, dist.DistError) as e:
+                log.warning("learner ranks did not all report leaving: %s", e)
         for p in self.processes:
             if abort:
                 p.kill()

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import time
+from pathlib import Path
+
 import torch
-import torch.distributed as dist
 
 from rstar2.learner.policy import LearnerPolicy
 from rstar2.learner.policy_update import LearnerConfig
-from rstar2.learner.rank_group import join_group, serve_commands
+from rstar2.learner.rank_group import follow, join_group, leave, serve_commands
 from rstar2.rl import RLConfig
 from tests.production.distributed_ranks import tiny_model
 
@@ -20,8 +22,18 @@ def policy(seed: int = 0) -> LearnerPolicy:
 
 def follower(rank: int, world: int, init_method: str) -> None:
     torch.set_num_threads(1)
-    control = join_group(rank, world, init_method, "gloo")
+    member = join_group(rank, world, init_method, "gloo")
     try:
-        serve_commands(policy(), control)
+        serve_commands(policy(), member.control)
     finally:
-        dist.destroy_process_group()
+        leave(rank, member)
+
+
+def slow_leaver(rank: int, world: int, init_method: str, marker: str) -> None:
+    """A rank started elsewhere (as `RankGroup.meet` expects) that, after `STOP`, takes a second
+    before it leaves and writes `marker` just before it reports leaving."""
+    member, _ = follow(rank, world, init_method, "gloo")
+    serve_commands(object(), member.control)
+    time.sleep(1.0)
+    Path(marker).write_text("left")
+    leave(rank, member)

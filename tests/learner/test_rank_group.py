@@ -10,10 +10,11 @@ from pathlib import Path
 
 import pytest
 import torch
+import torch.multiprocessing as mp
 
 from rstar2.learner.policy import resolve_device
-from rstar2.learner.rank_group import LearnerRankDied, RankGroup
-from tests.learner.rank_entries import follower, policy
+from rstar2.learner.rank_group import LearnerRankDied, RankGroup, free_port
+from tests.learner.rank_entries import follower, policy, slow_leaver
 from tests.production.distributed_ranks import synthetic_batch, tiny_model
 
 TOL = 1e-5
@@ -64,6 +65,24 @@ def test_two_ranks_update_and_checkpoint_like_one(tmp_path: Path) -> None:
     single.update(batch)
     for k, v in ref_after_two.items():
         torch.testing.assert_close(single.full_weights()[k], v, atol=TOL, rtol=0, msg=f"2->1 {k}")
+
+
+def test_rank_zero_leaves_after_a_rank_started_elsewhere(tmp_path: Path) -> None:
+    # A gloo rank whose peer closes first may abort (CI saw a torchrun-started rank end by
+    # SIGABRT after STOP): rank 0, which hosts the store, leaves only once the others report.
+    init = f"tcp://127.0.0.1:{free_port()}"
+    marker = tmp_path / "left"
+    rank1 = mp.get_context("spawn").Process(target=slow_leaver, args=(1, 2, init, str(marker)))
+    rank1.start()
+    try:
+        group = RankGroup.meet(2, init, "gloo", ())
+        group.close()
+        assert marker.is_file()  # rank 1 had left when rank 0's close returned
+    finally:
+        rank1.join(timeout=30)
+        if rank1.is_alive():
+            rank1.kill()
+    assert rank1.exitcode == 0
 
 
 @pytest.mark.slow

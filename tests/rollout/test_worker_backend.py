@@ -52,4 +52,8 @@ def test_an_unknown_backend_is_refused_when_the_graph_is_planned() -> None:
     with pytest.raises(ConfigError, match=r"'graph.actors\[2\].params.engine_backend'"):
         actor_params(RolloutWorker, params, "graph.actors[2].params")
     with pytest.raises(ConfigError, match=r"'graph.actors\[2\].params.engine.block_size'"):
-        actor_params(RolloutWorker, {"model_dir": "/m", "engine": {"block_size": "x"}}, "graph.actors[2].params")
+        actor_params(
+            RolloutWorker,
+            {"model_dir": "/m", "engine": {"block_size": "x"}},
+            "graph.actors[2].params",
+        )

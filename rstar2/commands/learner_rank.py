@@ -21,6 +21,7 @@ import argparse
 import os
 
 from rstar2.config import UsageError
+from rstar2.rendezvous import parse_rendezvous
 
 HELP = "one rank of a sharded learner, started by torchrun or srun (multi-host)"
 
@@ -76,8 +77,10 @@ def placement(
 
 
 def run(args: argparse.Namespace) -> int:
-    if not args.rendezvous.startswith("tcp://"):
-        raise UsageError(f"--rendezvous {args.rendezvous!r}: expected tcp://HOST:PORT")
+    try:
+        parse_rendezvous(args.rendezvous)
+    except ValueError as e:
+        raise UsageError(f"--rendezvous {args.rendezvous!r}: {e}") from None
     rank, world, local = placement(
         dict(os.environ), args.rank, args.world, args.local_rank, args.rank_offset
     )

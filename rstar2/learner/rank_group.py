@@ -39,10 +39,11 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from multiprocessing.process import BaseProcess
 from typing import Any
-from urllib.parse import urlsplit
 
 import torch.distributed as dist
 import torch.multiprocessing as mp
+
+from rstar2.rendezvous import parse_rendezvous
 
 log = logging.getLogger(__name__)
 
@@ -73,7 +74,7 @@ class Membership:
 def join_group(rank: int, world: int, init_method: str, backend: str) -> Membership:
     """Join the learner's default process group at `init_method` (`tcp://HOST:PORT`; rank 0
     binds it and hosts the store)."""
-    host, port = _host_port(init_method)
+    host, port = parse_rendezvous(init_method)
     store = dist.TCPStore(host, port, world_size=world, is_master=rank == 0, timeout=TIMEOUT)
     dist.init_process_group(backend, store=store, rank=rank, world_size=world, timeout=TIMEOUT)
     control = dist.new_group(backend="gloo") if backend != "gloo" else dist.group.WORLD
@@ -94,13 +95,6 @@ def leave(rank: int, member: Membership) -> None:
 
 def _left_key(rank: int) -> str:
     return f"rstar2/left/{rank}"
-
-
-def _host_port(init_method: str) -> tuple[str, int]:
-    url = urlsplit(init_method)
-    if url.scheme != "tcp" or not url.hostname or url.port is None:
-        raise ValueError(f"a learner rendezvous is tcp://HOST:PORT, got {init_method!r}")
-    return url.hostname, url.port
 
 
 def serve_commands(target: object, control: dist.ProcessGroup) -> None:

@@ -22,6 +22,7 @@ from rstar2.engine.config import EngineConfig
 from rstar2.learner.policy_update import LearnerConfig
 from rstar2.learner.sft import SFTConfig
 from rstar2.model.tiny import TinyModelConfig
+from rstar2.rendezvous import parse_rendezvous
 from rstar2.reward.reward_config import RewardConfig
 from rstar2.rl import RLConfig
 from rstar2.rollout.config import RolloutConfig
@@ -150,16 +151,13 @@ class ClusterConfig:
     def validate(self) -> None:
         require(self.weight_bucket_mb > 0, "cluster.weight_bucket_mb", self.weight_bucket_mb, "> 0")
         require(self.learner_ranks >= 1, "cluster.learner_ranks", self.learner_ranks, ">= 1")
-        require(
-            not self.learner_rendezvous
-            or (
-                self.learner_rendezvous.startswith("tcp://")
-                and self.learner_rendezvous.rsplit(":", 1)[-1].isdigit()
-            ),
-            "cluster.learner_rendezvous",
-            self.learner_rendezvous,
-            '"" (spawn the ranks here) or tcp://HOST:PORT',
-        )
+        if self.learner_rendezvous:
+            try:
+                parse_rendezvous(self.learner_rendezvous)
+            except ValueError as e:
+                raise ConfigError(
+                    "cluster.learner_rendezvous", self.learner_rendezvous, f'"" or {e}'
+                ) from None
         require(self.gpus >= 0, "cluster.gpus", self.gpus, ">= 0")
         require(self.gpus_per_node >= 1, "cluster.gpus_per_node", self.gpus_per_node, ">= 1")
         require(self.tp in (1, 2, 4, 8), "cluster.tp", self.tp, "1, 2, 4 or 8")

@@ -215,24 +215,27 @@ class RankGroup:
     def close(self, abort: bool = False, timeout_s: float = 30.0) -> None:
         """Stop the followers and leave the group (idempotent; never raises for a dead rank).
         `abort`: kill them instead of sending `STOP` - after a failure rank 0 may have left them
-        inside a collective, where a stop message would never be read."""
+        inside a collective, where a stop message would never be read. A dead rank has the others
+        killed too, without waiting for it to report leaving (that would only time out)."""
         if self._closed:
             return
         self._closed = True
-        if not abort and not self.dead_ranks():
+        # a dead rank takes no STOP and never reports leaving; the others cannot go on without it
+        kill = abort or bool(self.dead_ranks())
+        if not kill:
             try:
                 self.call(STOP)
             except RuntimeError as e:
                 log.warning("could not stop the learner ranks cleanly: %s", e)
-                abort = True
-        if not abort:  # rank 0 leaves last (see `leave`); followers elsewhere have no process here
+                abort = kill = True
+        if not kill:  # rank 0 leaves last (see `leave`); followers elsewhere have no process here
             keys = [_left_key(r) for r in range(1, self.world)]
             try:
                 self.store.wait(keys, datetime.timedelta(seconds=timeout_s))
             except RuntimeError as e:  # DistError is one: a timeout, a store gone
                 log.warning("learner ranks did not all report leaving: %s", e)
         for p in self.processes:
-            if abort:
+            if kill:
                 p.kill()
             p.join(timeout=timeout_s)
             if p.is_alive():

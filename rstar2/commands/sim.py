@@ -22,18 +22,21 @@ learner's updates and the weight pushes, under bounded staleness `--max-stalenes
 then prints the run's summary (trajectories_per_hour, engine_idle_fraction, staleness_mean,
 staleness_max, step_s_mean, ...). `compare-staleness` runs k = 0..max-k on the same steps
 (default 8), prints a table (or a JSON list) and writes staleness.png.
+
+Everything but `calibrate --engine` runs without torch (a laptop's `rstar2 sim` starts in well
+under a second); that action's module, `rstar2.commands.sim_fidelity`, imports the engine and
+is loaded only when it runs.
 """
 
 from __future__ import annotations
 
 import argparse
-import dataclasses
+import importlib
 import json
 import logging
 import sys
 import time
 from dataclasses import replace
-from pathlib import Path
 
 from rstar2.commands.arguments import (
     model_directory,
@@ -43,13 +46,10 @@ from rstar2.commands.arguments import (
     positive_int,
 )
 from rstar2.config import UsageError, to_dict
-from rstar2.engine.benchmark import tiny_random_model
-from rstar2.engine.core import load_causal_lm
 from rstar2.scheduler import POLICY_NAMES, SchedulerConfig
 from sim.bound import bound_parts
 from sim.config import LearnerConfig, SimConfig, build, build_run
 from sim.cost import GPUS, MODELS, StepPoint, fit, load_points
-from sim.fidelity import fidelity
 from sim.report import key_value_table, staleness_table, table, write_plots, write_staleness_plot
 from sim.simulator import ProgressFn, SimResult
 from sim.training_run import RunResult
@@ -375,9 +375,13 @@ def _bound(args: argparse.Namespace) -> int:
     return 0
 
 
+ENGINE_FIDELITY = "rstar2.commands.sim_fidelity"
+"""The module of `calibrate --engine` (torch and the embedded engine)."""
+
+
 def _calibrate(args: argparse.Namespace) -> int:
-    if args.engine:
-        return _fidelity(args)
+    if args.engine:  # the one action that needs torch: imported only here (see the docstring)
+        return int(importlib.import_module(ENGINE_FIDELITY).run(args))
     if args.points is None:
         raise UsageError("sim calibrate needs --points FILE or --engine")
     points = _points(args.points, "--points")
@@ -407,24 +411,3 @@ def _points(path: str, flag: str) -> list[StepPoint]:
         return load_points(path)
     except ValueError as e:
         raise UsageError(f"{flag}: {e}") from None
-
-
-def _fidelity(args: argparse.Namespace) -> int:
-    model = load_causal_lm(args.model_dir) if args.model_dir else tiny_random_model()
-    r = fidelity(model, threads=args.threads)
-    if args.save_points:
-        Path(args.save_points).write_text(
-            json.dumps([dataclasses.asdict(p) for p in r.calibration.steps], indent=0)
-        )
-    report = {
-        "fit": to_dict(r.cost),
-        "calibration_steps": len(r.calibration.steps),
-        "fit_step_error": round(r.fit_step_error, 4),
-        "check_measured_s": round(r.check.makespan_s, 3),
-        "check_predicted_s": round(r.predicted_makespan_s, 3),
-        "makespan_error": round(r.makespan_error, 4),
-        "check_preemptions": r.check.preemptions,
-        "predicted_preemptions": r.predicted_preemptions,
-    }
-    print(json.dumps(report, indent=2) if args.json else key_value_table(report))
-    return 0

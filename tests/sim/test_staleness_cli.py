@@ -9,7 +9,7 @@ from types import SimpleNamespace
 
 import pytest
 
-import rstar2.commands.sim as command
+import rstar2.commands.sim_fidelity as fidelity_command
 from rstar2.cli import main
 from sim.cost import StepPoint, fit, load_points
 from sim.learner import from_metrics
@@ -106,8 +106,8 @@ def test_calibrate_engine_saves_its_measured_steps_for_calibration(
     fake = SimpleNamespace(cost=fit(steps), calibration=measured, fit_step_error=0.0,
                            check=measured, predicted_makespan_s=1.0, makespan_error=0.0,
                            predicted_preemptions=0)  # fmt: skip
-    monkeypatch.setattr(command, "tiny_random_model", lambda: None)
-    monkeypatch.setattr(command, "fidelity", lambda model, threads: fake)
+    monkeypatch.setattr(fidelity_command, "tiny_random_model", lambda: None)
+    monkeypatch.setattr(fidelity_command, "fidelity", lambda model, threads: fake)
     path = tmp_path / "points.json"
     assert main(["-q", "sim", "calibrate", "--engine", "--save-points", str(path), "--json"]) == 0
     capsys.readouterr()

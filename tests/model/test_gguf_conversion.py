@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from transformers import PreTrainedTokenizerBase
 
 from rstar2.cli import main
 from rstar2.engine.config import EngineConfig
@@ -102,12 +103,18 @@ def test_config_of_the_converted_smollm2(smollm2_dir: Path) -> None:
     assert {p.name for p in smollm2_dir.iterdir()} >= {"model.safetensors", "tokenizer.json"}
 
 
+@pytest.fixture(scope="module")
+def gguf_model(smollm2_gguf: Path) -> tuple[torch.nn.Module, PreTrainedTokenizerBase]:
+    """SmolLM2 as transformers reads the GGUF itself (~13 s of de-quantising: read once)."""
+    return load_gguf(smollm2_gguf)
+
+
 @pytest.mark.slow
 def test_tokenizer_keeps_gguf_tokens_and_adds_the_protocols(
-    smollm2_gguf: Path, smollm2_dir: Path
+    gguf_model: tuple[torch.nn.Module, PreTrainedTokenizerBase], smollm2_dir: Path
 ) -> None:
     _, tokenizer = load_model(smollm2_dir)
-    _, base = load_gguf(smollm2_gguf)
+    _, base = gguf_model
     for text in TEXTS:
         assert tokenizer.encode(text) == base.encode(text)
     special = special_token_ids(tokenizer)  # raises unless every marker is one token
@@ -122,9 +129,11 @@ def test_tokenizer_keeps_gguf_tokens_and_adds_the_protocols(
 
 
 @pytest.mark.slow
-def test_logits_equal_those_of_the_gguf_model(smollm2_gguf: Path, smollm2_dir: Path) -> None:
+def test_logits_equal_those_of_the_gguf_model(
+    gguf_model: tuple[torch.nn.Module, PreTrainedTokenizerBase], smollm2_dir: Path
+) -> None:
     converted, tokenizer = load_model(smollm2_dir)
-    original, _ = load_gguf(smollm2_gguf)
+    original, _ = gguf_model
     # a system prompt without protocol tokens: the GGUF model has no ids for them
     prompt = render_prompt(tokenizer, "What is the capital of France?", system="Be brief.")
     ids = torch.tensor([prompt])

@@ -15,7 +15,15 @@ Then the simulator's prediction for the same configuration (`rstar2 sim run --st
 --max-staleness K --trace <the k=0 run's rollout_trace.jsonl> --json` plus `--sim-set` options),
 beside the measured seconds per step, and the relative error.
 
-Prints a table; writes OUT/async_compare.json.
+`--async-set KEY=VALUE` applies to the k > 0 runs only, e.g. more RL steps than the synchronous
+run so that they can reach its final accuracy; the validation accuracy at the synchronous run's
+step count is reported beside it (`validation_at_sync_steps`), so `eval_every` should divide
+that count.
+
+Prints a table per run and one per k over the seeds (mean s/step and its speed-up, mean final
+test accuracy and its sd, mean validation at the synchronous step count, the seeds that reached
+the synchronous final validation accuracy and the mean wall-time speed-up to it over those);
+writes OUT/async_compare.json (the runs, and `summary`: the per-k table).
 """
 
 from __future__ import annotations
@@ -74,6 +82,51 @@ def run_figures(run: Path) -> dict[str, Any]:
     }
 
 
+def accuracy_at_step(rows: list[dict[str, Any]], step: int) -> float | None:
+    """The validation accuracy evaluated at RL step `step` (None: no evaluation there)."""
+    for r in rows:
+        if r.get("step") == step and isinstance(r.get("heldout_accuracy"), float | int):
+            return float(r["heldout_accuracy"])
+    return None
+
+
+def aggregate(
+    results: dict[str, dict[str, Any]], ks: list[int], seeds: list[int]
+) -> list[dict[str, Any]]:
+    """Per k, over seeds: mean s/step and its speed-up over k = 0 (the mean of per-seed
+    ratios), the mean final test accuracy and validation accuracy at the synchronous run's
+    step count, how many seeds reached the synchronous run's final validation accuracy, and
+    the mean wall-time speed-up to it (synchronous RL s / time to reach it) over those."""
+    out = []
+    for k in ks:
+        runs = [(results[f"seed-{s}/k0"], results[f"seed-{s}/k{k}"]) for s in seeds]
+        reached = [(ref, f) for ref, f in runs if f["time_to_sync_final_s"] is not None]
+        tests = [f["test_accuracy"] for _, f in runs if f["test_accuracy"] is not None]
+        at_sync = [f["validation_at_sync_steps"] for _, f in runs]
+        at_sync = [a for a in at_sync if a is not None]
+        out.append({
+            "k": k,
+            "seeds": len(runs),
+            "step_s_mean": statistics.fmean(f["step_s_mean"] for _, f in runs),
+            "step_speedup": statistics.fmean(
+                ref["step_s_mean"] / f["step_s_mean"] for ref, f in runs
+            ),
+            "test_accuracy_mean": statistics.fmean(tests) if tests else None,
+            "test_accuracy_sd": statistics.stdev(tests) if len(tests) > 1 else None,
+            "validation_at_sync_steps_mean": statistics.fmean(at_sync) if at_sync else None,
+            "reached_sync_final": len(reached),
+            "time_to_sync_speedup": statistics.fmean(
+                ref["rl_s"] / f["time_to_sync_final_s"] for ref, f in reached
+            ) if reached else None,
+        })  # fmt: skip
+    return out
+
+
+def _fmt(x: float | None, spec: str) -> str:
+    """`x` formatted, or "-" as wide as the format's width."""
+    return format(x, spec) if x is not None else "-".rjust(int(spec.split(".")[0]))
+
+
 def relative_error(predicted: float, measured: float) -> float:
     return (predicted - measured) / measured if measured else float("nan")
 
@@ -89,6 +142,8 @@ def _train(run: Path, args: argparse.Namespace, k: int, seed: int) -> None:
         print(f"k={k} seed={seed}: done already ({run})", flush=True)
         return
     sets = [f"model.path={args.model}", "sft.steps=0", f"rl.max_staleness={k}", *args.set]
+    if k > 0:
+        sets += args.async_set
     cmd = ["-q", "train", "--run-dir", str(run), "--seed", str(seed)]
     if args.config:
         cmd += ["--config", args.config]
@@ -121,6 +176,11 @@ def main() -> int:
     p.add_argument("--config", default="", help="a train config (default: the embedded one)")
     p.add_argument("--set", action="append", default=[], help="train --set KEY=VALUE")
     p.add_argument(
+        "--async-set", action="append", default=[],
+        help="train --set KEY=VALUE for the k > 0 runs only (after --set), e.g. more steps so "
+        "that they can reach the synchronous run's final accuracy",
+    )  # fmt: skip
+    p.add_argument(
         "--sim-set", action="append", default=[],
         help="an extra `rstar2 sim run` option, e.g. --sim-set=--learner-mfu=0.2",
     )  # fmt: skip
@@ -142,13 +202,16 @@ def main() -> int:
             fig["time_to_sync_final_s"] = (
                 time_to_target(fig["rows"], target) if target is not None else None
             )
+            fig["validation_at_sync_steps"] = accuracy_at_step(fig["rows"], ref["steps"])
             if trace.is_file():
                 pred = _predict(trace, fig["steps"], k, args.sim_set)
                 fig["predicted_step_s"] = pred["step_s_mean"]
                 fig["predicted_error"] = relative_error(pred["step_s_mean"], fig["step_s_mean"])
             del fig["rows"]
             results[f"seed-{seed}/k{k}"] = fig
-    (args.out / "async_compare.json").write_text(json.dumps(results, indent=2) + "\n")
+    summary = aggregate(results, ks, seeds)
+    document = {**results, "summary": summary}
+    (args.out / "async_compare.json").write_text(json.dumps(document, indent=2) + "\n")
     print(
         f"{'run':<12} {'RL s':>7} {'s/step':>7} {'compl/s':>8} {'test':>6} {'stale':>6} "
         f"{'to sync':>8} {'sim s/step':>10} {'err':>6}"
@@ -162,6 +225,18 @@ def main() -> int:
             f"{name:<12} {f['rl_s']:7.1f} {f['step_s_mean']:7.2f} {f['completions_per_s']:8.2f} "
             f"{(f['test_accuracy'] or 0.0):6.3f} {f['staleness_mean']:6.2f} "
             f"{reach_text} {pred_text} {err_text}"
+        )
+    print(
+        f"\n{'k':>2} {'seeds':>5} {'s/step':>7} {'speed-up':>8} {'test mean':>9} {'sd':>5} "
+        f"{'val@sync':>8} {'reached':>7} {'to-sync speed-up':>16}"
+    )
+    for a in summary:
+        print(
+            f"{a['k']:>2} {a['seeds']:>5} {a['step_s_mean']:7.2f} {a['step_speedup']:7.2f}x "
+            f"{_fmt(a['test_accuracy_mean'], '9.3f')} {_fmt(a['test_accuracy_sd'], '5.3f')} "
+            f"{_fmt(a['validation_at_sync_steps_mean'], '8.3f')} "
+            f"{a['reached_sync_final']:>3}/{a['seeds']:<3} "
+            f"{_fmt(a['time_to_sync_speedup'], '15.2f')}x"
         )
     return 0
 

@@ -96,7 +96,8 @@ def aggregate(
     """Per k, over seeds: mean s/step and its speed-up over k = 0 (the mean of per-seed
     ratios), the mean final test accuracy and validation accuracy at the synchronous run's
     step count, how many seeds reached the synchronous run's final validation accuracy, and
-    the mean wall-time speed-up to it (synchronous RL s / time to reach it) over those."""
+    the mean wall-time speed-up to it over those: the synchronous run's own time to first reach
+    it (it may get there before its last step) / this run's."""
     out = []
     for k in ks:
         runs = [(results[f"seed-{s}/k0"], results[f"seed-{s}/k{k}"]) for s in seeds]
@@ -116,7 +117,7 @@ def aggregate(
             "validation_at_sync_steps_mean": statistics.fmean(at_sync) if at_sync else None,
             "reached_sync_final": len(reached),
             "time_to_sync_speedup": statistics.fmean(
-                ref["rl_s"] / f["time_to_sync_final_s"] for ref, f in reached
+                ref["time_to_sync_final_s"] / f["time_to_sync_final_s"] for ref, f in reached
             ) if reached else None,
         })  # fmt: skip
     return out

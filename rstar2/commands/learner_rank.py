@@ -18,7 +18,9 @@ this rank is the launcher's rank + 1 and the world its size + 1.
 from __future__ import annotations
 
 import argparse
+import logging
 import os
+import sys
 
 from rstar2.config import UsageError
 from rstar2.rendezvous import parse_rendezvous
@@ -77,6 +79,8 @@ def placement(
 
 
 def run(args: argparse.Namespace) -> int:
+    """Join the group, serve rank 0's commands until it stops the group, then exit (never
+    returns after joining: see the end)."""
     try:
         parse_rendezvous(args.rendezvous)
     except ValueError as e:
@@ -87,4 +91,12 @@ def run(args: argparse.Namespace) -> int:
     from rstar2.learner.policy import external_rank
 
     external_rank(rank, world, args.rendezvous, args.device, local + args.gpu_offset)
-    return 0
+    # End like a spawned rank: multiprocessing ends its children with os._exit, skipping the
+    # interpreter's finalization, where the FSDP module's references to the (already
+    # destroyed) gloo group are freed in arbitrary order and gloo may abort ("terminate called
+    # without an active exception", SIGABRT, seen in CI after a clean run; spawned ranks never
+    # showed it). The rank has left the group and written everything: only stdio to flush.
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)

@@ -20,6 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import torch
+
 from rstar2.commands.train_plan import dry_run_plan, print_plan
 from rstar2.config import ConfigError, require
 from rstar2.learner.checkpoint import load_checkpoint, load_latest
@@ -136,6 +138,7 @@ def run(args: argparse.Namespace) -> int:
             f"further: rstar2 train --resume {run_dir} --set stages.{len(cfg.stages) - 1}.steps=N"
         )
         return 0
+    cfg.check_devices(torch.cuda.is_available())
     _check_writable(run_dir)
     log.info("run directory: %s", run_dir)
     log.info("resolved config: %s", json.dumps(redact(config_dict(cfg))))

@@ -5,8 +5,9 @@ README "Model and task"). `encode_examples` turns chat traces into (token ids, l
 pairs with `rstar2.model.encode_conversation`, so the loss covers assistant tokens only: mask 0
 for system, user and tool-response tokens. `train_sft` runs AdamW with linear warm-up then
 cosine decay, on right-padded random batches, with gradient clipping and a progress line every
-`log_every` steps. With the same seed, data and starting weights it gives the same weights
-(deterministic CPU kernels).
+`log_every` steps. It trains where the model's parameters are (`rstar2 train` puts them on
+`learner.device`, with bf16 autocast under `learner.bf16`). With the same seed, data and
+starting weights it gives the same weights (deterministic CPU kernels).
 
 What it does not do: RL (see the learner actor), checkpointing mid-run, or evaluation.
 """
@@ -153,11 +154,14 @@ def train_sft(
     cfg: SFTConfig,
     pad_id: int,
     on_step: Callable[[int], None] | None = None,
+    bf16: bool = False,
 ) -> SFTResult:
-    """Fine-tune `model` in place on `examples`; returns per-step losses.
+    """Fine-tune `model` in place on `examples`, on the device its parameters are on; returns
+    per-step losses.
 
     `on_step(step)` (1-based), if given, runs after every optimizer step, e.g. to evaluate
-    along the way; it must leave the model in train mode.
+    along the way; it must leave the model in train mode. `bf16`: the forward pass under bf16
+    autocast (the weights and AdamW's state stay float32, as the RL learner's `learner.bf16`).
     """
     cfg.validate()
     if not examples:
@@ -168,12 +172,14 @@ def train_sft(
         model.parameters(), lr=cfg.lr, betas=cfg.betas, weight_decay=cfg.weight_decay
     )
     result = SFTResult()
+    device = next(model.parameters()).device
     start = time.perf_counter()
     for step, batch in enumerate(_batches(len(examples), cfg)):
         for group in opt.param_groups:
             group["lr"] = lr_at(step, cfg)
-        ids, attn, loss_mask = collate([examples[i] for i in batch], pad_id)
-        loss = masked_lm_loss(model, ids, attn, loss_mask)
+        ids, attn, loss_mask = (t.to(device) for t in collate([examples[i] for i in batch], pad_id))
+        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):
+            loss = masked_lm_loss(model, ids, attn, loss_mask)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         grad_norm = float(nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip))

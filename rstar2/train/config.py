@@ -282,6 +282,21 @@ class TrainConfig:
     def total_steps(self) -> int:
         return sum(s.steps for s in self.stages)
 
+    def check_devices(self, cuda_available: bool) -> None:
+        """Refuse `cuda` for the learner (and SFT, which runs where the learner does) or the
+        embedded engine on a machine where torch sees no GPU, before any work: otherwise SFT
+        would run to the end on one device and the learner fail on the other."""
+        wanted = [("learner.device", self.learner.device)]
+        if self.cluster.engine_backend == "embedded":
+            wanted.append(("engine.device", self.engine.device))
+        for key, value in wanted:
+            require(
+                value != "cuda" or cuda_available,
+                key,
+                value,
+                "'cpu' or 'auto': torch sees no GPU here (torch.cuda.is_available() is False)",
+            )
+
 
 QUICK: dict[str, Any] = {
     "prompts_per_step": 4,

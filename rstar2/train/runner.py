@@ -34,6 +34,7 @@ from rstar2.learner.checkpoint import (
     load_latest,
     publish_final_policy,
 )
+from rstar2.learner.policy import resolve_device
 from rstar2.learner.sft import encode_examples, train_sft
 from rstar2.metrics import plot_metrics, read_metrics
 from rstar2.model.loader import load_model, weight_bytes
@@ -103,10 +104,17 @@ def prepare_policy(cfg: TrainConfig, run_dir: Path) -> Path:
     if cfg.graph.learner_threads > 0:
         torch.set_num_threads(cfg.graph.learner_threads)
     model, tokenizer = load_model(base)
+    device = resolve_device(cfg.learner.device)
+    model.to(device)
     examples = sft_examples(cfg, tokenizer)
-    log.info("SFT: %d traces, %d steps", len(examples), cfg.sft.steps)
+    log.info("SFT: %d traces, %d steps on %s", len(examples), cfg.sft.steps, device)
     start = time.perf_counter()
-    result = train_sft(model, examples, cfg.sft, pad_id=int(tokenizer.pad_token_id or 0))
+    result = train_sft(
+        model, examples, cfg.sft, pad_id=int(tokenizer.pad_token_id or 0), bf16=cfg.learner.bf16
+    )
+    model.to("cpu")  # the saved copy is read back by the learner and the engines
+    if device.type == "cuda":
+        torch.cuda.empty_cache()  # the learner loads next, on the same GPU
     tmp = run_dir / "model-sft.tmp"
     shutil.rmtree(tmp, ignore_errors=True)
     model.save_pretrained(tmp)

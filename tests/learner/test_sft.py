@@ -120,6 +120,21 @@ def test_on_step_is_called_after_every_step(tok, examples) -> None:
     assert seen == [1, 2, 3]
 
 
+def test_bf16_autocasts_the_forward_and_keeps_float32_weights(tok, examples) -> None:
+    """`bf16=True` (`learner.bf16` in `rstar2 train`) computes the loss in bf16: the first loss
+    differs from float32's by bf16 rounding, and the weights and optimizer stay float32."""
+    cfg = SFTConfig(steps=2, batch_size=4, lr=1e-2, warmup_steps=1)
+    first = []
+    for bf16 in (False, True):
+        torch.manual_seed(0)
+        model = build_model(SMALL, tok)
+        result = train_sft(model, examples, cfg, 0, bf16=bf16)
+        first.append(result.losses[0])
+        assert all(p.dtype == torch.float32 for p in model.parameters())
+    assert first[0] != first[1]
+    assert first[1] == pytest.approx(first[0], rel=0.05)
+
+
 @pytest.mark.parametrize(("key", "value"), [("steps", -1), ("lr", 0.0), ("betas", (0.9, 1.0))])
 def test_config_validation(key: str, value: object) -> None:
     with pytest.raises(ConfigError, match=key):

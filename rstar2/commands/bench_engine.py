@@ -24,9 +24,10 @@ import torch
 from rstar2.commands.arguments import int_list, model_directory, nonnegative_int, positive_int
 from rstar2.commands.bench_contention import busy_processes, load_average
 from rstar2.config import UsageError
-from rstar2.engine.benchmark import MODEL_SIZES, Sweep, make_workload, random_model, run_sweep
+from rstar2.engine.benchmark import Sweep, make_workload, random_model, run_sweep
 from rstar2.engine.config import EngineConfig
 from rstar2.engine.core import load_causal_lm
+from rstar2.model.tiny import SHAPES
 
 log = logging.getLogger(__name__)
 
@@ -39,9 +40,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--model-size",
-        choices=sorted(MODEL_SIZES),
+        choices=sorted(SHAPES),
         default="tiny",
-        help="random model without --model: tiny (~1.05M parameters) or 25m (~25M)",
+        help="random model without --model (rstar2.model.tiny.SHAPES): tiny (~1.05M parameters), "
+        "25m (~25M), qwen2.5-0.5b or qwen2.5-1.5b (those checkpoints' shapes)",
     )
     parser.add_argument("--requests", type=positive_int, default=256, help="number of requests")
     parser.add_argument(

@@ -4,13 +4,19 @@ The same `LearnerPolicy` and `RankGroup` as `rstar2 train` (`cluster.learner_ran
 this process, ranks 1..N-1 are spawned on this host (gloo on CPU, NCCL on GPUs). The batch is
 `--rollouts` sequences of `--tokens` tokens (the first quarter a masked prompt), drawn from a
 fixed seed, with behaviour logprobs of a uniform policy and alternating-sign advantages, so
-every run does the same work. After one warm-up update, `--steps` updates are timed.
+every run does the same work. After one warm-up update, `--steps` updates are timed. The model
+is `--model DIR`, or a random-weight model of `--shape` (`rstar2.model.tiny.SHAPES`: tiny, 25m,
+qwen2.5-0.5b, qwen2.5-1.5b) built in a temporary directory. `--fsdp` with one rank joins a
+one-rank group of its own, so the sharded path (FSDP2, its mixed precision, NCCL on a GPU) runs
+on a single device; N ranks are always sharded.
 
-Figures (`--json` keys): `model_params`, `ranks`, `device`, `tokens_per_s` (sequence tokens
+Figures (`--json` keys): `model_params`, `ranks`, `fsdp`, `bf16`, `activation_checkpointing`, the
+batch (`rollouts`, `tokens`, `micro_batch`), `device`, `device_name`, `tokens_per_s` (sequence tokens
 through forward and backward per second, all ranks together), `step_s` (median update),
 `peak_memory_mb` (the largest of any rank: GPU memory allocated by torch, or the process's peak
 RSS on the CPU), `mfu` (GPUs only: 6 x parameters x tokens/s over the GPUs' peak bf16 FLOP/s,
-`--peak-tflops` per GPU; null on the CPU), and the weight push's memory on rank 0:
+`--peak-tflops` per GPU; null on the CPU; the model's FLOPs only: attention's score products,
+recomputed activations and the update's extra forward passes are not counted), and the weight push's memory on rank 0:
 `push_bucket_extra_mb` / `push_full_extra_mb`, the rise of rank 0's resident memory over its
 level before the push (after handing freed heap back with malloc_trim, sampled every
 millisecond; CPU memory) while the policy is gathered and flattened into a message buffer in
@@ -35,13 +41,14 @@ from pathlib import Path
 from typing import Any
 
 import torch
+import torch.distributed as dist
 
 from rstar2.commands.arguments import model_directory
 from rstar2.config import ConfigError
 from rstar2.learner.policy import backend_for, load_policy, policy_rank, resolve_device
 from rstar2.learner.policy_update import LearnerConfig
-from rstar2.learner.rank_group import RankGroup
-from rstar2.model.tiny import TinyModelConfig, init_model
+from rstar2.learner.rank_group import RankGroup, free_port, join_group
+from rstar2.model.tiny import SHAPES, init_model, shaped_config
 from rstar2.rl import RLConfig, TrainingBatch
 from rstar2.weights.flat_codec import flatten_weights
 
@@ -51,7 +58,13 @@ PEAK_TFLOPS = {"H100": 989.0, "H200": 989.0, "MI300X": 1307.0, "A100": 312.0}
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
-        "--model", type=model_directory, help="a Hugging Face model directory (default: tiny)"
+        "--model", type=model_directory, help="a Hugging Face model directory (default: --shape)"
+    )
+    p.add_argument(
+        "--shape",
+        choices=sorted(SHAPES),
+        default="tiny",
+        help="without --model: a random-weight model of this shape (default: tiny)",
     )
     p.add_argument("--ranks", type=int, default=1, help="learner ranks (default 1)")
     p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
@@ -60,6 +73,16 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--micro-batch", type=int, default=8, help="sequences per forward")
     p.add_argument("--steps", type=int, default=3, help="timed updates (after one warm-up)")
     p.add_argument("--bf16", action="store_true", help="bf16 compute, fp32 master weights")
+    p.add_argument(
+        "--activation-checkpointing",
+        action="store_true",
+        help="recompute each layer's activations in backward",
+    )
+    p.add_argument(
+        "--fsdp",
+        action="store_true",
+        help="with --ranks 1: FSDP2 in a one-rank group (NCCL on a GPU) instead of the plain model",
+    )
     p.add_argument("--bucket-mb", type=float, default=8.0, help="weight-push bucket (MiB)")
     p.add_argument("--threads", type=int, default=0, help="torch threads per rank (0: cores/ranks)")
     p.add_argument("--peak-tflops", type=float, default=0.0, help="GPU peak (0: by name)")
@@ -84,7 +107,7 @@ def _check(args: argparse.Namespace) -> None:
 def _learner_config(args: argparse.Namespace) -> LearnerConfig:
     return LearnerConfig(
         lr=1e-6, warmup_steps=0, micro_batch_size=args.micro_batch, bf16=args.bf16,
-        device=args.device,
+        device=args.device, activation_checkpointing=args.activation_checkpointing,
     )  # fmt: skip
 
 
@@ -167,6 +190,9 @@ def measure(args: argparse.Namespace, model_dir: Path) -> dict[str, Any]:
         if args.ranks > 1
         else None
     )
+    alone = args.fsdp and group is None  # a one-rank group: FSDP2 (and NCCL) on one device
+    if alone:
+        join_group(0, 1, f"tcp://127.0.0.1:{free_port()}", backend)
 
     def run(op: str, *a: Any) -> Any:
         return group.run(policy, op, *a) if group else getattr(policy, op)(*a)
@@ -200,12 +226,21 @@ def measure(args: argparse.Namespace, model_dir: Path) -> dict[str, Any]:
     finally:
         if group:
             group.close()
+        if alone:
+            dist.destroy_process_group()
     step_s = statistics.median(times)
     tokens_per_s = args.rollouts * args.tokens / step_s
     return {
         "model_params": params,
         "ranks": args.ranks,
+        "fsdp": policy.sharded,
+        "bf16": args.bf16,
+        "activation_checkpointing": args.activation_checkpointing,
+        "rollouts": args.rollouts,
+        "tokens": args.tokens,
+        "micro_batch": args.micro_batch,
         "device": str(device),
+        "device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
         "tokens_per_s": tokens_per_s,
         "step_s": step_s,
         "peak_memory_mb": peak,
@@ -233,15 +268,15 @@ def run(args: argparse.Namespace) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         model_dir = args.model
         if model_dir is None:
-            model_dir = Path(tmp) / "tiny"
-            init_model(model_dir, TinyModelConfig())
+            model_dir = Path(tmp) / args.shape
+            init_model(model_dir, shaped_config(args.shape))
         out = measure(args, Path(model_dir))
     if args.json:
         print(json.dumps(out))
         return 0
     print(
-        f"learner: {out['model_params'] / 1e6:.2f}M params, {out['ranks']} rank(s) on "
-        f"{out['device']}: {out['step_s']:.3f} s/update, {out['tokens_per_s']:.0f} tokens/s, "
+        f"learner: {out['model_params'] / 1e6:.2f}M params, {out['ranks']} rank(s)"
+        f"{' (FSDP2)' if out['fsdp'] else ''} on {out['device_name']}: {out['step_s']:.3f} s/update, {out['tokens_per_s']:.0f} tokens/s, "
         f"peak {out['peak_memory_mb']:.0f} MiB"
         + (f", MFU {out['mfu']:.1%}" if out["mfu"] is not None else "")
     )

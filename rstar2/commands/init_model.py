@@ -1,6 +1,9 @@
 """`rstar2 init-model DIR`: create the embedded default model and tokenizer locally.
 
-Optional `--config FILE` reads a TOML table `[model]` of `TinyModelConfig` keys. An existing
+Optional `--shape NAME` starts from a named shape (`rstar2.model.tiny.SHAPES`: tiny, 25m, or
+the published shapes of Qwen2.5-0.5B / 1.5B with random weights, for measuring the learner at
+those sizes) and `--config FILE` reads a TOML table `[model]` of `TinyModelConfig` keys on top
+of it. An existing
 `DIR` (a file, or a directory that is not empty) is refused (exit code 2) unless `--force`,
 which writes into it.
 """
@@ -10,14 +13,21 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from rstar2.config import ConfigError, from_dict, load_file
+from rstar2.config import ConfigError, from_dict, load_file, to_dict
 from rstar2.model import TinyModelConfig, init_model
+from rstar2.model.tiny import SHAPES, shaped_config
 
 HELP = "create the tiny embedded default model locally"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("dir", help="directory to write the model and tokenizer into")
+    parser.add_argument(
+        "--shape",
+        choices=sorted(SHAPES),
+        default="tiny",
+        help="named model shape (default: tiny, the embedded default)",
+    )
     parser.add_argument("--config", help="TOML file with a [model] table of TinyModelConfig keys")
     parser.add_argument("--seed", type=int, default=None, help="override model.seed")
     parser.add_argument(
@@ -28,7 +38,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     check_target(Path(args.dir), args.force)
     data = load_file(args.config).get("model", {}) if args.config else {}
-    cfg = from_dict(TinyModelConfig, data, "model")
+    base = to_dict(shaped_config(args.shape))
+    cfg = from_dict(TinyModelConfig, {**base, **data}, "model")
     if args.seed is not None:
         cfg.seed = args.seed
         cfg.validate()

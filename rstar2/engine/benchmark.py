@@ -18,7 +18,7 @@ each after one untimed warm-up call. The engine is timed again before each HF ba
 HF figure has an engine figure measured next to it. Each timing also records the process's CPU
 time (all its threads), which shows threads spinning where wall time alone would not.
 
-Models: `random_model` builds a random-weight Qwen2 of one of `MODEL_SIZES`: "tiny" (the
+Models: `random_model` builds a random-weight Qwen2 of one of `rstar2.model.tiny.SHAPES`: "tiny" (the
 embedded default's shape, ~1.05M parameters, where Python overhead per step is a large share)
 or "25m" (~25M parameters, where the matrix products dominate).
 
@@ -43,7 +43,7 @@ from transformers import Qwen2Config, Qwen2ForCausalLM
 from rstar2.engine.config import EngineConfig
 from rstar2.engine.core import EngineCore
 from rstar2.engine.protocol import SamplingParams
-from rstar2.model.tiny import TinyModelConfig
+from rstar2.model.tiny import shaped_config
 
 log = logging.getLogger(__name__)
 
@@ -98,28 +98,12 @@ class Sweep:
         return max(self.hf, key=lambda r: r.tok_s)
 
 
-MODEL_SIZES: dict[str, dict[str, int]] = {
-    "tiny": {},
-    "25m": {
-        "hidden_size": 512,
-        "num_layers": 8,
-        "num_heads": 8,
-        "num_kv_heads": 2,
-        "intermediate_size": 1536,
-    },
-}
-"""Shapes of the benchmark's random models: `TinyModelConfig` fields that differ from the
-embedded default ("tiny": none, 1,050,752 parameters; "25m": 25,180,672 parameters)."""
-
-
 def random_model(size: str = "tiny", seed: int = 0) -> Qwen2ForCausalLM:
-    """A random-weight Qwen2 of the shape `MODEL_SIZES[size]` (vocabulary, positions and rope
+    """A random-weight Qwen2 of the shape `SHAPES[size]` (vocabulary, positions and rope
     of the embedded default)."""
-    if size not in MODEL_SIZES:
-        raise ValueError(f"model size must be one of {sorted(MODEL_SIZES)}, got {size!r}")
-    tiny = dataclasses.replace(TinyModelConfig(), **MODEL_SIZES[size])
+    tiny = shaped_config(size)
     config = Qwen2Config(
-        vocab_size=tiny.vocab_size,
+        vocab_size=tiny.embedding_rows or tiny.vocab_size,
         hidden_size=tiny.hidden_size,
         intermediate_size=tiny.intermediate_size,
         num_hidden_layers=tiny.num_layers,

@@ -1,9 +1,9 @@
 """The policy one learner rank trains: model, optimizer and schedule, alone or sharded.
 
 `LearnerPolicy` is the same object on every rank of the learner. With one rank it wraps the plain
-model and `update_policy`; with N ranks (a torch.distributed group) the model is sharded with
-FSDP2 (`shard_model`) and the update is `update_policy_sharded`, which gives the one-rank result
-up to float rounding. Methods marked *collective* must be called by every rank, in the same
+model and `update_policy`; in a torch.distributed group (N ranks, or one rank that joined a
+group of its own) the model is sharded with FSDP2 (`shard_model`) and the update is
+`update_policy_sharded`, which gives the one-rank result up to float rounding. Methods marked *collective* must be called by every rank, in the same
 order: rank 0 drives the others through `rank_group.RankGroup`.
 
 - `update(batch)`: one GRPO-RoC policy update (collective);
@@ -93,6 +93,9 @@ class LearnerPolicy:
         self.rl = rl
         self.pad_id = pad_id
         self.world = dist.get_world_size() if dist.is_initialized() else 1
+        self.sharded = dist.is_initialized()
+        """FSDP2 whenever the process is in a group, one rank too (`rstar2 bench learner
+        --fsdp`: the sharded path, and NCCL, on a single GPU)."""
         self.device = device or torch.device("cpu")
         model.to(self.device)
         if cfg.activation_checkpointing:
@@ -102,7 +105,7 @@ class LearnerPolicy:
                     f"{type(model).__name__}"
                 )
             model.gradient_checkpointing_enable({"use_reentrant": False})
-        if self.world > 1:
+        if self.sharded:
             shard_model(model, DistributedConfig(bf16_params=cfg.bf16))
         self.model = model
         self.optimizer = make_optimizer(model, cfg)
@@ -114,7 +117,7 @@ class LearnerPolicy:
 
     def update(self, batch: TrainingBatch) -> dict[str, float]:
         """One policy update on the step's batch (collective); the same metrics on every rank."""
-        step = update_policy_sharded if self.world > 1 else update_policy
+        step = update_policy_sharded if self.sharded else update_policy
         return step(
             self.model, self.optimizer, self.schedule, batch, self.cfg, self.rl, self.pad_id
         )

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import torch
@@ -53,6 +53,11 @@ class TinyModelConfig:
     """Seed of the tokenizer corpus and the weight initialisation."""
     corpus_problems: int = 6000
     """Number of generated task problems whose traces train the tokenizer."""
+    embedding_rows: int = 0
+    """Rows of the embedding and the tied LM head; 0 = the tokenizer's size. A larger value
+    pads them as real checkpoints pad theirs (Qwen2.5: 151,936 rows for 151,665 tokens), to
+    build a model of a real checkpoint's shape (`SHAPES`) for measurements of the learner;
+    the rows past the tokenizer are never targets, but a random-weight model can sample them."""
 
     def validate(self) -> None:
         require(self.vocab_size >= 300, "vocab_size", self.vocab_size, "an integer >= 300")
@@ -80,6 +85,54 @@ class TinyModelConfig:
         )
         require(self.rope_theta > 0, "rope_theta", self.rope_theta, "a positive number")
         require(self.corpus_problems >= 10, "corpus_problems", self.corpus_problems, ">= 10")
+        require(self.embedding_rows >= 0, "embedding_rows", self.embedding_rows, ">= 0")
+
+
+SHAPES: dict[str, dict[str, int | float]] = {
+    "tiny": {},
+    "25m": {
+        "hidden_size": 512,
+        "num_layers": 8,
+        "num_heads": 8,
+        "num_kv_heads": 2,
+        "intermediate_size": 1536,
+    },
+    "qwen2.5-0.5b": {
+        "hidden_size": 896,
+        "num_layers": 24,
+        "num_heads": 14,
+        "num_kv_heads": 2,
+        "intermediate_size": 4864,
+        "embedding_rows": 151936,
+        "rope_theta": 1000000.0,
+        "max_position_embeddings": 32768,
+    },
+    "qwen2.5-1.5b": {
+        "hidden_size": 1536,
+        "num_layers": 28,
+        "num_heads": 12,
+        "num_kv_heads": 2,
+        "intermediate_size": 8960,
+        "embedding_rows": 151936,
+        "rope_theta": 1000000.0,
+        "max_position_embeddings": 32768,
+    },
+}
+"""Named model shapes: the `TinyModelConfig` fields that differ from the embedded default.
+"tiny" is the default (~1.05M parameters), "25m" a ~25M model where the matrix products
+dominate a step, "qwen2.5-0.5b" / "qwen2.5-1.5b" the published shapes of those checkpoints
+(layers, widths, heads, padded vocabulary, tied embeddings: 494M / 1.54B parameters) with
+random weights and the embedded tokenizer, for measuring the learner and engines at those
+sizes (`rstar2 init-model --shape`, `rstar2 bench learner --shape`)."""
+
+
+def shaped_config(shape: str, **overrides: object) -> TinyModelConfig:
+    """The `TinyModelConfig` of the named shape (see `SHAPES`), with `overrides` on top."""
+    if shape not in SHAPES:
+        raise ValueError(f"model shape must be one of {sorted(SHAPES)}, got {shape!r}")
+    cfg = replace(TinyModelConfig(), **SHAPES[shape], **overrides)
+    cfg.validate()
+    return cfg
 
 
 _GENERIC_TEXT = (
@@ -118,8 +171,12 @@ def tokenizer_corpus(cfg: TinyModelConfig) -> Iterator[str]:
 def build_model(cfg: TinyModelConfig, tokenizer: PreTrainedTokenizerFast) -> Qwen2ForCausalLM:
     """A freshly initialised Qwen2 of `cfg`'s size for `tokenizer` (seeded)."""
     special = special_token_ids(tokenizer)
+    if 0 < cfg.embedding_rows < len(tokenizer):
+        raise ValueError(
+            f"embedding_rows {cfg.embedding_rows} is below the tokenizer's {len(tokenizer)} tokens"
+        )
     config = Qwen2Config(
-        vocab_size=len(tokenizer),
+        vocab_size=max(cfg.embedding_rows, len(tokenizer)),
         hidden_size=cfg.hidden_size,
         intermediate_size=cfg.intermediate_size,
         num_hidden_layers=cfg.num_layers,

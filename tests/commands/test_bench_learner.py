@@ -7,6 +7,7 @@ import subprocess
 import sys
 
 import pytest
+import torch.distributed as dist
 
 from rstar2.cli import main
 from rstar2.commands.bench_learner import synthetic_batch
@@ -34,6 +35,19 @@ def test_bench_learner_reports_every_figure(ranks: int) -> None:
     assert got["model_params"] > 900_000  # the tiny default (~1.0M)
     assert got["tokens_per_s"] == pytest.approx(4 * 16 / got["step_s"])
     assert got["peak_memory_mb"] > 50
+
+
+def test_fsdp_on_one_rank_runs_the_sharded_path(capsys: pytest.CaptureFixture[str]) -> None:
+    """`--fsdp` with one rank (a single GPU's only way to run FSDP2 and NCCL): the policy is
+    sharded in a one-rank group; without it, the plain model."""
+    small = ["--rollouts", "2", "--tokens", "16", "--steps", "1", "--micro-batch", "2", "--json"]
+    got = []
+    for extra in (["--fsdp"], ["--activation-checkpointing"]):
+        assert main(["-q", "bench", "learner", *small, *extra]) == 0
+        got.append(json.loads(capsys.readouterr().out.strip().splitlines()[-1]))
+    assert got[0]["fsdp"] is True and got[0]["activation_checkpointing"] is False
+    assert got[1]["fsdp"] is False and got[1]["activation_checkpointing"] is True
+    assert not dist.is_initialized()  # the one-rank group is left at the end
 
 
 def test_the_batch_is_fixed_and_masks_its_prompt() -> None:

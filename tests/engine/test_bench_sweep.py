@@ -23,7 +23,7 @@ from tests.engine.factories import VOCAB, tiny_qwen2
 def test_model_sizes_have_the_documented_parameter_counts() -> None:
     assert sum(p.numel() for p in random_model("tiny").parameters()) == 1_050_752
     assert sum(p.numel() for p in random_model("25m").parameters()) == 25_180_672
-    with pytest.raises(ValueError, match="model size"):
+    with pytest.raises(ValueError, match="model shape"):
         random_model("7b")
 
 

@@ -8,7 +8,7 @@ import torch
 from rstar2.cli import main
 from rstar2.config import ConfigError
 from rstar2.model import TinyModelConfig, init_model, load_model, render_prompt, special_token_ids
-from rstar2.model.tiny import build_model, tokenizer_corpus
+from rstar2.model.tiny import build_model, shaped_config, tokenizer_corpus
 from rstar2.model.tokenizer import train_tokenizer
 
 
@@ -89,3 +89,40 @@ def test_init_model_refuses_an_existing_directory_unless_forced(
     (tmp_path / "file").write_text("x")
     assert main(["init-model", str(tmp_path / "file"), "--force"]) == 2
     assert "this is a file" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("shape", "params"),
+    [("qwen2.5-0.5b", 494_032_768), ("qwen2.5-1.5b", 1_543_714_304)],
+)
+def test_named_shapes_have_their_published_parameter_counts(shape: str, params: int) -> None:
+    """Qwen2.5-0.5B and 1.5B: 494M and 1.54B parameters (their model cards; the padded
+    151,936-row vocabulary, tied embeddings, q/k/v biases). Built on the meta device: no memory."""
+    cfg = shaped_config(shape, corpus_problems=50)
+    tok = train_tokenizer(tokenizer_corpus(cfg), cfg.vocab_size)
+    with torch.device("meta"):
+        model = build_model(cfg, tok)
+    assert sum(p.numel() for p in model.parameters()) == params
+    assert model.config.vocab_size == (cfg.embedding_rows or len(tok))
+
+
+def test_shape_and_embedding_rows_errors() -> None:
+    with pytest.raises(ValueError, match="qwen2.5-0.5b"):
+        shaped_config("qwen-0.5b")
+    cfg = TinyModelConfig(corpus_problems=50, embedding_rows=100)
+    with pytest.raises(ValueError, match="embedding_rows 100"):
+        build_model(cfg, train_tokenizer(tokenizer_corpus(cfg), cfg.vocab_size))
+    with pytest.raises(ConfigError, match="embedding_rows"):
+        TinyModelConfig(embedding_rows=-1).validate()
+
+
+def test_init_model_shape_then_config_on_top(tmp_path: Path) -> None:
+    """`--shape 25m` gives its widths; a `[model]` table in `--config` overrides them."""
+    config = tmp_path / "m.toml"
+    config.write_text("[model]\nnum_layers = 1\ncorpus_problems = 50\nembedding_rows = 4096\n")
+    out = tmp_path / "m"
+    assert main(["init-model", str(out), "--shape", "25m", "--config", str(config)]) == 0
+    model, tok = load_model(out)
+    assert (model.config.hidden_size, model.config.intermediate_size) == (512, 1536)
+    assert model.config.num_hidden_layers == 1
+    assert model.config.vocab_size == 4096 > len(tok)

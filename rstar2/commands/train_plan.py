@@ -147,17 +147,28 @@ def dry_run_plan(cfg: TrainConfig) -> dict[str, Any]:
         "sandboxes": cfg.graph.sandboxes,
         "processes": cfg.graph.processes,
     }
+    if cfg.cluster.gpus == 0:
+        out["learner_device"] = cfg.learner.device
+        out["engine_device"] = cfg.engine.device
     if cfg.cluster.gpus > 0:
         out["plan"] = memory_plan(cfg)
     return out
 
 
+def _device(setting: str) -> str:
+    """How a `learner.device` / `engine.device` setting reads in the plan."""
+    return "a GPU if torch sees one, else the CPU" if setting == "auto" else setting
+
+
 def print_plan(cfg: TrainConfig) -> None:
     if cfg.cluster.gpus == 0:
+        ranks = cfg.cluster.learner_ranks
         print(
-            f"config valid: embedded CPU run, {cfg.total_steps} RL steps; "
-            f"{cfg.graph.engines} engine(s), {cfg.graph.sandboxes} sandbox service(s), "
-            f"{cfg.graph.processes} process(es)"
+            f"config valid: embedded run, {cfg.total_steps} RL steps; SFT and the learner "
+            f"({ranks} rank{'s, FSDP2' if ranks > 1 else ''}"
+            f"{', bf16' if cfg.learner.bf16 else ''}) on {_device(cfg.learner.device)}; "
+            f"{cfg.graph.engines} engine(s) on {_device(cfg.engine.device)}, "
+            f"{cfg.graph.sandboxes} sandbox service(s), {cfg.graph.processes} process(es)"
         )
         return
     print(format_plan(memory_plan(cfg), cfg))

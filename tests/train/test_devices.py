@@ -3,12 +3,14 @@ any work (SFT runs on `learner.device`, so it would otherwise train for minutes 
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 
 import pytest
 import torch
 
+from rstar2.cli import main
 from rstar2.config import ConfigError, from_dict
 from rstar2.train.config import TrainConfig
 
@@ -47,3 +49,16 @@ def test_train_with_cuda_and_no_gpu_is_a_one_line_error(tmp_path) -> None:
     assert "learner.device" in out.stderr and "no GPU" in out.stderr
     assert "Traceback" not in out.stderr
     assert not (run / "model-init").exists()  # stopped before building anything
+
+
+def test_dry_run_says_where_sft_the_learner_and_the_engine_run(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """The embedded plan names the devices `train` will use (it said "CPU run" for a config
+    that puts everything on CUDA)."""
+    assert main(["train", "--config", "configs/gpu_20m.toml", "--dry-run"]) == 0
+    line = capsys.readouterr().out
+    assert "learner (1 rank, bf16) on cuda" in line and "engine(s) on cuda" in line
+    assert main(["train", "--quick", "--dry-run", "--json"]) == 0
+    plan = json.loads(capsys.readouterr().out)
+    assert (plan["learner_device"], plan["engine_device"]) == ("auto", "auto")

@@ -1,0 +1,303 @@
+"""The production trainer's GPU figures in one command (docs/production.md, "On a GPU").
+
+    python3 scripts/gpu_figures.py --out DIR [--part bench|train|all] [--smoke]
+
+Made for a machine lent for a short while (no network, a time limit per command): every
+measurement is a subprocess of its own with a time limit, and DIR/gpu_figures.json is rewritten
+after each one, so a run cut short keeps what it measured. Parts:
+
+- `bench`: `rstar2 bench learner --json` (an RL update on a fixed synthetic batch) on
+  random-weight models of Qwen2.5-0.5B and Qwen2.5-1.5B shape (`rstar2 init-model --shape`),
+  bf16 compute with fp32 master weights: the plain model, FSDP2 in a one-rank NCCL group
+  (`--fsdp`), and activation checkpointing. Figures: tokens/s, MFU, peak GPU memory, s/update.
+- `train`: `rstar2 train --config configs/gpu_20m.toml` (a 19.8M model from scratch: SFT, the
+  learner and the embedded engine on CUDA), then its figures from the run directory: SFT time,
+  RL s/step (with and without evaluations) and its parts, generated tokens/s, validation and
+  test accuracy after SFT and after RL, and the GPU's peak memory in use (`nvidia-smi`, sampled
+  every second). The run's metrics.jsonl and summary.json are copied into DIR.
+
+`--smoke` runs both parts at toy size on whatever torch finds (the tiny shape, small batches,
+`train --quick`): the check, where no GPU is, that the script itself works. Prints a Markdown
+table of everything at the end (also DIR/gpu_figures.md). Before anything, the Python packages
+rstar2 imports are checked; a missing one stops the script with the list to carry as wheels.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+
+NEEDED = (
+    "torch", "transformers", "tokenizers", "zmq", "msgspec", "anyio", "trio", "sympy",
+    "math_verify", "numpy", "matplotlib", "safetensors",
+)  # fmt: skip
+"""Modules `rstar2 train` and `rstar2 bench learner` import (the GPU image lacks zmq, msgspec,
+trio and math_verify: carry them as wheels, docs/production.md "On a GPU")."""
+
+BATCH = ("--rollouts", "16", "--tokens", "2048", "--micro-batch", "4", "--steps", "3")
+SMOKE_BATCH = ("--rollouts", "2", "--tokens", "32", "--micro-batch", "2", "--steps", "1")
+VARIANTS = (("plain", ()), ("fsdp", ("--fsdp",)), ("ac", ("--activation-checkpointing",)))
+
+
+def missing_modules(names: tuple[str, ...] = NEEDED) -> list[str]:
+    """The modules of `names` this interpreter cannot import."""
+    return [n for n in names if importlib.util.find_spec(n) is None]
+
+
+def bench_plan(smoke: bool) -> list[tuple[str, str, list[str]]]:
+    """(name, shape, `rstar2 bench learner` arguments) of every learner measurement."""
+    shapes = ("tiny",) if smoke else ("qwen2.5-0.5b", "qwen2.5-1.5b")
+    batch = SMOKE_BATCH if smoke else BATCH
+    return [
+        (f"{shape}-{name}", shape, [*batch, "--bf16", *extra])
+        for shape in shapes
+        for name, extra in VARIANTS
+    ]
+
+
+class GpuMemory:
+    """The peak of the GPU's memory in use (MiB, all processes) while open, from `nvidia-smi`
+    every second; `peak_mb` stays None without it."""
+
+    def __init__(self) -> None:
+        self.peak_mb: float | None = None
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+
+    def _sample(self) -> None:
+        while not self._stop.wait(1.0):
+            used = gpu_memory_used_mb()
+            if used is not None:
+                self.peak_mb = max(self.peak_mb or 0.0, used)
+
+    def __enter__(self) -> GpuMemory:
+        if shutil.which("nvidia-smi"):
+            self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join()
+
+
+def gpu_memory_used_mb() -> float | None:
+    try:
+        out = subprocess.run(
+            ["nvidia-smi", "--query-gpu=memory.used", "--format=csv,noheader,nounits"],
+            capture_output=True, text=True, timeout=10,
+        )  # fmt: skip
+        return float(out.stdout.split()[0])
+    except (OSError, ValueError, IndexError, subprocess.TimeoutExpired):
+        return None
+
+
+def run_command(args: list[str], timeout_s: float, log: Path) -> tuple[int, str, float]:
+    """Run `python -m rstar2.cli ARGS` from the repository root: (exit code, stdout, seconds);
+    stderr goes to `log`. A command past `timeout_s` is killed (exit code 124)."""
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
+    }
+    start = time.perf_counter()
+    with log.open("a") as err:
+        err.write(f"\n$ rstar2 {' '.join(args)}\n")
+        err.flush()
+        try:
+            out = subprocess.run(
+                [sys.executable, "-m", "rstar2.cli", *args],
+                cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=err, text=True,
+                timeout=timeout_s,
+            )  # fmt: skip
+            return out.returncode, out.stdout, time.perf_counter() - start
+        except subprocess.TimeoutExpired as e:
+            stdout = e.stdout.decode() if isinstance(e.stdout, bytes) else (e.stdout or "")
+            return 124, stdout, time.perf_counter() - start
+
+
+def last_json(stdout: str) -> dict[str, Any] | None:
+    """The JSON object on stdout's last non-empty line (None if there is none)."""
+    lines = [line for line in stdout.splitlines() if line.strip()]
+    try:
+        value = json.loads(lines[-1]) if lines else None
+    except json.JSONDecodeError:
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def train_figures(run_dir: Path) -> dict[str, Any]:
+    """A training run's figures from its directory (a run cut short gives what it has)."""
+    out: dict[str, Any] = {}
+    sft = run_dir / "model-sft" / "sft.json"
+    if sft.is_file():
+        info = json.loads(sft.read_text())
+        out["sft_steps"], out["sft_s"] = info["steps"], info["seconds"]
+    metrics = run_dir / "metrics.jsonl"
+    rows = []
+    if metrics.is_file():
+        rows = [json.loads(x) for x in metrics.read_text().splitlines() if x.strip()]
+    steps = [r for r in rows if "step_s" in r]
+    if steps:
+        total = [float(r["step_s"]) for r in steps]
+        bare = [float(r["step_s"]) - float(r.get("time_eval_s", 0.0)) for r in steps]
+        out["rl_steps"] = len(steps)
+        out["step_s_mean"] = statistics.fmean(total)
+        out["step_s_without_evals_mean"] = statistics.fmean(bare)
+        for key in ("time_gen_s", "time_learner_s", "time_sync_s"):
+            values = [float(r[key]) for r in steps if key in r]
+            if values:
+                out[key + "_mean"] = statistics.fmean(values)
+        gen_s = sum(float(r.get("time_gen_s", 0.0)) for r in steps)
+        if gen_s > 0:
+            out["gen_tokens_per_s"] = sum(float(r.get("gen_tokens", 0.0)) for r in steps) / gen_s
+        out["reward_first_10"] = statistics.fmean(float(r["reward_mean"]) for r in steps[:10])
+        out["reward_last_10"] = statistics.fmean(float(r["reward_mean"]) for r in steps[-10:])
+    evals = [r for r in rows if "heldout_accuracy" in r]
+    if evals:
+        out["validation_sft"] = evals[0]["heldout_accuracy"]
+        out["validation_last"] = evals[-1]["heldout_accuracy"]
+        out["validation_last_step"] = evals[-1]["step"]
+    tests = [r for r in rows if "test_accuracy" in r]
+    if tests:
+        out["test_sft"] = tests[0]["test_accuracy"]
+        if len(tests) > 1:
+            out["test_final"] = tests[-1]["test_accuracy"]
+    summary = run_dir / "summary.json"
+    out["finished"] = summary.is_file()
+    if out["finished"]:
+        out["wall_s"] = json.loads(summary.read_text())["wall_s"]
+    return out
+
+
+def markdown(results: dict[str, Any]) -> str:
+    """The figures as Markdown tables (learner benchmarks, then the training run)."""
+    env = results.get("environment", {})
+    lines = [f"Device: {env.get('device', '?')}; torch {env.get('torch', '?')}.", ""]
+    benches = results.get("bench", {})
+    if benches:
+        lines += [
+            "| model | variant | params | tokens/s | MFU | peak MiB (GPU: allocated) | s/update |",
+            "|---|---|---|---|---|---|---|",
+        ]
+        for name, b in benches.items():
+            if "error" in b:
+                lines.append(f"| {name} | | | failed: {b['error']} | | | |")
+                continue
+            mfu = "-" if b.get("mfu") is None else f"{100 * b['mfu']:.1f}%"
+            lines.append(
+                f"| {b['shape']} | {b['variant']} | {b['model_params'] / 1e6:.1f}M | "
+                f"{b['tokens_per_s']:,.0f} | {mfu} | "
+                f"{b['peak_memory_mb']:,.0f} | {b['step_s']:.3f} |"
+            )
+        lines.append("")
+    train = results.get("train")
+    if train:
+        lines.append("| training run figure | value |")
+        lines.append("|---|---|")
+        lines += [f"| {k} | {v:.4g} |" if isinstance(v, float) else f"| {k} | {v} |"
+                  for k, v in train.items()]  # fmt: skip
+    return "\n".join(lines) + "\n"
+
+
+def environment() -> dict[str, Any]:
+    import torch  # the figures say which torch and device they were taken with
+
+    has_gpu = torch.cuda.is_available()
+    return {
+        "torch": torch.__version__,
+        "device": torch.cuda.get_device_name(0) if has_gpu else "cpu",
+        "cuda": torch.version.cuda,
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--out", required=True, type=Path, help="directory for the results")
+    p.add_argument("--part", choices=("bench", "train", "all"), default="all")
+    p.add_argument("--smoke", action="store_true", help="toy sizes: check the script itself")
+    p.add_argument("--bench-timeout", type=float, default=300.0, help="seconds per benchmark")
+    p.add_argument("--train-timeout", type=float, default=540.0, help="seconds for the run")
+    p.add_argument(
+        "--work",
+        type=Path,
+        default=Path(tempfile.gettempdir()) / "rstar2-gpu-figures",
+        help="scratch directory: models, the run (default: TMP/rstar2-gpu-figures)",
+    )
+    args = p.parse_args(argv)
+    missing = missing_modules()
+    if missing:
+        print(f"missing Python modules: {', '.join(missing)} (carry them as wheels: "
+              "docs/production.md, 'On a GPU')", file=sys.stderr)  # fmt: skip
+        return 2
+    out: Path = args.out
+    out.mkdir(parents=True, exist_ok=True)
+    work: Path = args.work
+    work.mkdir(parents=True, exist_ok=True)
+    log = out / "gpu_figures.log"
+    path = out / "gpu_figures.json"
+    results: dict[str, Any] = json.loads(path.read_text()) if path.is_file() else {}
+    results["environment"] = environment()
+
+    def save() -> None:
+        path.write_text(json.dumps(results, indent=1))
+        (out / "gpu_figures.md").write_text(markdown(results))
+
+    save()
+    if args.part in ("bench", "all"):
+        bench = results.setdefault("bench", {})
+        models: dict[str, Path] = {}
+        for name, shape, extra in bench_plan(args.smoke):
+            if shape not in models:
+                models[shape] = work / shape
+                if not (models[shape] / "config.json").is_file():
+                    rc, _, secs = run_command(
+                        ["init-model", str(models[shape]), "--shape", shape, "--force"],
+                        args.bench_timeout, log,
+                    )  # fmt: skip
+                    print(f"init-model --shape {shape}: exit {rc} in {secs:.0f}s", flush=True)
+            rc, stdout, secs = run_command(
+                ["-q", "bench", "learner", "--model", str(models[shape]), "--json", *extra],
+                args.bench_timeout, log,
+            )  # fmt: skip
+            figures = last_json(stdout) if rc == 0 else None
+            variant = name.removeprefix(shape + "-")
+            entry = {"shape": shape, "variant": variant, "seconds": secs, **(figures or {})}
+            if figures is None:
+                entry["error"] = f"exit {rc} (see gpu_figures.log)"
+            bench[name] = entry
+            print(f"{name}: exit {rc} in {secs:.0f}s {json.dumps(figures)}", flush=True)
+            save()
+    if args.part in ("train", "all"):
+        run_dir = work / "run"
+        shutil.rmtree(run_dir, ignore_errors=True)
+        cmd = ["train", "--run-dir", str(run_dir)]
+        cmd += ["--quick"] if args.smoke else ["--config", "configs/gpu_20m.toml"]
+        with GpuMemory() as memory:
+            rc, _, secs = run_command(cmd, args.train_timeout, log)
+        figures = train_figures(run_dir)
+        results["train"] = {"exit": rc, "seconds": secs, "gpu_peak_used_mb": memory.peak_mb,
+                            **figures}  # fmt: skip
+        for name in ("metrics.jsonl", "summary.json"):
+            if (run_dir / name).is_file():
+                shutil.copy(run_dir / name, out / f"train_{name}")
+        print(f"train: exit {rc} in {secs:.0f}s", flush=True)
+        save()
+    print(markdown(results))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -11,9 +11,9 @@ from dataclasses import dataclass
 
 import torch
 
+from rstar2 import devices
 from rstar2.config import require
-
-DEVICES = ("auto", "cpu", "cuda")
+from rstar2.devices import DEVICES
 
 
 @dataclass
@@ -75,21 +75,6 @@ class EngineConfig:
 
 
 def resolve_device(setting: str, index: int = 0, cuda_devices: int | None = None) -> torch.device:
-    """The device `engine.device = setting` means for engine number `index` of its host.
-
-    `cuda_devices` is the number of GPUs torch sees (None: ask torch). With GPUs, "auto" and
-    "cuda" give `cuda:{index % cuda_devices}` (engines of one host spread over its GPUs);
-    without, "auto" gives cpu and "cuda" raises a one-line ValueError.
-    """
-    if setting not in DEVICES:
-        raise ValueError(f"engine.device must be one of {DEVICES}, got {setting!r}")
-    if cuda_devices is None:
-        cuda_devices = torch.cuda.device_count() if torch.cuda.is_available() else 0
-    if setting == "cuda" and cuda_devices == 0:
-        raise ValueError(
-            "engine.device = 'cuda' but torch sees no GPU (torch.cuda.is_available() is "
-            "False); use 'cpu' or 'auto'"
-        )
-    if setting == "cpu" or cuda_devices == 0:
-        return torch.device("cpu")
-    return torch.device("cuda", index % cuda_devices)
+    """The device `engine.device = setting` means for engine number `index` of its host (with
+    GPUs, engines of one host spread over them; see `rstar2.devices`)."""
+    return devices.resolve_device(setting, "engine.device", index, cuda_devices)

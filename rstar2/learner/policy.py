@@ -47,6 +47,7 @@ from torch import nn
 from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 from torch.distributed.tensor import DTensor
 
+from rstar2 import devices
 from rstar2.learner.distributed import DistributedConfig, shard_model, update_policy_sharded
 from rstar2.learner.policy_update import (
     LearnerConfig,
@@ -60,22 +61,10 @@ from rstar2.rl import RLConfig, TrainingBatch
 
 log = logging.getLogger(__name__)
 
-DEVICES = ("auto", "cpu", "cuda")
-
 
 def resolve_device(setting: str, local_rank: int = 0) -> torch.device:
     """The device `learner.device = setting` means for the rank with this local index."""
-    if setting not in DEVICES:
-        raise ValueError(f"learner.device must be one of {DEVICES}, got {setting!r}")
-    has_gpu = torch.cuda.is_available()
-    if setting == "cuda" and not has_gpu:
-        raise ValueError(
-            "learner.device = 'cuda' but torch sees no GPU (torch.cuda.is_available() is "
-            "False); use 'cpu' or 'auto'"
-        )
-    if setting == "cpu" or not has_gpu:
-        return torch.device("cpu")
-    return torch.device("cuda", local_rank % torch.cuda.device_count())
+    return devices.resolve_device(setting, "learner.device", local_rank)
 
 
 class LearnerPolicy:

@@ -10,17 +10,18 @@ qwen2.5-0.5b, qwen2.5-1.5b) built in a temporary directory. `--fsdp` with one ra
 one-rank group of its own, so the sharded path (FSDP2, its mixed precision, NCCL on a GPU) runs
 on a single device; N ranks are always sharded.
 
-Figures (`--json` keys): `model_params`, `ranks`, `fsdp`, `bf16`, `activation_checkpointing`, the
-batch (`rollouts`, `tokens`, `micro_batch`), `device`, `device_name`, `tokens_per_s` (sequence tokens
-through forward and backward per second, all ranks together), `step_s` (median update),
-`peak_memory_mb` (the largest of any rank: GPU memory allocated by torch, or the process's peak
-RSS on the CPU), `mfu` (GPUs only: 6 x parameters x tokens/s over the GPUs' peak bf16 FLOP/s,
-`--peak-tflops` per GPU; null on the CPU; the model's FLOPs only: attention's score products,
-recomputed activations and the update's extra forward passes are not counted), and the weight push's memory on rank 0:
-`push_bucket_extra_mb` / `push_full_extra_mb`, the rise of rank 0's resident memory over its
-level before the push (after handing freed heap back with malloc_trim, sampled every
-millisecond; CPU memory) while the policy is gathered and flattened into a message buffer in
-`--bucket-mb` buckets, each dropped once "sent" as the learner actor does / gathered whole.
+Figures (`--json` keys): `model_params`, `ranks`, `fsdp`, `bf16`, `activation_checkpointing`,
+the batch (`rollouts`, `tokens`, `micro_batch`), `device`, `device_name`, `tokens_per_s`
+(sequence tokens through forward and backward per second, all ranks together), `step_s` (median
+update), `peak_memory_mb` (the largest of any rank: GPU memory allocated by torch, or the
+process's peak RSS on the CPU), `mfu` (GPUs only: 6 x parameters x tokens/s over the GPUs' peak
+bf16 FLOP/s, `--peak-tflops` per GPU; null on the CPU; the model's FLOPs only: attention's score
+products, recomputed activations and the update's extra forward passes are not counted), and the
+weight push's memory on rank 0: `push_bucket_extra_mb` / `push_full_extra_mb`, the rise of rank
+0's resident memory over its level before the push (after handing freed heap back with
+malloc_trim, sampled every millisecond; CPU memory) while the policy is gathered and flattened
+into a message buffer in `--bucket-mb` buckets, each dropped once "sent" as the learner actor
+does / gathered whole.
 
 What it does not do: roll out, or compare with another trainer.
 """
@@ -276,7 +277,8 @@ def run(args: argparse.Namespace) -> int:
         return 0
     print(
         f"learner: {out['model_params'] / 1e6:.2f}M params, {out['ranks']} rank(s)"
-        f"{' (FSDP2)' if out['fsdp'] else ''} on {out['device_name']}: {out['step_s']:.3f} s/update, {out['tokens_per_s']:.0f} tokens/s, "
+        f"{' (FSDP2)' if out['fsdp'] else ''} on {out['device_name']}: "
+        f"{out['step_s']:.3f} s/update, {out['tokens_per_s']:.0f} tokens/s, "
         f"peak {out['peak_memory_mb']:.0f} MiB"
         + (f", MFU {out['mfu']:.1%}" if out["mfu"] is not None else "")
     )

@@ -18,9 +18,10 @@ each after one untimed warm-up call. The engine is timed again before each HF ba
 HF figure has an engine figure measured next to it. Each timing also records the process's CPU
 time (all its threads), which shows threads spinning where wall time alone would not.
 
-Models: `random_model` builds a random-weight Qwen2 of one of `rstar2.model.tiny.SHAPES`: "tiny" (the
-embedded default's shape, ~1.05M parameters, where Python overhead per step is a large share)
-or "25m" (~25M parameters, where the matrix products dominate).
+Models: `random_model` builds a random-weight Qwen2 of one of `rstar2.model.tiny.SHAPES`:
+"tiny" (the embedded default's shape, ~1.05M parameters, where Python overhead per step is a
+large share), "25m" (~25M parameters, where the matrix products dominate), or the shapes of
+Qwen2.5-0.5B / 1.5B (for GPUs).
 
 What it does not do: measure latency, or run anything outside this process (the busy
 processes of `--contention` are the command's).

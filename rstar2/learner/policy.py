@@ -1,10 +1,11 @@
 """The policy one learner rank trains: model, optimizer and schedule, alone or sharded.
 
-`LearnerPolicy` is the same object on every rank of the learner. With one rank it wraps the plain
-model and `update_policy`; in a torch.distributed group (N ranks, or one rank that joined a
-group of its own) the model is sharded with FSDP2 (`shard_model`) and the update is
-`update_policy_sharded`, which gives the one-rank result up to float rounding. Methods marked *collective* must be called by every rank, in the same
-order: rank 0 drives the others through `rank_group.RankGroup`.
+`LearnerPolicy` is the same object on every rank of the learner. With one rank it wraps the
+plain model and `update_policy`; in a torch.distributed group (N ranks, or one rank that joined
+a group of its own) the model is sharded with FSDP2 (`shard_model`) and the update is
+`update_policy_sharded`, which gives the one-rank result up to float rounding. Methods marked
+*collective* must be called by every rank, in the same order: rank 0 drives the others through
+`rank_group.RankGroup`.
 
 - `update(batch)`: one GRPO-RoC policy update (collective);
 - `reset_optimizer()`: a fresh optimizer and warm-up schedule (the paper's stage-3 reset);

@@ -20,6 +20,7 @@ from rstar2.learner.checkpoint import read_policy
 from rstar2.metrics import read_metrics
 from rstar2.model import load_model
 from tests.profile.tool_policy import ToolPolicy
+from tests.train.conftest import SMOKE_TOML
 
 TIMING = ("time_", "step_s", "wall_s")
 REPO = Path(__file__).resolve().parents[2]
@@ -51,18 +52,30 @@ def _kill_when(cmd: list[str], ready: Callable[[], bool]) -> None:
         proc.wait(timeout=60)
 
 
-@pytest.mark.slow
-def test_train_writes_metrics_plot_and_checkpoints(tmp_path: Path, smoke_config: Path) -> None:
-    run = tmp_path / "run"
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
+    """The smoke config run once, uninterrupted: (run directory, stdout). The interrupted and
+    resumed runs below must end with its metrics (checkpoint frequency and the trace's token
+    lists change no metric)."""
+    tmp = tmp_path_factory.mktemp("reference")
+    config = tmp / "smoke.toml"
+    config.write_text(SMOKE_TOML)
+    run = tmp / "run"
     out = subprocess.run(
-        train_cmd("--config", str(smoke_config), "--run-dir", str(run), "--json",
+        train_cmd("--config", str(config), "--run-dir", str(run), "--json",
                   "--set", "rollout_trace_tokens=true"),
         capture_output=True,
         text=True,
         timeout=600,
     )  # fmt: skip
     assert out.returncode == 0, out.stderr[-3000:]
-    summary = json.loads(out.stdout.strip().splitlines()[-1])
+    return run, out.stdout
+
+
+@pytest.mark.slow
+def test_train_writes_metrics_plot_and_checkpoints(reference: tuple[Path, str]) -> None:
+    run, stdout = reference
+    summary = json.loads(stdout.strip().splitlines()[-1])
     assert summary["steps"] == 3
     rows = read_metrics(run / "metrics.jsonl")
     assert [r["step"] for r in rows if r["stage"] in ("rl1", "rl3")] == [1, 2, 3]
@@ -97,14 +110,10 @@ def test_train_writes_metrics_plot_and_checkpoints(tmp_path: Path, smoke_config:
 
 
 @pytest.mark.slow
-def test_resume_after_sigkill_matches_uninterrupted(tmp_path: Path, smoke_config: Path) -> None:
-    ref = tmp_path / "ref"
-    subprocess.run(
-        train_cmd("--config", str(smoke_config), "--run-dir", str(ref)),
-        check=True,
-        capture_output=True,
-        timeout=600,
-    )
+def test_resume_after_sigkill_matches_uninterrupted(
+    tmp_path: Path, smoke_config: Path, reference: tuple[Path, str]
+) -> None:
+    ref = reference[0]
     run = tmp_path / "run"
     _kill_when(
         train_cmd("--config", str(smoke_config), "--run-dir", str(run)),
@@ -278,7 +287,7 @@ def test_the_readmes_first_five_minutes_work_verbatim(tmp_path: Path) -> None:
 @pytest.mark.slow
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
 def test_a_signal_during_rl_checkpoints_and_the_resumed_run_matches(
-    tmp_path: Path, smoke_config: Path, signum: signal.Signals
+    tmp_path: Path, smoke_config: Path, signum: signal.Signals, reference: tuple[Path, str]
 ) -> None:
     # No periodic checkpoint (checkpoint_every > steps): the one to resume from is written on
     # the requested stop, at the last step done; the resumed run is the uninterrupted one.
@@ -286,10 +295,7 @@ def test_a_signal_during_rl_checkpoints_and_the_resumed_run_matches(
     sparse.write_text(
         smoke_config.read_text().replace("checkpoint_every = 1", "checkpoint_every = 9")
     )
-    ref = tmp_path / "ref"
-    subprocess.run(
-        train_cmd("--config", str(sparse), "--run-dir", str(ref)), check=True, capture_output=True
-    )
+    ref = reference[0]
     run = tmp_path / "run"
     proc = subprocess.Popen(
         train_cmd("--config", str(sparse), "--run-dir", str(run)),

@@ -10,6 +10,8 @@ after each one, so a run cut short keeps what it measured. Parts:
   random-weight models of Qwen2.5-0.5B and Qwen2.5-1.5B shape (`rstar2 init-model --shape`),
   bf16 compute with fp32 master weights: the plain model, FSDP2 in a one-rank NCCL group
   (`--fsdp`), and activation checkpointing. Figures: tokens/s, MFU, peak GPU memory, s/update.
+  A benchmark that fails (out of memory, most likely) is tried once more with half the
+  micro-batch; the entry says so (`first_try`).
 - `train`: `rstar2 train --config configs/gpu_20m.toml` (a 19.8M model from scratch: SFT, the
   learner and the embedded engine on CUDA), then its figures from the run directory: SFT time,
   RL s/step (with and without evaluations) and its parts, generated tokens/s, validation and
@@ -66,6 +68,16 @@ def bench_plan(smoke: bool) -> list[tuple[str, str, list[str]]]:
         for shape in shapes
         for name, extra in VARIANTS
     ]
+
+
+def smaller_micro_batch(args: list[str]) -> list[str]:
+    """`args` with `--micro-batch` halved (the retry of a benchmark that failed, most likely
+    out of GPU memory); the same list when it is already 1 or absent."""
+    out = list(args)
+    if "--micro-batch" in out:
+        i = out.index("--micro-batch") + 1
+        out[i] = str(max(1, int(out[i]) // 2))
+    return out
 
 
 class GpuMemory:
@@ -268,13 +280,18 @@ def main(argv: list[str] | None = None) -> int:
                         args.bench_timeout, log,
                     )  # fmt: skip
                     print(f"init-model --shape {shape}: exit {rc} in {secs:.0f}s", flush=True)
-            rc, stdout, secs = run_command(
-                ["-q", "bench", "learner", "--model", str(models[shape]), "--json", *extra],
-                args.bench_timeout, log,
-            )  # fmt: skip
-            figures = last_json(stdout) if rc == 0 else None
             variant = name.removeprefix(shape + "-")
-            entry = {"shape": shape, "variant": variant, "seconds": secs, **(figures or {})}
+            entry: dict[str, Any] = {"shape": shape, "variant": variant}
+            for attempt in (extra, smaller_micro_batch(extra)):
+                rc, stdout, secs = run_command(
+                    ["-q", "bench", "learner", "--model", str(models[shape]), "--json", *attempt],
+                    args.bench_timeout, log,
+                )  # fmt: skip
+                figures = last_json(stdout) if rc == 0 else None
+                entry.update(seconds=secs, **(figures or {}))
+                if figures is not None or attempt == smaller_micro_batch(attempt):
+                    break
+                entry["first_try"] = f"exit {rc} at {' '.join(attempt)} (out of memory?)"
             if figures is None:
                 entry["error"] = f"exit {rc} (see gpu_figures.log)"
             bench[name] = entry

@@ -72,3 +72,13 @@ def test_markdown_lists_failed_benchmarks_and_mfu_in_percent() -> None:
                          "bench": {"a": ok, "b": bad}, "train": {"rl_steps": 3}})  # fmt: skip
     assert "| qwen2.5-0.5b | fsdp | 494.0M | 50,000 | 15.0% | 20,000 | 0.660 |" in text
     assert "failed: exit 1" in text and "| rl_steps | 3 |" in text
+
+
+def test_a_failed_benchmark_is_retried_with_half_the_micro_batch() -> None:
+    assert gpu.smaller_micro_batch(["--micro-batch", "4", "--bf16"]) == [
+        "--micro-batch",
+        "2",
+        "--bf16",
+    ]
+    assert gpu.smaller_micro_batch(["--micro-batch", "1"]) == ["--micro-batch", "1"]
+    assert gpu.smaller_micro_batch(["--bf16"]) == ["--bf16"]

@@ -46,7 +46,7 @@ import torch.distributed as dist
 
 from rstar2.commands.arguments import model_directory
 from rstar2.config import ConfigError
-from rstar2.learner.policy import backend_for, load_policy, policy_rank, resolve_device
+from rstar2.learner.policy import backend_for, load_policy, policy_rank, use_device
 from rstar2.learner.policy_update import LearnerConfig
 from rstar2.learner.rank_group import RankGroup, free_port, join_group
 from rstar2.model.tiny import SHAPES, init_model, shaped_config
@@ -180,7 +180,7 @@ def _rss_mb() -> float:
 
 def measure(args: argparse.Namespace, model_dir: Path) -> dict[str, Any]:
     cfg = _learner_config(args)
-    device = resolve_device(cfg.device)
+    device = use_device(cfg.device)
     threads = _threads(args.ranks, args.threads)
     torch.set_num_threads(threads)
     backend = backend_for(device)

@@ -55,18 +55,28 @@ class Checkpoint:
 
 
 def rng_state() -> dict[str, Any]:
-    """Capture the Python, NumPy and torch (CPU) RNG states."""
-    return {
+    """Capture the Python, NumPy and torch RNG states (the CPU's, and every GPU's when torch
+    sees GPUs)."""
+    state = {
         "python": random.getstate(),
         "numpy": np.random.get_state(),
         "torch": torch.get_rng_state(),
     }
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
 
 
 def set_rng_state(state: dict[str, Any]) -> None:
+    """Restore `rng_state()`'s capture; the GPUs' states only where both the checkpoint and this
+    machine have them for the same number of GPUs (a run moved to another GPU count or to the
+    CPU resumes with fresh GPU generators)."""
     random.setstate(state["python"])
     np.random.set_state(state["numpy"])
     torch.set_rng_state(state["torch"])
+    cuda = state.get("cuda")
+    if cuda is not None and torch.cuda.is_available() and len(cuda) == torch.cuda.device_count():
+        torch.cuda.set_rng_state_all(cuda)
 
 
 def _fsync_dir(path: Path) -> None:

@@ -197,6 +197,15 @@ def _one_process_dcp() -> Iterator[None]:
         yield
 
 
+def use_device(setting: str, local_rank: int = 0) -> torch.device:
+    """`resolve_device`, made this process's current CUDA device when it is one: before a rank
+    joins an NCCL group, so that the group binds the rank's own GPU rather than cuda:0."""
+    device = resolve_device(setting, local_rank)
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+    return device
+
+
 def backend_for(device: torch.device) -> str:
     """The process-group backend of learner ranks on `device`: NCCL (RCCL) on GPUs, else gloo."""
     return "nccl" if device.type == "cuda" else "gloo"
@@ -221,7 +230,7 @@ def external_rank(rank: int, world: int, init_method: str, device: str, local_ra
     local device `local_rank` of `device`, and follow rank 0 until it stops. SIGINT is ignored,
     as in `policy_rank`."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    member, args = follow(rank, world, init_method, backend_for(resolve_device(device, local_rank)))
+    member, args = follow(rank, world, init_method, backend_for(use_device(device, local_rank)))
     model_dir, cfg, rl, threads, seed = args
     try:
         if threads > 0:
@@ -250,7 +259,7 @@ def policy_rank(
     if threads > 0:
         torch.set_num_threads(threads)
     torch.manual_seed(seed)
-    member = join_group(rank, world, init_method, backend_for(resolve_device(cfg.device, rank)))
+    member = join_group(rank, world, init_method, backend_for(use_device(cfg.device, rank)))
     try:
         policy, _ = load_policy(Path(model_dir), cfg, rl, local_rank=rank)
         serve_commands(policy, member.control)

@@ -42,6 +42,28 @@ def test_rng_state_restores_streams() -> None:
     assert a == b
 
 
+def test_gpu_rng_states_are_saved_and_restored_for_the_same_gpu_count(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """With GPUs, each one's generator state is captured and restored (faked here: no GPU);
+    on another GPU count, or none, the GPU states are left alone."""
+    restored: list[object] = []
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    monkeypatch.setattr(torch.cuda, "get_rng_state_all", lambda: ["gpu0", "gpu1"])
+    monkeypatch.setattr(torch.cuda, "set_rng_state_all", restored.append)
+    state = rng_state()
+    assert state["cuda"] == ["gpu0", "gpu1"]
+    set_rng_state(state)
+    assert restored == [["gpu0", "gpu1"]]
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    set_rng_state(state)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    set_rng_state(state)
+    assert restored == [["gpu0", "gpu1"]]
+    assert "cuda" not in rng_state()
+
+
 def test_keep_must_be_positive(tmp_path) -> None:
     with pytest.raises(ValueError):
         save_checkpoint(tmp_path, 1, {}, keep=0)

@@ -76,6 +76,33 @@ def test_loss_value_on_policy_is_minus_mean_advantage() -> None:
     assert (logp < uniform).all()
 
 
+def test_the_entropy_bonus_reaches_the_gradient() -> None:
+    """`rl.entropy_coef > 0` subtracts coef x entropy from the loss: the step must move the
+    weights differently from coef 0, towards higher entropy (it was computed under no_grad,
+    so the bonus changed the reported loss and nothing else)."""
+    uniform = float(torch.log(torch.tensor(1 / 5)))
+    rollouts = [R([0, 1, 2], [0, 1, 1], [0.0, uniform, uniform]), R([0, 3], [0, 1], [0.0, uniform])]
+    batch = TrainingBatch(rollouts=rollouts, advantages=[1.0, -1.0])
+    cfg = LearnerConfig(lr=0.1, warmup_steps=0, micro_batch_size=8)
+    tables = []
+    for coef in (0.0, 1.0):
+        model = Bigram()
+        with torch.no_grad():
+            model.table.copy_(torch.arange(25.0).reshape(5, 5) / 10)  # a low-entropy start
+        opt = make_optimizer(model, cfg)
+        update_policy(
+            model, opt, make_lr_schedule(opt, cfg), batch, cfg, RLConfig(entropy_coef=coef)
+        )
+        tables.append(model.table.detach().clone())
+    assert not torch.allclose(tables[0], tables[1])
+
+    def entropy(table: torch.Tensor) -> float:
+        p = torch.softmax(table[0], -1)
+        return float(-(p * p.log()).sum())
+
+    assert entropy(tables[1]) > entropy(tables[0])
+
+
 def test_micro_batching_does_not_change_the_update() -> None:
     torch.manual_seed(0)
     base = Bigram()

@@ -39,13 +39,17 @@ def test_bench_learner_reports_every_figure(ranks: int) -> None:
 
 def test_fsdp_on_one_rank_runs_the_sharded_path(capsys: pytest.CaptureFixture[str]) -> None:
     """`--fsdp` with one rank (a single GPU's only way to run FSDP2 and NCCL): the policy is
-    sharded in a one-rank group; without it, the plain model."""
+    sharded in a one-rank group (here with activation checkpointing and bf16 too, the GPU
+    script's combination); without it, the plain model."""
     small = ["--rollouts", "2", "--tokens", "16", "--steps", "1", "--micro-batch", "2", "--json"]
     got = []
-    for extra in (["--fsdp"], ["--activation-checkpointing"]):
+    for extra in (
+        ["--fsdp", "--activation-checkpointing", "--bf16"],
+        ["--activation-checkpointing"],
+    ):
         assert main(["-q", "bench", "learner", *small, *extra]) == 0
         got.append(json.loads(capsys.readouterr().out.strip().splitlines()[-1]))
-    assert got[0]["fsdp"] is True and got[0]["activation_checkpointing"] is False
+    assert got[0]["fsdp"] is True and got[0]["activation_checkpointing"] and got[0]["bf16"]
     assert got[1]["fsdp"] is False and got[1]["activation_checkpointing"] is True
     assert not dist.is_initialized()  # the one-rank group is left at the end
 

@@ -9,7 +9,7 @@ after each one, so a run cut short keeps what it measured. Parts:
 - `bench`: `rstar2 bench learner --json` (an RL update on a fixed synthetic batch) on
   random-weight models of Qwen2.5-0.5B and Qwen2.5-1.5B shape (`rstar2 init-model --shape`),
   bf16 compute with fp32 master weights: the plain model, FSDP2 in a one-rank NCCL group
-  (`--fsdp`), and activation checkpointing. Figures: tokens/s, MFU, peak GPU memory, s/update.
+  (`--fsdp`), activation checkpointing, and both (the production setting). Figures: tokens/s, MFU, peak GPU memory, s/update.
   A benchmark that fails (out of memory, most likely) is tried once more with half the
   micro-batch; the entry says so (`first_try`).
 - `train`: `rstar2 train --config configs/gpu_20m.toml` (a 19.8M model from scratch: SFT, the
@@ -51,7 +51,12 @@ trio and math_verify: carry them as wheels, docs/production.md "On a GPU")."""
 
 BATCH = ("--rollouts", "16", "--tokens", "2048", "--micro-batch", "4", "--steps", "3")
 SMOKE_BATCH = ("--rollouts", "2", "--tokens", "32", "--micro-batch", "2", "--steps", "1")
-VARIANTS = (("plain", ()), ("fsdp", ("--fsdp",)), ("ac", ("--activation-checkpointing",)))
+VARIANTS = (
+    ("plain", ()),
+    ("fsdp", ("--fsdp",)),
+    ("ac", ("--activation-checkpointing",)),
+    ("fsdp-ac", ("--fsdp", "--activation-checkpointing")),
+)
 
 
 def missing_modules(names: tuple[str, ...] = NEEDED) -> list[str]:

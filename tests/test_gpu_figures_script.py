@@ -16,16 +16,16 @@ gpu = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(gpu)
 
 
-def test_the_plan_covers_both_qwen_shapes_plain_fsdp_and_checkpointing() -> None:
+def test_the_plan_covers_both_qwen_shapes_plain_fsdp_checkpointing_and_both() -> None:
     plan = gpu.bench_plan(smoke=False)
     assert [name for name, _, _ in plan] == [
         f"{shape}-{v}"
         for shape in ("qwen2.5-0.5b", "qwen2.5-1.5b")
-        for v in ("plain", "fsdp", "ac")
+        for v in ("plain", "fsdp", "ac", "fsdp-ac")
     ]
     assert all("--bf16" in args for _, _, args in plan)
-    assert [("--fsdp" in a, "--activation-checkpointing" in a) for _, _, a in plan[:3]] == [
-        (False, False), (True, False), (False, True)
+    assert [("--fsdp" in a, "--activation-checkpointing" in a) for _, _, a in plan[:4]] == [
+        (False, False), (True, False), (False, True), (True, True)
     ]  # fmt: skip
     assert {shape for _, shape, _ in gpu.bench_plan(smoke=True)} == {"tiny"}
 

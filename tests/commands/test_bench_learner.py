@@ -39,8 +39,8 @@ def test_bench_learner_reports_every_figure(ranks: int) -> None:
 
 def test_fsdp_on_one_rank_runs_the_sharded_path(capsys: pytest.CaptureFixture[str]) -> None:
     """`--fsdp` with one rank (a single GPU's only way to run FSDP2 and NCCL): the policy is
-    sharded in a one-rank group (here with activation checkpointing and bf16 too, the GPU
-    script's combination); without it, the plain model."""
+    sharded in a one-rank group (here with activation checkpointing and bf16 as well, as
+    scripts/gpu_figures.py runs it); without it, the plain model."""
     small = ["--rollouts", "2", "--tokens", "16", "--steps", "1", "--micro-batch", "2", "--json"]
     got = []
     for extra in (

@@ -39,12 +39,12 @@ from dataclasses import dataclass
 
 import torch
 from torch import nn
-from transformers import Qwen2Config, Qwen2ForCausalLM
+from transformers import Qwen2ForCausalLM
 
 from rstar2.engine.config import EngineConfig
 from rstar2.engine.core import EngineCore
 from rstar2.engine.protocol import SamplingParams
-from rstar2.model.tiny import shaped_config
+from rstar2.model.tiny import qwen2_config, shaped_config
 
 log = logging.getLogger(__name__)
 
@@ -103,17 +103,7 @@ def random_model(size: str = "tiny", seed: int = 0) -> Qwen2ForCausalLM:
     """A random-weight Qwen2 of the shape `SHAPES[size]` (vocabulary, positions and rope
     of the embedded default)."""
     tiny = shaped_config(size)
-    config = Qwen2Config(
-        vocab_size=tiny.embedding_rows or tiny.vocab_size,
-        hidden_size=tiny.hidden_size,
-        intermediate_size=tiny.intermediate_size,
-        num_hidden_layers=tiny.num_layers,
-        num_attention_heads=tiny.num_heads,
-        num_key_value_heads=tiny.num_kv_heads,
-        max_position_embeddings=tiny.max_position_embeddings,
-        rope_theta=tiny.rope_theta,
-        tie_word_embeddings=True,
-    )
+    config = qwen2_config(tiny, tiny.embedding_rows or tiny.vocab_size)
     torch.manual_seed(seed)
     return Qwen2ForCausalLM(config).eval()
 

@@ -216,9 +216,7 @@ def load_policy(
 ) -> tuple[LearnerPolicy, Any]:
     """This rank's policy from a model directory (sharded when the process group has several
     ranks) and the tokenizer, on the device `cfg.device` gives this local rank."""
-    device = resolve_device(cfg.device, local_rank)
-    if device.type == "cuda":
-        torch.cuda.set_device(device)
+    device = use_device(cfg.device, local_rank)
     model, tokenizer = load_model(model_dir)
     pad_id = int(tokenizer.pad_token_id or 0)
     return LearnerPolicy(model, cfg, rl, pad_id, device), tokenizer

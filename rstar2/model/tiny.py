@@ -16,6 +16,7 @@ import logging
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 import torch
 from transformers import GenerationConfig, PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
@@ -168,15 +169,11 @@ def tokenizer_corpus(cfg: TinyModelConfig) -> Iterator[str]:
     yield from _GENERIC_TEXT
 
 
-def build_model(cfg: TinyModelConfig, tokenizer: PreTrainedTokenizerFast) -> Qwen2ForCausalLM:
-    """A freshly initialised Qwen2 of `cfg`'s size for `tokenizer` (seeded)."""
-    special = special_token_ids(tokenizer)
-    if 0 < cfg.embedding_rows < len(tokenizer):
-        raise ValueError(
-            f"embedding_rows {cfg.embedding_rows} is below the tokenizer's {len(tokenizer)} tokens"
-        )
-    config = Qwen2Config(
-        vocab_size=max(cfg.embedding_rows, len(tokenizer)),
+def qwen2_config(cfg: TinyModelConfig, vocab_size: int, **extra: Any) -> Qwen2Config:
+    """The Qwen2 architecture of `cfg`'s size (tied embeddings) over `vocab_size` embedding
+    rows; `extra`: more `Qwen2Config` fields (special token ids)."""
+    return Qwen2Config(
+        vocab_size=vocab_size,
         hidden_size=cfg.hidden_size,
         intermediate_size=cfg.intermediate_size,
         num_hidden_layers=cfg.num_layers,
@@ -185,6 +182,20 @@ def build_model(cfg: TinyModelConfig, tokenizer: PreTrainedTokenizerFast) -> Qwe
         max_position_embeddings=cfg.max_position_embeddings,
         rope_theta=cfg.rope_theta,
         tie_word_embeddings=True,
+        **extra,
+    )
+
+
+def build_model(cfg: TinyModelConfig, tokenizer: PreTrainedTokenizerFast) -> Qwen2ForCausalLM:
+    """A freshly initialised Qwen2 of `cfg`'s size for `tokenizer` (seeded)."""
+    special = special_token_ids(tokenizer)
+    if 0 < cfg.embedding_rows < len(tokenizer):
+        raise ValueError(
+            f"embedding_rows {cfg.embedding_rows} is below the tokenizer's {len(tokenizer)} tokens"
+        )
+    config = qwen2_config(
+        cfg,
+        max(cfg.embedding_rows, len(tokenizer)),
         bos_token_id=None,
         eos_token_id=[special.im_end, special.eos],
         pad_token_id=special.eos,

@@ -138,7 +138,7 @@ def run(args: argparse.Namespace) -> int:
             f"further: rstar2 train --resume {run_dir} --set stages.{len(cfg.stages) - 1}.steps=N"
         )
         return 0
-    cfg.check_devices(torch.cuda.is_available())
+    cfg.check_devices(torch.cuda.device_count() if torch.cuda.is_available() else 0)
     _check_writable(run_dir)
     log.info("run directory: %s", run_dir)
     log.info("resolved config: %s", json.dumps(redact(config_dict(cfg))))

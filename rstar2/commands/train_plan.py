@@ -6,7 +6,9 @@ fits, planning only what train runs:
 - engines = gpus / tp, one rollout worker each; one sandbox service per GPU node; reward and
   scheduler on node 0;
 - the learner: `cluster.learner_ranks` ranks (FSDP2 when more than one), which rank 0 starts
-  on its own node, rank r on that node's GPU r, i.e. on GPUs that also hold engines. With
+  on its own node, rank r on that node's GPU r, or, with `cluster.learner_rendezvous`, which
+  torchrun/srun start on as many nodes as they fill, one rank per GPU; either way on GPUs that
+  also hold engines. With
   `cluster.colocate` the engines there sleep while the learner updates (vLLM sleep mode, not
   verified on a GPU); without it they keep their memory share the whole time;
 - weights: bf16, 2 bytes/parameter, divided by tp on an engine;
@@ -60,6 +62,8 @@ def memory_plan(cfg: TrainConfig) -> dict[str, Any]:
         "engines": engines,
         "sandbox_services": nodes,
         "learner_ranks": c.learner_ranks,
+        "learner_rendezvous": c.learner_rendezvous,
+        "gpus_per_node": c.gpus_per_node,
         "learner_on_cpu": cfg.learner.device == "cpu",
         "colocate": c.colocate,
         "engine_weights_gb": model.weight_bytes / c.tp / GB,
@@ -128,13 +132,21 @@ def _learner_line(p: dict[str, Any]) -> str:
     how = "1 rank" if ranks == 1 else f"{ranks} ranks (FSDP2)"
     if p["learner_on_cpu"]:
         return f"learner: {how} on node 0's CPU (learner.device = 'cpu')"
-    where = "GPU 0" if ranks == 1 else f"GPUs 0..{ranks - 1}"
+    if p["learner_rendezvous"]:
+        nodes = math.ceil(ranks / p["gpus_per_node"])
+        where = (
+            f"on {nodes} node(s), one GPU each: rank 0 (the learner actor) on node 0's GPU 0, "
+            f"ranks 1..{ranks - 1} started there by torchrun or srun (`rstar2 learner-rank`) "
+            f"and met at {p['learner_rendezvous']},"
+        )
+    else:
+        where = "on node 0, " + ("GPU 0," if ranks == 1 else f"GPUs 0..{ranks - 1},")
     if p["colocate"]:
         share = "colocated (vLLM sleep mode; not verified on GPU): the engines there sleep "
         share += "while the learner updates"
     else:
         share = "not colocated: the engines there keep their memory while the learner updates"
-    return f"learner: {how} on node 0, {where}, {share}"
+    return f"learner: {how} {where} {share}"
 
 
 def dry_run_plan(cfg: TrainConfig) -> dict[str, Any]:

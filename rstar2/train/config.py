@@ -160,6 +160,20 @@ class ClusterConfig:
                 ) from None
         require(self.gpus >= 0, "cluster.gpus", self.gpus, ">= 0")
         require(self.gpus_per_node >= 1, "cluster.gpus_per_node", self.gpus_per_node, ">= 1")
+        if self.gpus:
+            require(
+                self.learner_ranks <= self.gpus,
+                "cluster.learner_ranks",
+                self.learner_ranks,
+                f"<= cluster.gpus ({self.gpus}): one GPU per learner rank",
+            )
+            require(
+                bool(self.learner_rendezvous) or self.learner_ranks <= self.gpus_per_node,
+                "cluster.learner_ranks",
+                self.learner_ranks,
+                f"<= cluster.gpus_per_node ({self.gpus_per_node}): without "
+                "cluster.learner_rendezvous the learner spawns its ranks on its own node",
+            )
         require(self.tp in (1, 2, 4, 8), "cluster.tp", self.tp, "1, 2, 4 or 8")
         require(self.gpus % self.tp == 0, "cluster.gpus", self.gpus, f"a multiple of tp={self.tp}")
         require(
@@ -282,20 +296,34 @@ class TrainConfig:
     def total_steps(self) -> int:
         return sum(s.steps for s in self.stages)
 
-    def check_devices(self, cuda_available: bool) -> None:
-        """Refuse `cuda` for the learner (and SFT, which runs where the learner does) or the
-        embedded engine on a machine where torch sees no GPU, before any work: otherwise SFT
-        would run to the end on one device and the learner fail on the other."""
+    def check_devices(self, cuda_devices: int) -> None:
+        """Refuse, before any work, what the devices here cannot run (`cuda_devices`: the GPUs
+        torch sees on this host): `cuda` for the learner (and SFT, which runs where the learner
+        does) or the embedded engine where torch sees no GPU (SFT would otherwise run to the end
+        on one device and the learner fail on the other), and more learner ranks spawned on this
+        host than it has GPUs (NCCL cannot put two ranks on one GPU)."""
         wanted = [("learner.device", self.learner.device)]
         if self.cluster.engine_backend == "embedded":
             wanted.append(("engine.device", self.engine.device))
         for key, value in wanted:
             require(
-                value != "cuda" or cuda_available,
+                value != "cuda" or cuda_devices > 0,
                 key,
                 value,
                 "'cpu' or 'auto': torch sees no GPU here (torch.cuda.is_available() is False)",
             )
+        on_gpu = self.learner.device == "cuda" or (
+            self.learner.device == "auto" and cuda_devices > 0
+        )
+        spawned_here = not self.cluster.learner_rendezvous
+        require(
+            not (on_gpu and spawned_here) or self.cluster.learner_ranks <= cuda_devices,
+            "cluster.learner_ranks",
+            self.cluster.learner_ranks,
+            f"<= {cuda_devices}, the GPUs torch sees on this host, where the learner spawns its "
+            "ranks (one GPU each); set cluster.learner_rendezvous to start ranks on other hosts "
+            "(docs/production.md)",
+        )
 
 
 QUICK: dict[str, Any] = {

@@ -65,6 +65,21 @@ def test_the_learner_planned_is_the_one_train_runs() -> None:
     assert memory_plan(lower)["learner_gpu_fits"]
 
 
+def test_learner_ranks_are_placed_where_train_starts_them() -> None:
+    """Spawned ranks live on node 0, one GPU each, so no more than a node has; ranks met at a
+    rendezvous (torchrun/srun on other hosts) span nodes, and the plan says so."""
+    cfg = load_train_config(PAPER)
+    with pytest.raises(ConfigError, match="cluster.gpus_per_node"):
+        override(cfg, "cluster.learner_ranks", 16)
+    met = override(cfg, "cluster.learner_rendezvous", "tcp://host0:29500")
+    met = override(met, "cluster.learner_ranks", 16)
+    text = format_plan(memory_plan(met), met)
+    assert "16 ranks (FSDP2) on 2 node(s), one GPU each" in text
+    assert "met at tcp://host0:29500" in text and "GPUs 0..15" not in text
+    with pytest.raises(ConfigError, match=r"cluster.gpus \(64\)"):
+        override(met, "cluster.learner_ranks", 65)
+
+
 def test_colocation_is_claimed_only_when_configured() -> None:
     cfg = load_train_config(PAPER)
     apart = format_plan(memory_plan(cfg), cfg)

@@ -25,16 +25,32 @@ from rstar2.train.config import TrainConfig
 def test_cuda_is_refused_before_any_work_without_a_gpu(sets: dict, key: str) -> None:
     cfg = from_dict(TrainConfig, sets)
     with pytest.raises(ConfigError, match=key):
-        cfg.check_devices(cuda_available=False)
-    cfg.check_devices(cuda_available=True)
-    from_dict(TrainConfig, {}).check_devices(cuda_available=False)  # auto: no GPU, the CPU
+        cfg.check_devices(cuda_devices=0)
+    cfg.check_devices(cuda_devices=1)
+    from_dict(TrainConfig, {}).check_devices(cuda_devices=0)  # auto: no GPU, the CPU
 
 
 def test_engine_device_is_not_checked_for_vllm_engines() -> None:
     cfg = from_dict(
         TrainConfig, {"engine": {"device": "cuda"}, "cluster": {"engine_backend": "vllm"}}
     )
-    cfg.check_devices(cuda_available=False)
+    cfg.check_devices(cuda_devices=0)
+
+
+@pytest.mark.parametrize("device", ["cuda", "auto"])
+def test_learner_ranks_spawned_here_need_a_gpu_each(device: str) -> None:
+    """Rank 0 spawns the other ranks on its own host, rank r on GPU r: more ranks than GPUs
+    would put two NCCL ranks on one GPU (refused by NCCL after SFT), so train refuses first."""
+    sets = {"learner": {"device": device}, "cluster": {"learner_ranks": 4}}
+    with pytest.raises(ConfigError, match="cluster.learner_ranks.*<= 2, the GPUs"):
+        from_dict(TrainConfig, sets).check_devices(cuda_devices=2)
+    from_dict(TrainConfig, sets).check_devices(cuda_devices=4)
+    met = {**sets, "cluster": {"learner_ranks": 4, "learner_rendezvous": "tcp://host0:29500"}}
+    from_dict(TrainConfig, met).check_devices(cuda_devices=2)  # the others start elsewhere
+    cpu = {**sets, "learner": {"device": "cpu"}}
+    from_dict(TrainConfig, cpu).check_devices(cuda_devices=2)  # gloo ranks: no GPU each
+    if device == "auto":
+        from_dict(TrainConfig, sets).check_devices(cuda_devices=0)  # auto without GPUs: CPU
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without a GPU")

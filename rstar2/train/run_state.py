@@ -48,6 +48,7 @@ from rstar2.train.config import TrainConfig
 from rstar2.train.controller import derive_seed, group_results
 from rstar2.train.learner_ranks import start_ranks
 from rstar2.train.problem_stream import TrainProblem
+from rstar2.weights.buckets import WeightManifest, manifest_of
 from rstar2.wire import TrajectoryResult
 
 log = logging.getLogger(__name__)
@@ -153,8 +154,13 @@ class RunState:
         while (bucket := ranks.guarded(lambda: next(buckets, None))) is not None:
             yield bucket
 
+    def weight_manifest(self) -> WeightManifest:
+        """Names, dtypes and full shapes of the tensors `weight_buckets` yields, in order,
+        from this rank's (possibly sharded) state dict: no gathering."""
+        return manifest_of(self.policy.model.state_dict())
+
     def full_weights(self) -> dict[str, torch.Tensor]:
-        """The whole policy's tensors (gathered from every rank) for a weight push."""
+        """The whole policy's tensors (gathered from every rank): the exported model."""
         return dict(self._run("full_weights"))
 
     def prompt_ids(self, problem: TrainProblem) -> list[int]:

@@ -157,8 +157,11 @@ def plan_buckets(manifest: WeightManifest, bucket_bytes: int) -> list[Bucket]:
     return buckets
 
 
-def pack_bucket(bucket: Bucket, tensors: Sequence[torch.Tensor]) -> torch.Tensor:
-    """The bucket's bytes (uint8, on the CPU) from the whole update's `tensors`."""
+def pack_bucket(
+    bucket: Bucket, tensors: Sequence[torch.Tensor] | Mapping[int, torch.Tensor]
+) -> torch.Tensor:
+    """The bucket's bytes (uint8, on the CPU) from the update's `tensors` (the whole update,
+    or at least the bucket's tensors by their index in the manifest)."""
     buf = torch.zeros(bucket.nbytes, dtype=torch.uint8)
     for i, offset in zip(bucket.indices, bucket.offsets, strict=True):
         t = tensors[i].detach().to("cpu").contiguous().reshape(-1)

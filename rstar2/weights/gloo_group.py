@@ -182,23 +182,46 @@ class WeightSender(_Member):
         prefixed = dist.PrefixStore(_PREFIX, self._store)
         return [r for r in range(1, self.world_size) if not prefixed.check([f"{_ARRIVED}{r}"])]
 
-    def send(self, manifest: WeightManifest, tensors: Sequence[torch.Tensor]) -> int:
-        """Broadcast `tensors` (described by `manifest`, same order); returns the bytes sent."""
-        if len(tensors) != len(manifest.names):
-            raise ValueError(f"{len(tensors)} tensors for a manifest of {len(manifest.names)}")
-        for i, t in enumerate(tensors):
-            want = parse_dtype(manifest.dtype_names[i])
-            if tuple(t.shape) != manifest.shapes[i] or t.dtype != want:
-                raise ValueError(
-                    f"tensor {manifest.names[i]!r} is {t.dtype} {list(t.shape)}, the manifest "
-                    f"says {manifest.dtype_names[i]} {list(manifest.shapes[i])}"
-                )
+    def send(
+        self, manifest: WeightManifest, tensors: Sequence[torch.Tensor] | Iterator[torch.Tensor]
+    ) -> int:
+        """Broadcast `tensors` (described by `manifest`, same order); returns the bytes sent.
+
+        A sequence is checked against the manifest before anything moves. An iterator is
+        consumed as the byte buckets need it (each tensor checked as it comes), so a caller
+        can gather the tensors lazily and the update never has to be whole in memory: the
+        sender holds one byte bucket and the tensors it is filling."""
+        if isinstance(tensors, Sequence):
+            if len(tensors) != len(manifest.names):
+                raise ValueError(f"{len(tensors)} tensors for a manifest of {len(manifest.names)}")
+            for i, t in enumerate(tensors):
+                _check_tensor(manifest, i, t)
+        source = iter(tensors)
         sent = 0
         for bucket in self._buckets(manifest):
-            buf = pack_bucket(bucket, tensors)
+            part: dict[int, torch.Tensor] = {}
+            for i in bucket.indices:
+                t = next(source, None)
+                if t is None:
+                    raise ValueError(f"{i} tensors for a manifest of {len(manifest.names)}")
+                _check_tensor(manifest, i, t)
+                part[i] = t
+            buf = pack_bucket(bucket, part)
+            del part
             self._broadcast(buf)
             sent += buf.numel()
+        if next(source, None) is not None:
+            raise ValueError(f"more tensors than the manifest's {len(manifest.names)}")
         return sent
+
+
+def _check_tensor(manifest: WeightManifest, i: int, t: torch.Tensor) -> None:
+    want = parse_dtype(manifest.dtype_names[i])
+    if tuple(t.shape) != manifest.shapes[i] or t.dtype != want:
+        raise ValueError(
+            f"tensor {manifest.names[i]!r} is {t.dtype} {list(t.shape)}, the manifest "
+            f"says {manifest.dtype_names[i]} {list(manifest.shapes[i])}"
+        )
 
 
 class WeightReceiver(_Member):

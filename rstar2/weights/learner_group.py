@@ -11,9 +11,11 @@ once, by broadcast, instead of once per rollout worker over the actor bus:
   the worker's first rank) over the bus, and joins in a thread while the engines' workers join;
   each worker answers `WeightGroupJoined` once its engine is in. If anyone is missing when the
   group's timeout expires, the error names the rollout workers whose ranks never arrived;
-- each update (`push`): every worker gets a `WeightBroadcast` (the manifest: names, dtypes,
-  shapes; no tensors) and starts its engine's receive; the learner broadcasts the byte buckets
-  once, from a thread (its event loop keeps serving), then waits for every worker's `WeightAck`.
+- each update (`push` of a state dict, or `push_stream` of a manifest and an iterator the
+  broadcast consumes as it goes, which a sharded learner fills bucket by bucket): every worker
+  gets a `WeightBroadcast` (the manifest: names, dtypes, shapes; no tensors) and starts its
+  engine's receive; the learner broadcasts the byte buckets once, from a thread (its event loop
+  keeps serving), then waits for every worker's `WeightAck`.
   An update that fails leaves the group out of step: it is marked broken and later pushes raise.
 
 The bus side is a `Request` callable (the learner actor passes `ctx.request` on its "weights"
@@ -27,7 +29,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 import anyio
@@ -301,15 +303,27 @@ class LearnerWeightGroup:
         return replies, errors
 
     async def push(self, state_dict: Mapping[str, torch.Tensor], version: int) -> PushStats:
-        """Send the manifest to every worker, broadcast the tensors once, wait for every ack."""
+        """Send the manifest to every worker, broadcast the tensors once, wait for every ack.
+        The state dict is checked whole before anything moves."""
+        manifest = manifest_of(state_dict)  # bad input is refused before anything moves
+        return await self.push_stream(manifest, list(state_dict.values()), version)
+
+    async def push_stream(
+        self,
+        manifest: WeightManifest,
+        tensors: Sequence[torch.Tensor] | Iterator[torch.Tensor],
+        version: int,
+    ) -> PushStats:
+        """`push` of the tensors `manifest` describes, from an iterator the broadcast consumes
+        (in a thread) as its byte buckets need them: a sharded learner gathers its policy
+        bucket by bucket into it, so the whole model is never in memory on rank 0. A tensor
+        that does not match the manifest fails the update midway (the group is then broken)."""
         if not self._joined:
             raise WeightGroupError("join() the weight group before pushing weights")
         if self._broken is not None:
             raise WeightGroupError("the weight group broke earlier") from self._broken
         start = time.perf_counter()
-        manifest = manifest_of(state_dict)  # bad input is refused before anything moves
         msg = broadcast_message(version, manifest)
-        tensors = list(state_dict.values())
         try:
             sent = await self._broadcast(msg, manifest, tensors)
         except BaseException as e:
@@ -322,7 +336,10 @@ class LearnerWeightGroup:
         )
 
     async def _broadcast(
-        self, msg: WeightBroadcast, manifest: WeightManifest, tensors: list[torch.Tensor]
+        self,
+        msg: WeightBroadcast,
+        manifest: WeightManifest,
+        tensors: Sequence[torch.Tensor] | Iterator[torch.Tensor],
     ) -> int:
         sent: list[int] = []
 

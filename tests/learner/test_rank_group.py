@@ -10,10 +10,13 @@ from pathlib import Path
 
 import pytest
 import torch
+import torch.distributed as dist
 import torch.multiprocessing as mp
+from torch.distributed.tensor import DTensor
 
 from rstar2.learner.policy import resolve_device
-from rstar2.learner.rank_group import LearnerRankDied, RankGroup, free_port
+from rstar2.learner.rank_group import LearnerRankDied, RankGroup, free_port, join_group
+from rstar2.weights.buckets import manifest_of
 from tests.learner.rank_entries import follower, policy, slow_leaver
 from tests.production.distributed_ranks import synthetic_batch, tiny_model
 
@@ -65,6 +68,31 @@ def test_two_ranks_update_and_checkpoint_like_one(tmp_path: Path) -> None:
     single.update(batch)
     for k, v in ref_after_two.items():
         torch.testing.assert_close(single.full_weights()[k], v, atol=TOL, rtol=0, msg=f"2->1 {k}")
+
+
+def test_a_sharded_policy_gathers_one_bucket_at_a_time(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The push's memory bound: a bucket's tensors are gathered only when that bucket is asked
+    for (gathering everything first would hold the whole model on rank 0)."""
+    join_group(0, 1, f"tcp://127.0.0.1:{free_port()}", "gloo")  # FSDP2 on one rank
+    try:
+        p = policy()
+        assert p.sharded
+        gathered: list[int] = []
+        full_tensor = DTensor.full_tensor
+        monkeypatch.setattr(
+            DTensor, "full_tensor", lambda t: gathered.append(t.numel()) or full_tensor(t)
+        )
+        sizes = [v.numel() * 4 for v in p.model.state_dict().values()]
+        buckets = p.weights(max(sizes))
+        first = next(buckets)
+        assert len(gathered) == len(first) < len(sizes)
+        rest = list(buckets)
+        assert len(gathered) == len(sizes) == len(first) + sum(len(b) for b in rest)
+        # the broadcast's manifest comes from the sharded state dict, before any gathering
+        whole = {k: v for b in [first, *rest] for k, v in b.items()}
+        assert manifest_of(p.model.state_dict()) == manifest_of(whole)
+    finally:
+        dist.destroy_process_group()
 
 
 def test_rank_zero_leaves_after_a_rank_started_elsewhere(tmp_path: Path) -> None:

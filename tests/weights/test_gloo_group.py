@@ -52,7 +52,23 @@ def test_two_receivers_get_two_updates_through_one_group(tmp_path: Path) -> None
     try:
         sender.join()
         assert sender.missing_ranks() == []
-        sent = [sender.send(m, list(u.values())) for m, u in zip(manifests, ups, strict=True)]
+        sent = [sender.send(manifests[0], list(ups[0].values()))]
+        # the second from an iterator, consumed as the buckets need it: the first bucket goes
+        # out before the last tensor is even asked for (a sharded learner gathers lazily)
+        pulled: list[str] = []
+        pulled_at_broadcast: list[int] = []
+        broadcast = sender._broadcast
+
+        def counted(buf: torch.Tensor) -> None:
+            pulled_at_broadcast.append(len(pulled))
+            broadcast(buf)
+
+        sender._broadcast = counted  # type: ignore[method-assign]
+        lazy = (pulled.append(k) or t for k, t in ups[1].items())
+        sent.append(sender.send(manifests[1], lazy))
+        assert pulled == list(ups[1])
+        assert len(pulled_at_broadcast) > 1 and pulled_at_broadcast[0] < len(pulled)
+        assert pulled_at_broadcast == sorted(pulled_at_broadcast)
     finally:
         sender.close()
         for p in procs:

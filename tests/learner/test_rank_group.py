@@ -3,6 +3,7 @@ commands through `RankGroup.run` - against the one-rank `LearnerPolicy`."""
 
 from __future__ import annotations
 
+import copy
 import os
 import signal
 import time
@@ -23,22 +24,32 @@ from tests.production.distributed_ranks import synthetic_batch, tiny_model
 TOL = 1e-5
 
 
-def _one_rank_reference(tmp_path: Path) -> tuple[dict, dict, dict, dict]:
+def _one_rank_reference(tmp_path: Path) -> tuple[dict, dict, dict, dict, dict]:
     """One rank: update, checkpoint, update again (Adam's second step depends on the moments
     the first one left, so comparing it checks the optimizer state was restored)."""
     p = policy()
     batch = synthetic_batch(tiny_model())
     metrics = p.update(batch)
     after_one = p.full_weights()
+    adam_after_one = copy.deepcopy(p.optimizer.state_dict()["state"])
     p.save(tmp_path / "one-rank")
     schedule = p.schedule.state_dict()
     p.update(batch)
-    return metrics, after_one, p.full_weights(), schedule
+    return metrics, after_one, p.full_weights(), schedule, adam_after_one
+
+
+def _assert_same_adam_state(got: dict, want: dict, label: str) -> None:
+    """Adam's per-parameter state (step, exp_avg, exp_avg_sq), compared directly."""
+    assert got.keys() == want.keys()
+    for i, state in want.items():
+        assert got[i].keys() == state.keys()
+        for k, v in state.items():
+            torch.testing.assert_close(got[i][k], v, atol=TOL, rtol=0, msg=f"{label} {i} {k}")
 
 
 @pytest.mark.slow
 def test_two_ranks_update_and_checkpoint_like_one(tmp_path: Path) -> None:
-    ref_metrics, ref_after_one, ref_after_two, schedule = _one_rank_reference(tmp_path)
+    ref_metrics, ref_after_one, ref_after_two, schedule, ref_adam = _one_rank_reference(tmp_path)
     batch = synthetic_batch(tiny_model())
     group = RankGroup.spawn(2, follower, (), "gloo")
     try:
@@ -65,6 +76,7 @@ def test_two_ranks_update_and_checkpoint_like_one(tmp_path: Path) -> None:
     single.load(tmp_path / "two-rank", schedule)
     for k, v in ref_after_one.items():
         torch.testing.assert_close(single.full_weights()[k], v, atol=TOL, rtol=0, msg=f"2->1 {k}")
+    _assert_same_adam_state(single.optimizer.state_dict()["state"], ref_adam, "2->1")
     single.update(batch)
     for k, v in ref_after_two.items():
         torch.testing.assert_close(single.full_weights()[k], v, atol=TOL, rtol=0, msg=f"2->1 {k}")

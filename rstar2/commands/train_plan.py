@@ -136,7 +136,7 @@ def _learner_line(p: dict[str, Any]) -> str:
         nodes = math.ceil(ranks / p["gpus_per_node"])
         where = (
             f"on {nodes} node(s), one GPU each: rank 0 (the learner actor) on node 0's GPU 0, "
-            f"ranks 1..{ranks - 1} started there by torchrun or srun (`rstar2 learner-rank`) "
+            f"ranks 1..{ranks - 1} started on the nodes by torchrun or srun (`rstar2 learner-rank`) "
             f"and met at {p['learner_rendezvous']},"
         )
     else:

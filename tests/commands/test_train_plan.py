@@ -45,11 +45,13 @@ def test_dry_run_command(tmp_path: Path) -> None:
     )
     assert out.returncode == 0, out.stderr
     assert "64 rollout engine(s)" in out.stdout and "KV pool" in out.stdout
-    assert "learner: 1 rank on node 0, GPU 0, not colocated" in out.stdout
+    assert "learner: 64 ranks (FSDP2) on 8 node(s)" in out.stdout  # the paper's: all GPUs
+    assert "colocated (vLLM sleep mode; not verified on GPU)" in out.stdout
+    assert "3.7 GB per learner rank" in out.stdout and "does not fit" not in out.stdout
 
 
 def test_the_learner_planned_is_the_one_train_runs() -> None:
-    cfg = load_train_config(PAPER)
+    cfg = override(load_train_config(PAPER), "cluster.learner_ranks", 1)
     plan = memory_plan(cfg)
     assert plan["learner_ranks"] == cfg.cluster.learner_ranks == 1
     assert plan["learner_state_gb_per_rank"] == pytest.approx(16 * 14.8)  # fp32 p, g, m, v
@@ -68,9 +70,10 @@ def test_the_learner_planned_is_the_one_train_runs() -> None:
 def test_learner_ranks_are_placed_where_train_starts_them() -> None:
     """Spawned ranks live on node 0, one GPU each, so no more than a node has; ranks met at a
     rendezvous (torchrun/srun on other hosts) span nodes, and the plan says so."""
-    cfg = load_train_config(PAPER)
+    cfg = override(load_train_config(PAPER), "cluster.learner_ranks", 1)
+    spawned = override(cfg, "cluster.learner_rendezvous", "")
     with pytest.raises(ConfigError, match="cluster.gpus_per_node"):
-        override(cfg, "cluster.learner_ranks", 16)
+        override(spawned, "cluster.learner_ranks", 16)
     met = override(cfg, "cluster.learner_rendezvous", "tcp://host0:29500")
     met = override(met, "cluster.learner_ranks", 16)
     text = format_plan(memory_plan(met), met)
@@ -81,7 +84,7 @@ def test_learner_ranks_are_placed_where_train_starts_them() -> None:
 
 
 def test_colocation_is_claimed_only_when_configured() -> None:
-    cfg = load_train_config(PAPER)
+    cfg = override(load_train_config(PAPER), "cluster.colocate", False)
     apart = format_plan(memory_plan(cfg), cfg)
     assert "not colocated" in apart and "sleep mode" not in apart
     colocated = override(cfg, "cluster.colocate", True)
@@ -90,7 +93,7 @@ def test_colocation_is_claimed_only_when_configured() -> None:
 
 
 def test_colocation_needs_vllm_engines() -> None:
-    cfg = load_train_config(PAPER)
+    cfg = override(load_train_config(PAPER), "cluster.colocate", False)
     embedded = override(cfg, "cluster.engine_backend", "embedded")
     with pytest.raises(ConfigError) as e:
         override(embedded, "cluster.colocate", True)

@@ -3,7 +3,8 @@
 Optional `--shape NAME` starts from a named shape (`rstar2.model.tiny.SHAPES`: tiny, 25m, or
 the published shapes of Qwen2.5-0.5B / 1.5B with random weights, for measuring the learner at
 those sizes) and `--config FILE` reads a TOML table `[model]` of `TinyModelConfig` keys on top
-of it. An existing
+of it, or a train config's `[model.tiny]` (the model `rstar2 train --config FILE` would build).
+An existing
 `DIR` (a file, or a directory that is not empty) is refused (exit code 2) unless `--force`,
 which writes into it.
 """
@@ -28,7 +29,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default="tiny",
         help="named model shape (default: tiny, the embedded default)",
     )
-    parser.add_argument("--config", help="TOML file with a [model] table of TinyModelConfig keys")
+    parser.add_argument(
+        "--config",
+        help="TOML file with a [model] table of TinyModelConfig keys, or a train config "
+        "(its [model.tiny])",
+    )
     parser.add_argument("--seed", type=int, default=None, help="override model.seed")
     parser.add_argument(
         "--force", action="store_true", help="write into DIR even if it exists and is not empty"
@@ -38,8 +43,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     check_target(Path(args.dir), args.force)
     data = load_file(args.config).get("model", {}) if args.config else {}
+    key = "model"
+    if "tiny" in data or "path" in data:  # a train config: its [model.tiny] table
+        if data.get("path"):
+            raise ConfigError(
+                "model.path",
+                data["path"],
+                '"" (this config trains the model at model.path; init-model builds tiny ones)',
+            )
+        data, key = data.get("tiny", {}), "model.tiny"
     base = to_dict(shaped_config(args.shape))
-    cfg = from_dict(TinyModelConfig, {**base, **data}, "model")
+    cfg = from_dict(TinyModelConfig, {**base, **data}, key)
     if args.seed is not None:
         cfg.seed = args.seed
         cfg.validate()

@@ -5,12 +5,14 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import torch.distributed as dist
 
 from rstar2.cli import main
 from rstar2.commands.bench_learner import synthetic_batch
+from rstar2.model import load_model
 
 KEYS = {"model_params", "ranks", "device", "tokens_per_s", "step_s", "peak_memory_mb", "mfu"}
 
@@ -52,6 +54,23 @@ def test_fsdp_on_one_rank_runs_the_sharded_path(capsys: pytest.CaptureFixture[st
     assert got[0]["fsdp"] is True and got[0]["activation_checkpointing"] and got[0]["bf16"]
     assert got[1]["fsdp"] is False and got[1]["activation_checkpointing"] is True
     assert not dist.is_initialized()  # the one-rank group is left at the end
+
+
+def test_a_model_directory_is_benchmarked(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`--model DIR` (how scripts/gpu_figures.py benchmarks the Qwen shapes): the figures are
+    of that model, not the built-in default."""
+    config = tmp_path / "model.toml"
+    config.write_text("[model.tiny]\nhidden_size = 32\nnum_layers = 1\nintermediate_size = 64\n")
+    model_dir = tmp_path / "model"
+    assert main(["-q", "init-model", str(model_dir), "--config", str(config)]) == 0
+    capsys.readouterr()
+    model, _ = load_model(model_dir)
+    small = ["--rollouts", "2", "--tokens", "16", "--steps", "1", "--json"]
+    assert main(["-q", "bench", "learner", "--model", str(model_dir), *small]) == 0
+    got = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert got["model_params"] == sum(p.numel() for p in model.parameters()) < 900_000
 
 
 def test_the_batch_is_fixed_and_masks_its_prompt() -> None:

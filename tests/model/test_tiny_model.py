@@ -55,7 +55,7 @@ def test_config_validation_names_key() -> None:
         TinyModelConfig(hidden_size=30, num_heads=4).validate()
 
 
-def test_init_model_command(tmp_path: Path) -> None:
+def test_init_model_command(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     config = tmp_path / "m.toml"
     config.write_text(
         "[model]\nhidden_size = 16\nnum_layers = 1\nnum_heads = 2\nnum_kv_heads = 1\n"
@@ -66,6 +66,14 @@ def test_init_model_command(tmp_path: Path) -> None:
     assert model.config.hidden_size == 16
     config.write_text("[model]\nhidden = 16\n")
     assert main(["init-model", str(tmp_path / "n"), "--config", str(config)]) == 2
+    # a train config: the model its [model.tiny] describes; one that loads a model is refused
+    config.write_text('seed = 1\n[model.tiny]\nhidden_size = 16\nnum_layers = 1\nnum_heads = 2\n'
+                      'num_kv_heads = 1\nintermediate_size = 16\ncorpus_problems = 50\n')  # fmt: skip
+    assert main(["init-model", str(tmp_path / "t"), "--config", str(config)]) == 0
+    assert load_model(tmp_path / "t")[0].config.num_hidden_layers == 1
+    config.write_text('[model]\npath = "models/x"\n')
+    assert main(["init-model", str(tmp_path / "p"), "--config", str(config)]) == 2
+    assert "model.path" in capsys.readouterr().err
 
 
 def test_init_model_refuses_an_existing_directory_unless_forced(

@@ -426,12 +426,13 @@ class LearnerActor(Actor):
                 if bucket is None:
                     break
                 names, shapes, flat = flatten_weights(bucket)
+            largest = max(largest, sum(t.numel() * t.element_size() for t in bucket.values()))
+            del bucket  # gathered tensors: only the flat copy is needed while it is sent
             update = WeightUpdate(
                 version=version, names=names, shapes=shapes, flat=flat.numpy(), final=not atomic
             )
             await self._ask_every_engine(ctx, update, acked, wanted)
             sent += frames_size(to_frames(update)) * peers
-            largest = max(largest, sum(t.numel() * t.element_size() for t in bucket.values()))
             parts += 1
         if atomic:
             done = WeightUpdate(version, [], [], np.zeros(0, dtype=np.float32), final=True)

@@ -5,6 +5,7 @@ the per-rank body that `torch.multiprocessing.spawn` runs (it must live in an im
 from __future__ import annotations
 
 import os
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -133,16 +134,30 @@ def sharded_step(s: Scenario) -> tuple[dict[str, float], dict[str, torch.Tensor]
 
 
 def rank_main(rank: int, world: int, init_file: str, out_dir: str) -> None:
-    """Body of one spawned rank: run every scenario, save metrics (and weights on rank 0)."""
+    """Body of one spawned rank: run every scenario, save metrics (and weights on rank 0).
+
+    Teardown in the order `rstar2.learner.rank_group` uses: a gloo rank whose peer closes its
+    connections first may die of SIGABRT ("terminate called without an active exception"; seen
+    twice on the loaded 2-core CI machine, once after a barrier was added). Rank 1 saves, leaves
+    the group, says so with a file and exits at once (`os._exit`, as `rstar2 learner-rank`
+    does); rank 0 waits for that file and leaves last."""
     torch.set_num_threads(1)
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
     try:
         results = {s.name: sharded_step(s) for s in SCENARIOS}
-        # No rank tears the group down while another's last messages are still in flight:
-        # without it a rank was once killed by SIGABRT ("terminate called without an active
-        # exception") in gloo's teardown on the loaded 2-core CI machine.
         dist.barrier()
-    finally:
+    except BaseException:
         dist.destroy_process_group()
+        raise
     torch.save(results, Path(out_dir) / f"rank{rank}.pt")
+    if rank != 0:
+        dist.destroy_process_group()
+        (Path(out_dir) / f"left{rank}").write_text("1")
+        os._exit(0)
+    deadline = time.monotonic() + 60.0
+    while not all((Path(out_dir) / f"left{r}").exists() for r in range(1, world)):
+        if time.monotonic() > deadline:
+            break  # a rank that never left: the test's comparison says what is missing
+        time.sleep(0.05)
+    dist.destroy_process_group()

@@ -93,6 +93,16 @@ def leave(rank: int, member: Membership) -> None:
         log.warning("learner rank %d could not report leaving: %s", rank, e)
 
 
+def wait_for_leavers(store: dist.Store, world: int, timeout_s: float) -> None:
+    """Rank 0, before it leaves: wait until ranks 1..world-1 have reported leaving (`leave`);
+    a timeout or a store gone is logged, not raised."""
+    keys = [_left_key(r) for r in range(1, world)]
+    try:
+        store.wait(keys, datetime.timedelta(seconds=timeout_s))
+    except RuntimeError as e:  # DistError is one: a timeout, a store gone
+        log.warning("learner ranks did not all report leaving: %s", e)
+
+
 def _left_key(rank: int) -> str:
     return f"rstar2/left/{rank}"
 
@@ -229,11 +239,7 @@ class RankGroup:
                 log.warning("could not stop the learner ranks cleanly: %s", e)
                 abort = kill = True
         if not kill:  # rank 0 leaves last (see `leave`); followers elsewhere have no process here
-            keys = [_left_key(r) for r in range(1, self.world)]
-            try:
-                self.store.wait(keys, datetime.timedelta(seconds=timeout_s))
-            except RuntimeError as e:  # DistError is one: a timeout, a store gone
-                log.warning("learner ranks did not all report leaving: %s", e)
+            wait_for_leavers(self.store, self.world, timeout_s)
         for p in self.processes:
             if kill:
                 p.kill()

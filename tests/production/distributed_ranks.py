@@ -5,7 +5,6 @@ the per-rank body that `torch.multiprocessing.spawn` runs (it must live in an im
 from __future__ import annotations
 
 import os
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -21,6 +20,7 @@ from rstar2.learner.policy_update import (
     token_logprobs,
     update_policy,
 )
+from rstar2.learner.rank_group import join_group, leave, wait_for_leavers
 from rstar2.rl import RLConfig, TrainingBatch
 
 VOCAB = 61
@@ -133,17 +133,17 @@ def sharded_step(s: Scenario) -> tuple[dict[str, float], dict[str, torch.Tensor]
     return metrics, full_state_dict(model)
 
 
-def rank_main(rank: int, world: int, init_file: str, out_dir: str) -> None:
+def rank_main(rank: int, world: int, init_method: str, out_dir: str) -> None:
     """Body of one spawned rank: run every scenario, save metrics (and weights on rank 0).
 
-    Teardown in the order `rstar2.learner.rank_group` uses: a gloo rank whose peer closes its
-    connections first may die of SIGABRT ("terminate called without an active exception"; seen
-    twice on the loaded 2-core CI machine, once after a barrier was added). Rank 1 saves, leaves
-    the group, says so with a file and exits at once (`os._exit`, as `rstar2 learner-rank`
-    does); rank 0 waits for that file and leaves last."""
+    It leaves the group as the learner's ranks do (`rstar2.learner.rank_group`): a gloo rank
+    whose peer closes its connections first may die of SIGABRT ("terminate called without an
+    active exception"; seen twice on the loaded 2-core CI machine, once after a barrier was
+    added), so rank 1 leaves, reports it and exits at once (`os._exit`, as `rstar2
+    learner-rank` does), and rank 0 leaves last."""
     torch.set_num_threads(1)
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
+    member = join_group(rank, world, init_method, "gloo")
     try:
         results = {s.name: sharded_step(s) for s in SCENARIOS}
         dist.barrier()
@@ -152,12 +152,7 @@ def rank_main(rank: int, world: int, init_file: str, out_dir: str) -> None:
         raise
     torch.save(results, Path(out_dir) / f"rank{rank}.pt")
     if rank != 0:
-        dist.destroy_process_group()
-        (Path(out_dir) / f"left{rank}").write_text("1")
+        leave(rank, member)
         os._exit(0)
-    deadline = time.monotonic() + 60.0
-    while not all((Path(out_dir) / f"left{r}").exists() for r in range(1, world)):
-        if time.monotonic() > deadline:
-            break  # a rank that never left: the test's comparison says what is missing
-        time.sleep(0.05)
+    wait_for_leavers(member.store, world, timeout_s=60.0)
     dist.destroy_process_group()

@@ -31,6 +31,7 @@ from rstar2.learner.distributed import (
     resolve_backend,
 )
 from rstar2.learner.policy_update import pad_batch, token_logprobs
+from rstar2.learner.rank_group import free_port
 
 TOL = 1e-5
 
@@ -122,7 +123,8 @@ def test_one_rank_fsdp_step_equals_single_process(one_rank_group, scenario) -> N
 def test_two_gloo_ranks_equal_the_single_process_step(tmp_path: Path) -> None:
     ctx = mp.get_context("spawn")
     assert ctx is not None
-    mp.spawn(rank_main, args=(2, str(tmp_path / "store"), str(tmp_path)), nprocs=2, join=True)
+    init = f"tcp://127.0.0.1:{free_port()}"
+    mp.spawn(rank_main, args=(2, init, str(tmp_path)), nprocs=2, join=True)
     ranks = [torch.load(tmp_path / f"rank{r}.pt") for r in range(2)]
     for s in SCENARIOS:
         want = single_process_step(s)

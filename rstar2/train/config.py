@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from rstar2.config import ConfigError, from_dict, load_file, require, to_dict
+from rstar2.devices import resolve_device
 from rstar2.engine.config import EngineConfig
 from rstar2.learner.policy_update import LearnerConfig
 from rstar2.learner.sft import SFTConfig
@@ -314,9 +315,8 @@ class TrainConfig:
                 value,
                 "'cpu' or 'auto': torch sees no GPU here (torch.cuda.is_available() is False)",
             )
-        on_gpu = self.learner.device == "cuda" or (
-            self.learner.device == "auto" and cuda_devices > 0
-        )
+        learner = resolve_device(self.learner.device, "learner.device", cuda_devices=cuda_devices)
+        on_gpu = learner.type == "cuda"
         spawned_here = not self.cluster.learner_rendezvous
         require(
             not (on_gpu and spawned_here) or self.cluster.learner_ranks <= cuda_devices,

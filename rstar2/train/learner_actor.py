@@ -389,8 +389,8 @@ class LearnerActor(Actor):
         self, ctx: ActorContext, state: RunState, version: int
     ) -> dict[str, float]:
         """Push the policy to every engine; returns the byte counts of the push."""
+        bucket_bytes = max(1, int(self.cfg.cluster.weight_bucket_mb * 2**20))
         if self.group is not None:
-            bucket_bytes = max(1, int(self.cfg.cluster.weight_bucket_mb * 2**20))
             with handling(ctx, "weights"):
                 # gathered a bucket at a time as the broadcast (in its thread) needs them
                 tensors = (t for b in state.weight_buckets(bucket_bytes) for t in b.values())
@@ -411,7 +411,6 @@ class LearnerActor(Actor):
                 "weights_bucket_max_bytes": float(stats.broadcast_bytes),
             }
         peers = ctx.peers("weights")
-        bucket_bytes = max(1, int(self.cfg.cluster.weight_bucket_mb * 2**20))
         buckets = state.weight_buckets(bucket_bytes)
         # synchronous: every bucket loads as it comes (the engines are idle); asynchronous
         # RL: the engines keep generating, so they stage the buckets and load the version at

@@ -191,7 +191,8 @@ class WeightSender(_Member):
         consumed as the byte buckets need it (each tensor checked as it comes), so a caller
         can gather the tensors lazily and the update never has to be whole in memory: the
         sender holds one byte bucket and the tensors it is filling."""
-        if isinstance(tensors, Sequence):
+        checked = isinstance(tensors, Sequence)
+        if checked:
             if len(tensors) != len(manifest.names):
                 raise ValueError(f"{len(tensors)} tensors for a manifest of {len(manifest.names)}")
             for i, t in enumerate(tensors):
@@ -204,7 +205,8 @@ class WeightSender(_Member):
                 t = next(source, None)
                 if t is None:
                     raise ValueError(f"{i} tensors for a manifest of {len(manifest.names)}")
-                _check_tensor(manifest, i, t)
+                if not checked:
+                    _check_tensor(manifest, i, t)
                 part[i] = t
             buf = pack_bucket(bucket, part)
             del part

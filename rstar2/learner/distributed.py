@@ -7,9 +7,10 @@ How a step is split (it must give the single-process result, up to float roundin
 
 1. Every rank holds the same `TrainingBatch` (token lists are small next to the model) and cuts
    it into the same mini-batches as `update_policy`.
-2. Rank r trains on `chunk[r::world]` of each mini-batch. Every rank runs the same number of
-   micro-batches (FSDP2 gathers parameters in each forward, so ranks must stay in step); a rank
-   with fewer rollouts runs an all-masked dummy micro-batch that adds nothing.
+2. Rank r trains on `chunk[r::world]` of each mini-batch, cut into micro-batches by the token
+   budget as `update_policy` does. Every rank runs the same number of micro-batches (FSDP2
+   gathers parameters in each forward, so ranks must stay in step): each rank computes every
+   rank's split, and one with fewer runs all-masked dummy micro-batches that add nothing.
 3. Each rank's loss is normalised by the number of model tokens of the *whole* mini-batch, and
    FSDP2 reduce-scatters gradients as a sum (divide factor 1), so the reduced gradient is the
    gradient of the mini-batch's token-level mean loss:
@@ -30,7 +31,6 @@ the caller to send).
 from __future__ import annotations
 
 import logging
-import math
 import os
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -46,11 +46,11 @@ from rstar2.learner.policy_update import (
     LearnerConfig,
     Proximal,
     RolloutLike,
-    even_chunks,
     micro_batch_logprobs,
     micro_batch_loss,
     model_device,
     optimizer_steps,
+    split_micro_batches,
 )
 from rstar2.rl import Mismatch, RLConfig, TrainingBatch
 
@@ -240,9 +240,9 @@ def _rank_micro_batches(
     """This rank's micro-batches of `chunk`: rollouts, their batch indices, advantages. Every
     rank gets the same number (FSDP2 gathers parameters in each forward, so ranks must stay in
     step); a rank with fewer rollouts gets an all-masked filler whose loss is exactly zero."""
-    mine = rank_share(chunk, rank, world)
-    largest = math.ceil(len(chunk) / world)
-    for micro in even_chunks(mine, math.ceil(largest / cfg.micro_batch_size)):
+    splits = [split_micro_batches(rank_share(chunk, r, world), batch, cfg) for r in range(world)]
+    count = max(len(s) for s in splits)
+    for micro in splits[rank] + [[]] * (count - len(splits[rank])):
         if micro:
             advantages = torch.tensor([batch.advantages[i] for i in micro])
             yield [batch.rollouts[i] for i in micro], micro, advantages

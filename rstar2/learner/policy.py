@@ -20,8 +20,11 @@ a group of its own) the model is sharded with FSDP2 (`shard_model`) and the upda
 Placement (`LearnerConfig`): `device` ("auto": CUDA when torch sees a GPU - ROCm is "cuda" in
 torch - else the CPU; rank r takes GPU `local_rank`); `bf16`: bf16 compute with fp32 master
 weights and fp32 optimizer state (FSDP2's `MixedPrecisionPolicy` when sharded on GPUs,
-`torch.autocast` otherwise); `activation_checkpointing`: recompute each decoder layer's
-activations in backward (the Hugging Face model's own gradient checkpointing).
+`torch.autocast` otherwise); `prepare_model` readies the model before sharding: packed rows and
+the chunked LM head, activation checkpointing (every `checkpoint_every`-th decoder layer, the
+Hugging Face model's own gradient checkpointing), compiled layers. FSDP2 with one rank keeps
+the gathered parameters from forward to backward (`reshard_after_forward` False): resharding
+would free nothing another rank could use, and gather them again.
 
 `load_policy` builds a rank's policy from a model directory; `policy_rank` is the body of every
 rank but 0 (used by `rstar2 train` and `rstar2 bench learner`).
@@ -54,6 +57,7 @@ from rstar2.learner.policy_update import (
     LearnerConfig,
     make_lr_schedule,
     make_optimizer,
+    prepare_model,
     update_policy,
 )
 from rstar2.learner.rank_group import follow, join_group, leave, serve_commands
@@ -88,15 +92,14 @@ class LearnerPolicy:
         --fsdp`: the sharded path, and NCCL, on a single GPU)."""
         self.device = device or torch.device("cpu")
         model.to(self.device)
-        if cfg.activation_checkpointing:
-            if not hasattr(model, "gradient_checkpointing_enable"):
-                raise TypeError(
-                    f"learner.activation_checkpointing needs a Hugging Face model, got "
-                    f"{type(model).__name__}"
-                )
-            model.gradient_checkpointing_enable({"use_reentrant": False})
+        prepare_model(model, cfg)
         if self.sharded:
-            shard_model(model, DistributedConfig(bf16_params=cfg.bf16))
+            # One rank holds every parameter anyway: resharding after forward would only
+            # gather them again for backward.
+            shard_model(
+                model,
+                DistributedConfig(bf16_params=cfg.bf16, reshard_after_forward=self.world > 1),
+            )
         self.model = model
         self.optimizer = make_optimizer(model, cfg)
         self.schedule = make_lr_schedule(self.optimizer, cfg)

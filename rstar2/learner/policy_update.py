@@ -47,6 +47,14 @@ from torch import nn
 from torch.distributed.tensor import DTensor
 
 from rstar2.config import require
+from rstar2.learner.logprob_head import LogprobHead
+from rstar2.learner.logprob_head import install as install_head
+from rstar2.learner.packing import (
+    PACKED_ATTENTION,
+    pack,
+    token_budget_micro_batches,
+    use_packed_attention,
+)
 from rstar2.rl import Mismatch, RLConfig, TrainingBatch, logprob_mismatch, policy_loss
 
 
@@ -65,7 +73,18 @@ class LearnerConfig:
     grad_clip: float = 1.0
     """Clip the global gradient norm to this value."""
     micro_batch_size: int = 16
-    """Sequences per forward/backward pass (gradient accumulation inside a mini-batch)."""
+    """At most this many sequences per forward/backward pass (gradient accumulation inside a
+    mini-batch)."""
+    micro_batch_tokens: int = 16384
+    """At most this many tokens per forward/backward pass (a longer sequence is a micro-batch of
+    its own); 0: micro-batches of `micro_batch_size` sequences only, split evenly."""
+    packed: bool = True
+    """Hugging Face models: each micro-batch's sequences packed into one row without padding
+    (attention kept within each sequence) and log-probs computed by the chunked LM head, only
+    at loss positions (`packing`, `logprob_head`). False: padded rows and full logits (the
+    reference computation). Other models always take the padded path."""
+    head_chunk: int = 512
+    """Positions per chunk of the chunked LM head (its memory: a few chunk x vocab buffers)."""
     mini_batches: int = 1
     """Optimizer steps per pass: the batch is split into this many mini-batches."""
     epochs: int = 1
@@ -81,8 +100,14 @@ class LearnerConfig:
     """Where the learner computes: "auto" (a GPU when torch sees one, else the CPU), "cpu" or
     "cuda" (ROCm GPUs are "cuda" in torch). Rank r of a sharded learner takes its local GPU."""
     activation_checkpointing: bool = False
-    """Recompute each decoder layer's activations in backward instead of keeping them (less
+    """Recompute decoder layers' activations in backward instead of keeping them (less
     memory, about one more forward of compute); the Hugging Face model's gradient checkpointing."""
+    checkpoint_every: int = 1
+    """With activation checkpointing: checkpoint every k-th decoder layer (layers 0, k, 2k, ...;
+    1: all), trading memory for the recomputation's time."""
+    compile: bool = False
+    """torch.compile each decoder layer (in place: module names unchanged), before FSDP2 wraps
+    it. The first update pays the compilation."""
 
     def validate(self) -> None:
         require(self.lr > 0, "learner.lr", self.lr, "a positive number")
@@ -94,6 +119,16 @@ class LearnerConfig:
         )
         require(self.mini_batches >= 1, "learner.mini_batches", self.mini_batches, ">= 1")
         require(self.epochs >= 1, "learner.epochs", self.epochs, "an integer >= 1")
+        require(
+            self.micro_batch_tokens >= 0,
+            "learner.micro_batch_tokens",
+            self.micro_batch_tokens,
+            ">= 0 (0: no token budget)",
+        )
+        require(self.head_chunk >= 1, "learner.head_chunk", self.head_chunk, ">= 1")
+        require(
+            self.checkpoint_every >= 1, "learner.checkpoint_every", self.checkpoint_every, ">= 1"
+        )
         require(
             self.device in ("auto", "cpu", "cuda"),
             "learner.device",
@@ -202,8 +237,8 @@ def update_policy(
 
 
 Proximal = dict[int, torch.Tensor]
-"""The learner's logprobs before the step's first optimizer step, by batch index: one tensor of
-len(token_ids) - 1 per rollout (position t holds the logprob of token t + 1)."""
+"""The learner's logprobs before the step's first optimizer step, by batch index: one tensor per
+rollout holding the logprobs of its loss tokens, in order."""
 
 Accumulate = Callable[[list[int], Proximal | None], tuple[dict[str, float], Mismatch]]
 """`accumulate(chunk, proximal)`: forward and backward of the mini-batch `chunk` (batch
@@ -298,15 +333,26 @@ def micro_batch_loss(
     or asynchronous RL: `rl.decoupled`) the learner's pre-update ones, from the pre-pass when there was one, else this forward's own
     (the model is untouched in a step's first optimizer step)."""
     device = model_device(model)
-    ids, attn, mask, behaviour = (t.to(device) for t in pad_batch(part, pad_id))
-    mask, behaviour = mask[:, 1:], behaviour[:, 1:]
-    with _autocast(cfg.bf16, device):
-        logp, entropy = token_logprobs(model, ids, attn, entropy_grad=rl.entropy_coef > 0)
+    head = packed_head(model)
+    if head is not None:
+        packed = pack(part, advantages.tolist()).to(device)
+        with _autocast(cfg.bf16, device), head.targets(packed.targets):
+            out = model(**packed.forward_kwargs()).logits[0]
+        logp, entropy = out[None, :, 0], out[None, :, 1]
+        entropy = entropy if rl.entropy_coef > 0 else entropy.detach()
+        behaviour = packed.behaviour[None]
+        mask = torch.ones_like(behaviour)
+        advantages = packed.advantages[None]
+    else:
+        ids, attn, mask, behaviour = (t.to(device) for t in pad_batch(part, pad_id))
+        mask, behaviour = mask[:, 1:], behaviour[:, 1:]
+        with _autocast(cfg.bf16, device):
+            logp, entropy = token_logprobs(model, ids, attn, entropy_grad=rl.entropy_coef > 0)
     reference, tis_behaviour = behaviour, None
     if rl.decoupled:
         reference, tis_behaviour = logp.detach(), behaviour
         if proximal is not None:
-            reference = _padded([proximal[i] for i in rows], like=logp)
+            reference = _scattered([proximal[i] for i in rows], mask, logp, head is not None)
     loss, metrics = policy_loss(
         logp,
         reference,
@@ -336,21 +382,33 @@ def micro_batch_logprobs(
     """The pre-pass over one micro-batch (call under no_grad): the learner's logprobs of each
     rollout by batch index (`rows`), and their mismatch against the engine's."""
     device = model_device(model)
+    head = packed_head(model)
+    if head is not None:
+        packed = pack(part, [0.0] * len(part)).to(device)
+        with _autocast(cfg.bf16, device), head.targets(packed.targets):
+            logp = model(**packed.forward_kwargs()).logits[0, :, 0]
+        # not strict: a rank's filler micro-batch (one all-masked rollout) has no rows
+        got = dict(zip(rows, logp.split(packed.counts), strict=False))
+        ones = torch.ones_like(packed.behaviour)
+        return got, logprob_mismatch(logp, packed.behaviour, ones)
     ids, attn, mask, behaviour = (t.to(device) for t in pad_batch(part, pad_id))
     with _autocast(cfg.bf16, device):
         logp, _ = token_logprobs(model, ids, attn, with_entropy=False)
-    # not strict: a rank's filler micro-batch (one all-masked rollout) has no rows
-    got = {
-        i: logp[j, : len(r.token_ids) - 1] for j, (i, r) in enumerate(zip(rows, part, strict=False))
-    }
-    return got, logprob_mismatch(logp, behaviour[:, 1:], mask[:, 1:])
+    mask, behaviour = mask[:, 1:], behaviour[:, 1:]
+    got = {i: logp[j][mask[j].bool()] for j, i in enumerate(rows)}
+    return got, logprob_mismatch(logp, behaviour, mask)
 
 
-def _padded(rows: list[torch.Tensor], like: torch.Tensor) -> torch.Tensor:
-    """Per-rollout logprob rows right-padded with zeros to `like`'s [B, T-1]."""
+def _scattered(
+    rows: list[torch.Tensor], mask: torch.Tensor, like: torch.Tensor, packed: bool
+) -> torch.Tensor:
+    """Per-rollout loss-token logprobs laid out as `like`: packed ([1, N]), one row of every
+    rollout's in turn; padded ([B, T-1]), row j's at the nonzero entries of `mask` row j."""
     out = torch.zeros_like(like)
+    if packed:
+        return torch.cat(rows)[None].to(like.dtype) if rows else out
     for j, row in enumerate(rows):
-        out[j, : row.shape[0]] = row
+        out[j][mask[j].bool()] = row.to(like.dtype)
     return out
 
 
@@ -366,7 +424,7 @@ def _mini_batch(
     num_tokens = max(float(sum(sum(batch.rollouts[i].loss_mask[1:]) for i in chunk)), 1.0)
     weighted: dict[str, float] = {}
     seen = Mismatch()
-    for micro in micro_batches(chunk, cfg.micro_batch_size):
+    for micro in split_micro_batches(chunk, batch, cfg):
         part = [batch.rollouts[i] for i in micro]
         advantages = torch.tensor([batch.advantages[i] for i in micro])
         loss, metrics, mismatch = micro_batch_loss(
@@ -384,13 +442,61 @@ def _learner_logprobs(
 ) -> tuple[Proximal, Mismatch]:
     proximal: Proximal = {}
     seen = Mismatch()
-    for micro in micro_batches(chunk, cfg.micro_batch_size):
+    for micro in split_micro_batches(chunk, batch, cfg):
         got, mismatch = micro_batch_logprobs(
             model, [batch.rollouts[i] for i in micro], micro, cfg, pad_id
         )
         proximal.update(got)
         seen += mismatch
     return proximal, seen
+
+
+def split_micro_batches(
+    items: Sequence[int], batch: TrainingBatch, cfg: LearnerConfig
+) -> list[list[int]]:
+    """The micro-batches of the rollouts `items` (batch indices): by `cfg.micro_batch_tokens`
+    and `cfg.micro_batch_size` in order, or evenly by sequence count without a token budget."""
+    if cfg.micro_batch_tokens <= 0:
+        return micro_batches(items, cfg.micro_batch_size)
+    lengths = [len(batch.rollouts[i].token_ids) for i in items]
+    return token_budget_micro_batches(items, lengths, cfg.micro_batch_tokens, cfg.micro_batch_size)
+
+
+def prepare_model(model: nn.Module, cfg: LearnerConfig) -> nn.Module:
+    """Ready a learner's model for `update_policy` (in place, before FSDP2 wraps it): the
+    chunked LM head and packed attention when `cfg.packed` and the model supports both,
+    activation checkpointing of every `cfg.checkpoint_every`-th decoder layer, and compiled
+    decoder layers with `cfg.compile`."""
+    if cfg.packed and hasattr(model, "config") and install_head(model, cfg.head_chunk):
+        use_packed_attention(model)
+    layers = getattr(getattr(model, "model", None), "layers", None)
+    if cfg.activation_checkpointing:
+        if not hasattr(model, "gradient_checkpointing_enable"):
+            raise TypeError(
+                f"learner.activation_checkpointing needs a Hugging Face model, got "
+                f"{type(model).__name__}"
+            )
+        model.gradient_checkpointing_enable({"use_reentrant": False})
+        for i, layer in enumerate(layers or []):
+            if hasattr(layer, "gradient_checkpointing"):
+                layer.gradient_checkpointing = i % cfg.checkpoint_every == 0
+    if cfg.compile:
+        if not isinstance(layers, nn.ModuleList):
+            raise TypeError(f"learner.compile needs model.model.layers, {type(model).__name__}")
+        for layer in layers:
+            layer.compile()
+    return model
+
+
+def packed_head(model: nn.Module) -> LogprobHead | None:
+    """The model's chunked LM head when it is ready for packed rows (`prepare_model`)."""
+    head = getattr(model, "lm_head", None)
+    config = getattr(model, "config", None)
+    if isinstance(head, LogprobHead) and getattr(config, "_attn_implementation", None) == (
+        PACKED_ATTENTION
+    ):
+        return head
+    return None
 
 
 def micro_batches(items: Sequence[int], size: int) -> list[list[int]]:

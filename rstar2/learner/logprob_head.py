@@ -1,0 +1,182 @@
+"""The policy's token log-probs and entropy without the full-vocabulary logits.
+
+The RL loss needs, at each position that carries loss, the log-probability of the sampled token
+and (as a metric, or an entropy bonus) the entropy of the next-token distribution. Computing
+them from `model(...).logits` materialises [tokens, vocab] logits plus the log-softmax: at
+Qwen2.5's 151,936-entry vocabulary that is 5 GB in float32 for 8,192 tokens, memory-bound work
+that dominated the learner's step on a GPU (docs/production.md). Here they come from the last
+hidden states in chunks of `chunk` positions: a chunk's logits are computed in the compute dtype
+(bf16 under autocast or FSDP2's mixed precision), reduced in float32 (log-sum-exp, the sampled
+token's logit, the entropy) and dropped; backward recomputes each chunk's logits from the saved
+hidden states and weight (one more head matmul, the price of never holding the logits). The
+head's extra memory is one chunk's logits and their gradient, whatever the sequence length.
+
+Gradients (for a row with logits z, probabilities p, log-probs l, entropy H, sampled token y):
+    d logp_y / dz = onehot(y) - p,        dH / dz = -p * (l + H).
+
+`LogprobHead` is the drop-in replacement for a Hugging Face model's `lm_head` (`install`): the
+same weight `Parameter` (tied embeddings stay tied, state-dict names do not change), a plain
+linear layer unless armed with `targets(...)`, in which case the model's `logits` output is
+[1, N, 2]: log-prob and entropy of each of the N positions the caller kept (HF's
+`logits_to_keep` with an index tensor), so prompt and tool-response positions never reach the
+head. Peers did the same for the same reason (prime-rl, TRL, SkyRL; Liger's fused linear
+cross-entropy), mostly fused with a fixed loss; the chunked autograd function here keeps the
+loss (GRPO-RoC's clipped surrogate, TIS) outside, where `rstar2.rl` defines it.
+
+What it does not do: sample, or compute anything but log-probs and entropy.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+DEFAULT_CHUNK = 512
+"""Positions per head chunk: 512 x 151,936 float32 logits are 311 MB (the backward holds about
+three such buffers), and a [512, hidden] x [hidden, vocab] matmul still fills a GPU."""
+
+
+class _ChunkedLogprobs(torch.autograd.Function):
+    """(hidden [N, H], weight [V, H], targets [N]) -> (log-prob [N], entropy [N]), float32."""
+
+    @staticmethod
+    def forward(  # type: ignore[override]
+        ctx: Any, hidden: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor, chunk: int
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        n, acc = hidden.shape[0], _reduction_dtype(hidden)
+        logp = torch.empty(n, dtype=acc, device=hidden.device)
+        entropy = torch.empty(n, dtype=acc, device=hidden.device)
+        for s in range(0, n, chunk):
+            z = (hidden[s : s + chunk] @ weight.t()).to(acc)
+            lse = torch.logsumexp(z, dim=-1)
+            logp[s : s + chunk] = z.gather(-1, targets[s : s + chunk, None]).squeeze(-1) - lse
+            z.sub_(lse[:, None])  # z is now the log-softmax
+            entropy[s : s + chunk] = -torch.einsum("ij,ij->i", z.exp(), z)
+        ctx.save_for_backward(hidden, weight, targets)
+        ctx.chunk = chunk
+        ctx.set_materialize_grads(False)  # an unused entropy: None, not zeros, in backward
+        return logp, entropy
+
+    @staticmethod
+    def backward(  # type: ignore[override]
+        ctx: Any, g_logp: torch.Tensor | None, g_entropy: torch.Tensor | None
+    ) -> tuple[torch.Tensor | None, torch.Tensor | None, None, None]:
+        hidden, weight, targets = ctx.saved_tensors
+        need_h, need_w = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
+        g_hidden = torch.empty_like(hidden) if need_h else None
+        n, chunk, acc = hidden.shape[0], ctx.chunk, _reduction_dtype(hidden)
+        g_weight = torch.zeros(weight.shape, dtype=acc, device=weight.device)
+        for s in range(0, n, chunk):
+            h = hidden[s : s + chunk]
+            logp_all = (h @ weight.t()).to(acc)
+            logp_all.sub_(torch.logsumexp(logp_all, dim=-1, keepdim=True))
+            p = logp_all.exp()
+            gl = g_logp[s : s + chunk] if g_logp is not None else torch.zeros_like(p[:, 0])
+            if g_entropy is not None:
+                ge = g_entropy[s : s + chunk]
+                h_rows = -torch.einsum("ij,ij->i", p, logp_all)
+                # dz = -p * (g_logp + g_ent * (l + H)), then + g_logp at the sampled token
+                logp_all.add_(h_rows[:, None]).mul_(ge[:, None]).add_(gl[:, None])
+                g_z = p.mul_(logp_all).neg_()
+            else:
+                g_z = p.mul_(-gl[:, None])
+            del logp_all
+            g_z.scatter_add_(-1, targets[s : s + chunk, None], gl[:, None])
+            g_z = g_z.to(hidden.dtype)
+            if need_h:
+                g_hidden[s : s + chunk] = g_z @ weight  # type: ignore[index]
+            if need_w:
+                g_weight += (g_z.t() @ h).to(acc)  # summed over chunks in float32
+        return g_hidden, (g_weight.to(weight.dtype) if need_w else None), None, None
+
+
+def _reduction_dtype(t: torch.Tensor) -> torch.dtype:
+    """float32, or float64 for float64 inputs (the exact tests)."""
+    return torch.promote_types(t.dtype, torch.float32)
+
+
+def chunked_logprobs(
+    hidden: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor, chunk: int = DEFAULT_CHUNK
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Log-prob of `targets` and entropy at each row of `hidden` ([N, H]) under the LM head
+    `weight` ([V, H]), both float32 [N] (float64 for float64 inputs); differentiable in `hidden` and `weight`. The matmuls
+    run in `hidden`'s and `weight`'s common dtype (cast them first for bf16)."""
+    if chunk < 1:
+        raise ValueError(f"chunk must be >= 1, got {chunk}")
+    if hidden.dim() != 2 or targets.shape != hidden.shape[:1]:
+        raise ValueError(
+            f"need hidden [N, H] and targets [N], got {tuple(hidden.shape)} and "
+            f"{tuple(targets.shape)}"
+        )
+    return _ChunkedLogprobs.apply(hidden, weight, targets, chunk)
+
+
+def _compute_dtype(t: torch.Tensor) -> torch.dtype:
+    """bf16 under autocast on `t`'s device type, else `t`'s own dtype (FSDP2's mixed precision
+    has already cast the unsharded weight)."""
+    kind = t.device.type
+    if torch.is_autocast_enabled(kind):
+        return torch.get_autocast_dtype(kind)
+    return t.dtype
+
+
+class LogprobHead(nn.Module):
+    """A model's LM head that, when armed, returns log-probs and entropy instead of logits."""
+
+    def __init__(self, linear: nn.Linear, chunk: int = DEFAULT_CHUNK) -> None:
+        super().__init__()
+        if linear.bias is not None:
+            raise ValueError("LogprobHead needs an LM head without bias")
+        self.weight = linear.weight  # the same Parameter: tied embeddings stay tied
+        self.in_features = linear.in_features
+        self.out_features = linear.out_features
+        self.chunk = chunk
+        self._targets: torch.Tensor | None = None
+
+    def forward(self, hidden: torch.Tensor) -> torch.Tensor:
+        if self._targets is None:
+            return F.linear(hidden, self.weight)
+        if hidden.shape[0] != 1 or hidden.shape[1] != self._targets.shape[0]:
+            raise ValueError(
+                f"armed head: need hidden [1, {self._targets.shape[0]}, H], got "
+                f"{tuple(hidden.shape)} (pass logits_to_keep=<the kept positions>)"
+            )
+        dtype = _compute_dtype(self.weight)
+        logp, entropy = chunked_logprobs(
+            hidden[0].to(dtype), self.weight.to(dtype), self._targets, self.chunk
+        )
+        return torch.stack([logp[None], entropy[None]], dim=-1)  # a new tensor, not a view
+
+    @contextmanager
+    def targets(self, targets: torch.Tensor) -> Iterator[None]:
+        """Within the block the head returns [1, N, 2] (log-prob of `targets`, entropy)."""
+        self._targets = targets
+        try:
+            yield
+        finally:
+            self._targets = None
+
+    def extra_repr(self) -> str:
+        return (
+            f"in_features={self.in_features}, out_features={self.out_features}, chunk={self.chunk}"
+        )
+
+
+def install(model: nn.Module, chunk: int = DEFAULT_CHUNK) -> LogprobHead | None:
+    """Replace `model.lm_head` (a bias-free nn.Linear) with a `LogprobHead` sharing its weight
+    and return it; the installed head when there is one already; None for a model without such
+    a head (the caller then takes the full-logits path). Install before FSDP2 wraps the model."""
+    head = getattr(model, "lm_head", None)
+    if isinstance(head, LogprobHead):
+        head.chunk = chunk
+        return head
+    if type(head) is not nn.Linear or head.bias is not None:
+        return None
+    new = LogprobHead(head, chunk)
+    model.lm_head = new
+    return new

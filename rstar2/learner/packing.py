@@ -1,0 +1,262 @@
+"""Rollouts packed into one row without padding, and micro-batches sized by a token budget.
+
+An RL batch holds sequences of very different lengths (a two-turn answer next to a long
+multi-tool one). Padding them to the longest wastes the learner's compute on pad tokens, and a
+micro-batch of a fixed number of sequences has a memory footprint that swings with their
+lengths. Here (as verl's `use_remove_padding` and `ppo_max_token_len_per_gpu`):
+
+- `token_budget_micro_batches` cuts a list of rollouts, in order, into micro-batches of at most
+  `budget` tokens (and at most `max_sequences` sequences); a longer rollout is a micro-batch of
+  its own. Contiguous in order, so a micro-batch split never changes what a mini-batch holds.
+- `pack` concatenates a micro-batch's rollouts into one [1, S] row: position ids restart at 0
+  for each sequence, `cu_seqlens` marks the boundaries, and attention is kept within each
+  sequence by the `rstar2_packed` attention implementation (`use_packed_attention`). Only the
+  positions that predict a loss token are kept for the LM head (`keep`), so prompt and
+  tool-response tokens never reach it (`logprob_head`).
+
+`packed_attention` runs PyTorch's variable-length flash attention (`torch.nn.attention.varlen`,
+one kernel call for the whole row) on CUDA in bf16/fp16, and one causal SDPA call per sequence
+elsewhere (the CPU, float32): both exact, neither builds an [S, S] mask. Calls without packing
+(padded batches with a 2-D attention mask: SFT, evaluation) go to transformers' own SDPA path
+unchanged. A registered attention function is the extension point transformers offers for
+this (`AttentionInterface`), so the model's own modules, rotary embeddings and gradient
+checkpointing are used as they are.
+
+The loss is unchanged by packing: GRPO-RoC's token-level mean divides by the mini-batch's loss
+tokens, whatever the micro-batches (tested against the padded update).
+
+What it does not do: reorder rollouts by length (ranks and mini-batches keep the batch's order).
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+PACKED_ATTENTION = "rstar2_packed"
+"""The attention implementation name registered with transformers."""
+
+
+class TokenSequence(Protocol):
+    token_ids: Sequence[int]
+    loss_mask: Sequence[int]
+    logprobs: Sequence[float]
+
+
+@dataclass
+class PackedMicroBatch:
+    """A micro-batch's rollouts as one row; N = its loss tokens, n = its sequences."""
+
+    input_ids: torch.Tensor
+    """[1, S] the rollouts' tokens, concatenated."""
+    position_ids: torch.Tensor
+    """[1, S] restarting at 0 for each sequence."""
+    cu_seqlens: torch.Tensor
+    """[n + 1] int32 sequence boundaries in the row (flash attention's layout)."""
+    max_len: int
+    keep: torch.Tensor
+    """[N] row positions whose output predicts a loss token (the position before it)."""
+    targets: torch.Tensor
+    """[N] the loss tokens."""
+    behaviour: torch.Tensor
+    """[N] float32: the engine's log-probs of the loss tokens."""
+    advantages: torch.Tensor
+    """[N] float32: each loss token's sequence advantage."""
+    counts: list[int]
+    """Loss tokens of each sequence, in order (to split per-token results by rollout)."""
+
+    @property
+    def tokens(self) -> int:
+        return int(self.input_ids.shape[1])
+
+    def to(self, device: torch.device) -> PackedMicroBatch:
+        move = {
+            k: getattr(self, k).to(device)
+            for k in ("input_ids", "position_ids", "cu_seqlens", "keep", "targets", "behaviour",
+                      "advantages")
+        }  # fmt: skip
+        return PackedMicroBatch(**move, max_len=self.max_len, counts=self.counts)
+
+    def forward_kwargs(self) -> dict[str, Any]:
+        """The keyword arguments of the model's forward pass over this row."""
+        return {
+            "input_ids": self.input_ids,
+            "position_ids": self.position_ids,
+            "attention_mask": None,
+            "use_cache": False,
+            "logits_to_keep": self.keep,
+            "cu_seq_lens_q": self.cu_seqlens,
+            "cu_seq_lens_k": self.cu_seqlens,
+            "max_length_q": self.max_len,
+            "max_length_k": self.max_len,
+        }
+
+
+def pack(rollouts: Sequence[TokenSequence], advantages: Sequence[float]) -> PackedMicroBatch:
+    """One row of `rollouts` (token ids, loss masks and behaviour log-probs of equal lengths;
+    each needs at least one token). Position t of a sequence predicts token t + 1, so token t + 1
+    is kept when its loss-mask entry is set."""
+    if not rollouts:
+        raise ValueError("pack needs at least one rollout")
+    if len(advantages) != len(rollouts):
+        raise ValueError(f"{len(rollouts)} rollouts but {len(advantages)} advantages")
+    ids: list[int] = []
+    pos: list[int] = []
+    bounds = [0]
+    keep: list[int] = []
+    targets: list[int] = []
+    behaviour: list[float] = []
+    adv: list[float] = []
+    counts: list[int] = []
+    for i, (r, a) in enumerate(zip(rollouts, advantages, strict=True)):
+        n = len(r.token_ids)
+        if n == 0 or not (len(r.loss_mask) == len(r.logprobs) == n):
+            raise ValueError(
+                f"rollout {i}: token_ids, loss_mask and logprobs must be non-empty and of "
+                "equal length"
+            )
+        start = len(ids)
+        ids.extend(r.token_ids)
+        pos.extend(range(n))
+        bounds.append(start + n)
+        before = len(keep)
+        for t in range(1, n):
+            if r.loss_mask[t]:
+                keep.append(start + t - 1)
+                targets.append(r.token_ids[t])
+                behaviour.append(r.logprobs[t])
+        counts.append(len(keep) - before)
+        adv.extend([float(a)] * (len(keep) - before))
+    return PackedMicroBatch(
+        input_ids=torch.tensor([ids], dtype=torch.long),
+        position_ids=torch.tensor([pos], dtype=torch.long),
+        cu_seqlens=torch.tensor(bounds, dtype=torch.int32),
+        max_len=max(b - a for a, b in zip(bounds, bounds[1:], strict=False)),
+        keep=torch.tensor(keep, dtype=torch.long),
+        targets=torch.tensor(targets, dtype=torch.long),
+        behaviour=torch.tensor(behaviour, dtype=torch.float32),
+        advantages=torch.tensor(adv, dtype=torch.float32),
+        counts=counts,
+    )
+
+
+def token_budget_micro_batches(
+    items: Sequence[int], lengths: Sequence[int], budget: int, max_sequences: int
+) -> list[list[int]]:
+    """`items` (batch indices, `lengths` their token counts) in order, cut into micro-batches of
+    at most `budget` tokens and `max_sequences` items; an item longer than `budget` alone."""
+    if budget < 1 or max_sequences < 1:
+        raise ValueError(f"need budget >= 1 and max_sequences >= 1, got {budget}, {max_sequences}")
+    out: list[list[int]] = []
+    current: list[int] = []
+    used = 0
+    for item, n in zip(items, lengths, strict=True):
+        if current and (used + n > budget or len(current) >= max_sequences):
+            out.append(current)
+            current, used = [], 0
+        current.append(item)
+        used += n
+    if current:
+        out.append(current)
+    return out
+
+
+def _varlen_call() -> Callable[..., torch.Tensor] | None:
+    """torch's variable-length flash attention with causal masking and grouped-query heads,
+    adapted to the installed torch's signature; None where torch has none."""
+    try:
+        from torch.nn.attention.varlen import varlen_attn
+    except ImportError:
+        return None
+    params = inspect.signature(varlen_attn).parameters
+    causal: dict[str, Any] = (
+        {"is_causal": True} if "is_causal" in params else {"window_size": (-1, 0)}
+    )
+    gqa = "enable_gqa" in params
+
+    def call(q, k, v, cu, max_len, scale):  # type: ignore[no-untyped-def]
+        if k.shape[1] != q.shape[1] and not gqa:
+            rep = q.shape[1] // k.shape[1]
+            k, v = k.repeat_interleave(rep, dim=1), v.repeat_interleave(rep, dim=1)
+        extra = {"enable_gqa": True} if gqa else {}
+        return varlen_attn(q, k, v, cu, cu, max_len, max_len, scale=scale, **causal, **extra)
+
+    return call
+
+
+_VARLEN = _varlen_call()
+
+
+def packed_attention(
+    module: nn.Module,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attention_mask: torch.Tensor | None,
+    dropout: float = 0.0,
+    scaling: float | None = None,
+    **kwargs: Any,
+) -> tuple[torch.Tensor, None]:
+    """transformers' attention-function interface: query [1, Hq, S, D], key/value
+    [1, Hkv, S, D] -> output [1, S, Hq, D]. Packed (`cu_seq_lens_q` given): causal attention
+    within each sequence; otherwise transformers' SDPA path."""
+    cu = kwargs.get("cu_seq_lens_q")
+    if cu is None:
+        from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+        return sdpa_attention_forward(
+            module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, **kwargs
+        )
+    if query.shape[0] != 1:
+        raise ValueError(f"packed attention needs one row, got batch {query.shape[0]}")
+    if _VARLEN is not None and query.is_cuda and query.dtype in (torch.bfloat16, torch.float16):
+        q, k, v = (t[0].transpose(0, 1) for t in (query, key, value))  # [S, H, D]
+        out = _VARLEN(q, k, v, cu, int(kwargs["max_length_q"]), scaling)
+        return out.unsqueeze(0), None
+    bounds = cu.tolist()
+    parts = [
+        F.scaled_dot_product_attention(
+            query[:, :, a:b], key[:, :, a:b], value[:, :, a:b],
+            is_causal=True, scale=scaling, enable_gqa=key.shape[1] != query.shape[1],
+        )
+        for a, b in zip(bounds, bounds[1:], strict=False)
+    ]  # fmt: skip
+    return torch.cat(parts, dim=2).transpose(1, 2).contiguous(), None
+
+
+def _packed_mask(**kwargs: Any) -> torch.Tensor | None:
+    """The mask function for `rstar2_packed`: none for a packed row (attention_mask None: the
+    attention function keeps sequences apart), SDPA's for a padded batch."""
+    if kwargs.get("attention_mask") is None:
+        return None
+    from transformers.masking_utils import sdpa_mask
+
+    return sdpa_mask(**kwargs)
+
+
+def _register() -> None:
+    from transformers import AttentionInterface
+    from transformers.masking_utils import AttentionMaskInterface
+
+    AttentionInterface.register(PACKED_ATTENTION, packed_attention)
+    AttentionMaskInterface.register(PACKED_ATTENTION, _packed_mask)
+
+
+def use_packed_attention(model: nn.Module) -> bool:
+    """Switch a Hugging Face model to `rstar2_packed` attention (registered with transformers on
+    first use); False (model untouched) for a model without a transformers config."""
+    config = getattr(model, "config", None)
+    if config is None or not hasattr(config, "_attn_implementation"):
+        return False
+    _register()
+    if hasattr(model, "set_attn_implementation"):
+        model.set_attn_implementation(PACKED_ATTENTION)
+    else:
+        config._attn_implementation = PACKED_ATTENTION
+    return config._attn_implementation == PACKED_ATTENTION

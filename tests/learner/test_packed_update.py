@@ -1,0 +1,227 @@
+"""The learner's chunked LM head and packed token-budget micro-batches against the reference
+computation (full logits over padded rows): values, gradients, the head's memory, and the
+whole GRPO-RoC update (with TIS's proximal logprobs and an entropy bonus too)."""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from rstar2.learner.logprob_head import LogprobHead, chunked_logprobs, install
+from rstar2.learner.packing import pack, token_budget_micro_batches, use_packed_attention
+from rstar2.learner.policy_update import (
+    LearnerConfig,
+    make_lr_schedule,
+    pad_batch,
+    packed_head,
+    prepare_model,
+    split_micro_batches,
+    token_logprobs,
+    update_policy,
+)
+from rstar2.rl import RLConfig, TrainingBatch
+from tests.engine.factories import tiny_qwen2
+
+
+@dataclass
+class R:
+    token_ids: list[int]
+    loss_mask: list[int]
+    logprobs: list[float]
+
+
+def rollouts(lengths: tuple[int, ...] = (7, 12, 3, 9, 5), seed: int = 0) -> list[R]:
+    """Rollouts with a masked prompt and a masked tool response in the middle."""
+    g = torch.Generator().manual_seed(seed)
+    out = []
+    for n in lengths:
+        ids = torch.randint(0, 64, (n,), generator=g).tolist()
+        mask = [0, 0] + [1] * (n - 2)
+        if n > 6:
+            mask[4:6] = [0, 0]  # a tool response: no loss
+        behaviour = (-torch.rand(n, generator=g) * 3).tolist()
+        out.append(R(ids, mask, [b if m else 0.0 for b, m in zip(behaviour, mask, strict=True)]))
+    return out
+
+
+def reference_logprobs(hidden: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor):
+    logp_all = F.log_softmax((hidden @ weight.t()).double(), dim=-1)
+    logp = logp_all.gather(-1, targets[:, None]).squeeze(-1)
+    return logp, -(logp_all.exp() * logp_all).sum(-1)
+
+
+@pytest.mark.parametrize("chunk", [1, 3, 64])
+def test_chunked_head_equals_the_full_logits_in_value_and_gradient(chunk: int) -> None:
+    torch.manual_seed(0)
+    hidden = torch.randn(10, 8, dtype=torch.float64, requires_grad=True)
+    weight = torch.randn(50, 8, dtype=torch.float64, requires_grad=True)
+    targets = torch.randint(0, 50, (10,))
+    g_logp, g_ent = torch.randn(10, dtype=torch.float64), torch.randn(10, dtype=torch.float64)
+
+    logp, ent = chunked_logprobs(hidden, weight, targets, chunk)
+    ref_logp, ref_ent = reference_logprobs(hidden, weight, targets)
+    torch.testing.assert_close(logp, ref_logp)
+    torch.testing.assert_close(ent, ref_ent)
+    got = torch.autograd.grad(
+        (logp * g_logp + ent * g_ent).sum(), (hidden, weight), retain_graph=True
+    )
+    want = torch.autograd.grad(
+        (ref_logp * g_logp + ref_ent * g_ent).sum(), (hidden, weight), retain_graph=True
+    )
+    for a, b in zip(got, want, strict=True):
+        torch.testing.assert_close(a, b)
+    # the log-probs alone (the entropy a metric): its gradient path is not taken
+    got = torch.autograd.grad((logp * g_logp).sum(), (hidden, weight))
+    want = torch.autograd.grad((ref_logp * g_logp).sum(), (hidden, weight))
+    for a, b in zip(got, want, strict=True):
+        torch.testing.assert_close(a, b)
+
+
+def test_chunked_head_in_bf16_is_within_bf16_tolerance() -> None:
+    torch.manual_seed(1)
+    hidden = torch.randn(32, 16, requires_grad=True)
+    weight = torch.randn(200, 16, requires_grad=True) / 4
+    targets = torch.randint(0, 200, (32,))
+    logp, ent = chunked_logprobs(hidden.bfloat16(), weight.bfloat16(), targets, 8)
+    ref_logp, ref_ent = reference_logprobs(hidden, weight, targets)
+    assert logp.dtype == torch.float32
+    torch.testing.assert_close(logp.double(), ref_logp, atol=0.1, rtol=0.02)
+    torch.testing.assert_close(ent.double(), ref_ent, atol=0.1, rtol=0.02)
+    g = torch.autograd.grad(logp.sum(), weight)[0]
+    g_ref = torch.autograd.grad(ref_logp.sum(), weight)[0].float()
+    assert float((g - g_ref).norm() / g_ref.norm()) < 0.02
+
+
+def test_the_heads_memory_is_bounded_by_its_chunk() -> None:
+    """The largest tensor the head allocates, forward and backward, is a chunk x vocab buffer,
+    not the tokens x vocab logits (counted with a dispatch mode that sees every allocation)."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Largest(TorchDispatchMode):
+        biggest = 0
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+            out = func(*args, **(kwargs or {}))
+            for t in out if isinstance(out, (tuple, list)) else (out,):
+                if isinstance(t, torch.Tensor):
+                    Largest.biggest = max(Largest.biggest, t.numel())
+            return out
+
+    tokens, vocab, chunk = 256, 1000, 16
+    hidden = torch.randn(tokens, 8, requires_grad=True)
+    weight = torch.randn(vocab, 8, requires_grad=True)
+    targets = torch.randint(0, vocab, (tokens,))
+    with Largest():
+        logp, ent = chunked_logprobs(hidden, weight, targets, chunk)
+        (logp.sum() + ent.sum()).backward()
+    assert Largest.biggest == chunk * vocab  # the weight's gradient is 8 x vocab, smaller
+    Largest.biggest = 0
+    with Largest():
+        reference_logprobs(hidden, weight, targets)
+    assert Largest.biggest == tokens * vocab
+
+
+def test_pack_lays_out_positions_targets_and_boundaries() -> None:
+    a = R([5, 6, 7, 8], [0, 1, 0, 1], [0.0, -1.0, 0.0, -2.0])
+    b = R([9, 10], [0, 1], [0.0, -3.0])
+    p = pack([a, b], [0.5, -1.0])
+    assert p.input_ids.tolist() == [[5, 6, 7, 8, 9, 10]]
+    assert p.position_ids.tolist() == [[0, 1, 2, 3, 0, 1]]
+    assert p.cu_seqlens.tolist() == [0, 4, 6] and p.max_len == 4
+    assert p.keep.tolist() == [0, 2, 4] and p.targets.tolist() == [6, 8, 10]
+    assert p.behaviour.tolist() == [-1.0, -2.0, -3.0]
+    assert p.advantages.tolist() == [0.5, 0.5, -1.0] and p.counts == [2, 1]
+    with pytest.raises(ValueError):
+        pack([R([1, 2], [0], [0.0, 0.0])], [1.0])
+    with pytest.raises(ValueError):
+        pack([a], [1.0, 2.0])
+
+
+def test_token_budget_micro_batches() -> None:
+    items, lengths = [0, 1, 2, 3, 4, 5], [300, 500, 100, 900, 50, 60]
+    assert token_budget_micro_batches(items, lengths, 800, 16) == [[0, 1], [2], [3], [4, 5]]
+    assert token_budget_micro_batches(items, lengths, 10_000, 4) == [[0, 1, 2, 3], [4, 5]]
+    with pytest.raises(ValueError):
+        token_budget_micro_batches(items, lengths, 0, 4)
+    batch = TrainingBatch(rollouts=[R([0] * n, [0] * n, [0.0] * n) for n in lengths], advantages=[0.0] * 6)
+    no_budget = LearnerConfig(micro_batch_size=4, micro_batch_tokens=0)
+    assert split_micro_batches(items, batch, no_budget) == [[0, 1, 2], [3, 4, 5]]
+
+
+def test_packed_rows_give_the_padded_logprobs_and_gradients() -> None:
+    """Attention stays within each packed sequence (a leak would change the log-probs of the
+    sequences after the first) and the kept positions are the loss tokens."""
+    rs = rollouts()
+    model, ref = tiny_qwen2(), tiny_qwen2()
+    model.train(), ref.train()
+    assert use_packed_attention(model)
+    head = install(model, chunk=4)
+    assert isinstance(head, LogprobHead) and packed_head(model) is head
+    p = pack(rs, [1.0] * len(rs))
+    with head.targets(p.targets):
+        out = model(**p.forward_kwargs()).logits[0]
+    ids, attn, mask, _ = pad_batch(rs)
+    ref_logp, ref_ent = token_logprobs(ref, ids, attn, entropy_grad=True)
+    keep = mask[:, 1:].bool()
+    torch.testing.assert_close(out[:, 0], ref_logp[keep].to(out.dtype), atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(out[:, 1], ref_ent[keep].to(out.dtype), atol=1e-5, rtol=1e-5)
+    w = torch.randn(out.shape[0], dtype=out.dtype)
+    (out[:, 0] * w).sum().backward()
+    (ref_logp[keep] * w).sum().backward()
+    for (name, a), b in zip(model.named_parameters(), ref.parameters(), strict=True):
+        torch.testing.assert_close(a.grad, b.grad, atol=1e-5, rtol=1e-4, msg=name)
+    # unarmed, the model is the plain model (padded batches: SFT, evaluation)
+    torch.testing.assert_close(
+        model(input_ids=ids, attention_mask=attn).logits, ref(input_ids=ids, attention_mask=attn).logits
+    )
+
+
+@pytest.mark.parametrize(
+    ("rl", "mini_batches"),
+    [(RLConfig(), 1), (RLConfig(tis_cap=2.0, entropy_coef=0.01), 2)],
+    ids=["grpo-roc", "tis-entropy-two-mini-batches"],
+)
+def test_the_packed_update_equals_the_padded_one(rl: RLConfig, mini_batches: int) -> None:
+    """The same step, packed by a token budget with the chunked head vs padded by sequence count
+    with full logits: weights and metrics equal (the token-level mean is unchanged)."""
+    rs = rollouts((7, 12, 3, 9, 5, 11, 4, 8))
+    batch = TrainingBatch(rollouts=rs, advantages=[0.9, -0.4, 1.3, -1.1, 0.2, 0.7, -0.8, 0.5])
+    results = []
+    for packed, budget, size in ((False, 0, 3), (True, 20, 16), (True, 10_000, 2)):
+        model = tiny_qwen2()
+        cfg = LearnerConfig(
+            lr=0.5, warmup_steps=0, micro_batch_size=size, micro_batch_tokens=budget,
+            packed=packed, head_chunk=5, mini_batches=mini_batches,
+        )  # fmt: skip
+        prepare_model(model, cfg)
+        assert (packed_head(model) is not None) == packed
+        # SGD: the update is the gradient itself (Adam would amplify rounding noise in
+        # near-zero gradients to a full learning-rate step)
+        opt = torch.optim.SGD(model.parameters(), lr=cfg.lr)
+        metrics = update_policy(model, opt, make_lr_schedule(opt, cfg), batch, cfg, rl)
+        results.append((model, metrics))
+    (ref, ref_metrics), *others = results
+    moved = max(
+        float((a - b).detach().abs().max())
+        for a, b in zip(ref.parameters(), tiny_qwen2().parameters(), strict=True)
+    )
+    assert moved > 1e-3
+    for model, metrics in others:
+        for (name, a), b in zip(model.named_parameters(), ref.parameters(), strict=True):
+            torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-5, msg=name)
+        for key, value in ref_metrics.items():
+            assert metrics[key] == pytest.approx(value, rel=1e-4, abs=1e-6), key
+
+
+def test_prepare_model_checkpoints_every_kth_layer() -> None:
+    model = tiny_qwen2()
+    model.model.layers.append(copy.deepcopy(model.model.layers[0]))
+    model.model.layers.append(copy.deepcopy(model.model.layers[0]))
+    prepare_model(model, LearnerConfig(activation_checkpointing=True, checkpoint_every=2))
+    assert [layer.gradient_checkpointing for layer in model.model.layers] == [
+        True, False, True, False,
+    ]  # fmt: skip

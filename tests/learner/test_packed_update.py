@@ -16,8 +16,8 @@ from rstar2.learner.packing import pack, token_budget_micro_batches, use_packed_
 from rstar2.learner.policy_update import (
     LearnerConfig,
     make_lr_schedule,
-    pad_batch,
     packed_head,
+    pad_batch,
     prepare_model,
     split_micro_batches,
     token_logprobs,
@@ -147,7 +147,9 @@ def test_token_budget_micro_batches() -> None:
     assert token_budget_micro_batches(items, lengths, 10_000, 4) == [[0, 1, 2, 3], [4, 5]]
     with pytest.raises(ValueError):
         token_budget_micro_batches(items, lengths, 0, 4)
-    batch = TrainingBatch(rollouts=[R([0] * n, [0] * n, [0.0] * n) for n in lengths], advantages=[0.0] * 6)
+    batch = TrainingBatch(
+        rollouts=[R([0] * n, [0] * n, [0.0] * n) for n in lengths], advantages=[0.0] * 6
+    )
     no_budget = LearnerConfig(micro_batch_size=4, micro_batch_tokens=0)
     assert split_micro_batches(items, batch, no_budget) == [[0, 1, 2], [3, 4, 5]]
 
@@ -176,7 +178,8 @@ def test_packed_rows_give_the_padded_logprobs_and_gradients() -> None:
         torch.testing.assert_close(a.grad, b.grad, atol=1e-5, rtol=1e-4, msg=name)
     # unarmed, the model is the plain model (padded batches: SFT, evaluation)
     torch.testing.assert_close(
-        model(input_ids=ids, attention_mask=attn).logits, ref(input_ids=ids, attention_mask=attn).logits
+        model(input_ids=ids, attention_mask=attn).logits,
+        ref(input_ids=ids, attention_mask=attn).logits,
     )
 
 

@@ -49,14 +49,40 @@ NEEDED = (
 """Modules `rstar2 train` and `rstar2 bench learner` import (the GPU image lacks zmq, msgspec,
 trio and math_verify: carry them as wheels, docs/production.md "On a GPU")."""
 
-BATCH = ("--rollouts", "16", "--tokens", "2048", "--micro-batch", "4", "--steps", "3")
-SMOKE_BATCH = ("--rollouts", "2", "--tokens", "32", "--micro-batch", "2", "--steps", "1")
+BATCH = ("--rollouts", "16", "--tokens", "2048", "--micro-batch", "4", "--steps", "3", "--no-push")
+SMOKE_BATCH = (
+    "--rollouts",
+    "2",
+    "--tokens",
+    "64",
+    "--micro-batch",
+    "2",
+    "--steps",
+    "1",
+    "--no-push",
+)
+BEFORE = ("--padded", "--reshard")
+"""The learner as it was before issue 30: padded rows, full-vocabulary logits, FSDP2 resharding
+after forward on one rank."""
+RL = ("--workload", "rl")
+BUDGET = ("--micro-batch-tokens", "8192")
+FSDP_AC = ("--fsdp", "--activation-checkpointing")
 VARIANTS = (
+    # (name, extra arguments), most important first: a run cut short keeps the head of the list
+    ("before-plain", BEFORE),
     ("plain", ()),
+    ("before-fsdp-ac", (*BEFORE, *FSDP_AC)),
+    ("fsdp-ac", FSDP_AC),
+    ("rl-before-plain", (*RL, *BEFORE)),
+    ("rl-plain", (*RL, *BUDGET)),
+    ("compile", ("--compile",)),
     ("fsdp", ("--fsdp",)),
     ("ac", ("--activation-checkpointing",)),
-    ("fsdp-ac", ("--fsdp", "--activation-checkpointing")),
+    ("ac-every-2", ("--activation-checkpointing", "--checkpoint-every", "2")),
+    ("fsdp-ac-compile", (*FSDP_AC, "--compile")),
+    ("rl-fsdp-ac", (*RL, *BUDGET, *FSDP_AC)),
 )
+SHAPES_FIRST = ("qwen2.5-0.5b", "qwen2.5-1.5b")
 
 
 def missing_modules(names: tuple[str, ...] = NEEDED) -> list[str]:
@@ -65,13 +91,15 @@ def missing_modules(names: tuple[str, ...] = NEEDED) -> list[str]:
 
 
 def bench_plan(smoke: bool) -> list[tuple[str, str, list[str]]]:
-    """(name, shape, `rstar2 bench learner` arguments) of every learner measurement."""
-    shapes = ("tiny",) if smoke else ("qwen2.5-0.5b", "qwen2.5-1.5b")
+    """(name, shape, `rstar2 bench learner` arguments) of every learner measurement: each
+    variant on both shapes before the next variant, so that a deadline drops the least
+    important ones."""
+    shapes = ("tiny",) if smoke else SHAPES_FIRST
     batch = SMOKE_BATCH if smoke else BATCH
     return [
         (f"{shape}-{name}", shape, [*batch, "--bf16", *extra])
-        for shape in shapes
         for name, extra in VARIANTS
+        for shape in shapes
     ]
 
 
@@ -122,13 +150,16 @@ def gpu_memory_used_mb() -> float | None:
         return None
 
 
+def script_env() -> dict[str, str]:
+    """This environment with the repository first on PYTHONPATH (carried wheels kept)."""
+    path = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
+    return {**os.environ, "PYTHONPATH": path}
+
+
 def run_command(args: list[str], timeout_s: float, log: Path) -> tuple[int, str, float]:
     """Run `python -m rstar2.cli ARGS` from the repository root: (exit code, stdout, seconds);
     stderr goes to `log`. A command past `timeout_s` is killed (exit code 124)."""
-    env = {
-        **os.environ,
-        "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
-    }
+    env = script_env()
     start = time.perf_counter()
     with log.open("a") as err:
         err.write(f"\n$ rstar2 {' '.join(args)}\n")
@@ -206,18 +237,19 @@ def markdown(results: dict[str, Any]) -> str:
     benches = results.get("bench", {})
     if benches:
         lines += [
-            "| model | variant | params | tokens/s | MFU | peak MiB (GPU: allocated) | s/update |",
-            "|---|---|---|---|---|---|---|",
+            "| model | variant | params | tokens/s | MFU | peak MiB (GPU: allocated) | s/update "
+            "| forward / backward / head / optimizer s |",
+            "|---|---|---|---|---|---|---|---|",
         ]
         for name, b in benches.items():
             if "error" in b:
-                lines.append(f"| {name} | | | failed: {b['error']} | | | |")
+                lines.append(f"| {name} | | | failed: {b['error']} | | | | |")
                 continue
             mfu = "-" if b.get("mfu") is None else f"{100 * b['mfu']:.1f}%"
             lines.append(
                 f"| {b['shape']} | {b['variant']} | {b['model_params'] / 1e6:.1f}M | "
                 f"{b['tokens_per_s']:,.0f} | {mfu} | "
-                f"{b['peak_memory_mb']:,.0f} | {b['step_s']:.3f} |"
+                f"{b['peak_memory_mb']:,.0f} | {b['step_s']:.3f} | {split_cell(b)} |"
             )
         lines.append("")
     train = results.get("train")
@@ -227,6 +259,72 @@ def markdown(results: dict[str, Any]) -> str:
         lines += [f"| {k} | {v:.4g} |" if isinstance(v, float) else f"| {k} | {v} |"
                   for k, v in train.items()]  # fmt: skip
     return "\n".join(lines) + "\n"
+
+
+def split_cell(b: dict[str, Any]) -> str:
+    """An update's time split (`time_split_s`): forward, backward, LM head (forward and
+    backward; inside the first two) and optimizer seconds."""
+    split = b.get("time_split_s") or {}
+    if not split:
+        return "-"
+    head = split.get("head_forward", 0.0) + split.get("head_backward", 0.0)
+    parts = [split.get("forward", 0.0), split.get("backward", 0.0), head,
+             split.get("optimizer", 0.0)]  # fmt: skip
+    return " / ".join(f"{x:.3f}" for x in parts)
+
+
+def packed_check(device: str) -> dict[str, Any]:
+    """The packed, chunked-head log-probs against the padded full-logits reference on `device`
+    (a small random Qwen2 with grouped-query attention, bf16 autocast, sequences of different
+    lengths with masked prompts and tool responses): the largest log-prob and entropy
+    differences, the gradients' relative difference, and the attention kernel used."""
+    import copy
+
+    import torch
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    from rstar2.learner import packing
+    from rstar2.learner.policy_update import (
+        LearnerConfig,
+        packed_head,
+        pad_batch,
+        prepare_model,
+        token_logprobs,
+    )  # fmt: skip
+    from rstar2.learner.workload import rl_batch
+
+    torch.manual_seed(0)
+    cfg = Qwen2Config(vocab_size=32_000, hidden_size=256, intermediate_size=704,
+                      num_hidden_layers=4, num_attention_heads=8, num_key_value_heads=2,
+                      tie_word_embeddings=True)  # fmt: skip
+    ref = Qwen2ForCausalLM(cfg).to(device).train()
+    model = copy.deepcopy(ref)
+    prepare_model(model, LearnerConfig(head_chunk=128))
+    head = packed_head(model)
+    assert head is not None
+    batch = rl_batch(cfg.vocab_size, 6, 512, seed=1)
+    ids, attn, mask, _ = (t.to(device) for t in pad_batch(batch.rollouts))
+    keep = mask[:, 1:].bool()
+    packed = packing.pack(batch.rollouts, batch.advantages).to(torch.device(device))
+    with torch.autocast(torch.device(device).type, dtype=torch.bfloat16):
+        ref_logp, ref_ent = token_logprobs(ref, ids, attn)
+        with head.targets(packed.targets):
+            out = model(**packed.forward_kwargs()).logits[0]
+    weights = torch.randn(out.shape[0], device=device)
+    (out[:, 0] * weights).sum().backward()
+    (ref_logp[keep] * weights).sum().backward()
+    num = sum(float((a.grad - b.grad).norm() ** 2) for a, b in
+              zip(model.parameters(), ref.parameters(), strict=True))  # fmt: skip
+    den = sum(float(b.grad.norm() ** 2) for b in ref.parameters())
+    return {
+        "device": device,
+        "attention": sorted(packing.attention_paths),
+        "loss_tokens": int(out.shape[0]),
+        "logprob_max_abs_diff": float((out[:, 0] - ref_logp[keep]).detach().abs().max()),
+        "entropy_max_abs_diff": float((out[:, 1] - ref_ent[keep]).detach().abs().max()),
+        "logprob_mean_abs": float(ref_logp[keep].abs().mean()),
+        "grad_relative_diff": (num / den) ** 0.5,
+    }
 
 
 def environment() -> dict[str, Any]:
@@ -242,10 +340,16 @@ def environment() -> dict[str, Any]:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--out", required=True, type=Path, help="directory for the results")
+    p.add_argument("--out", type=Path, help="directory for the results (required)")
     p.add_argument("--part", choices=("bench", "train", "all"), default="all")
     p.add_argument("--smoke", action="store_true", help="toy sizes: check the script itself")
-    p.add_argument("--bench-timeout", type=float, default=300.0, help="seconds per benchmark")
+    p.add_argument("--bench-timeout", type=float, default=150.0, help="seconds per benchmark")
+    p.add_argument(
+        "--deadline",
+        type=float,
+        default=0.0,
+        help="seconds: start no benchmark after this much time (0: none); skipped ones say so",
+    )
     p.add_argument("--train-timeout", type=float, default=540.0, help="seconds for the run")
     p.add_argument(
         "--work",
@@ -253,7 +357,18 @@ def main(argv: list[str] | None = None) -> int:
         default=Path(tempfile.gettempdir()) / "rstar2-gpu-figures",
         help="scratch directory: models, the run (default: TMP/rstar2-gpu-figures)",
     )
+    p.add_argument(
+        "--check-packed",
+        metavar="DEVICE",
+        help="only compare the packed log-probs with the padded reference on DEVICE and print "
+        "the JSON (the bench part runs it first, on cuda when there is a GPU)",
+    )
     args = p.parse_args(argv)
+    if args.check_packed:
+        print(json.dumps(packed_check(args.check_packed)))
+        return 0
+    if args.out is None:
+        p.error("--out is required")
     missing = missing_modules()
     if missing:
         print(f"missing Python modules: {', '.join(missing)} (carry them as wheels: "
@@ -276,7 +391,23 @@ def main(argv: list[str] | None = None) -> int:
     if args.part in ("bench", "all"):
         bench = results.setdefault("bench", {})
         models: dict[str, Path] = {}
+        started = time.perf_counter()
+        check = [sys.executable, str(Path(__file__).resolve()), "--check-packed",
+                 "cuda" if results["environment"]["device"] != "cpu" else "cpu"]  # fmt: skip
+        try:
+            done = subprocess.run(check, capture_output=True, text=True, timeout=120, cwd=ROOT,
+                                  env=script_env())  # fmt: skip
+            results["packed_check"] = last_json(done.stdout) or {"error": done.stderr[-1500:]}
+        except subprocess.TimeoutExpired:
+            results["packed_check"] = {"error": "timed out"}
+        print(f"packed check: {json.dumps(results['packed_check'])}", flush=True)
+        save()
         for name, shape, extra in bench_plan(args.smoke):
+            if args.deadline > 0 and time.perf_counter() - started > args.deadline:
+                bench[name] = {"shape": shape, "variant": name.removeprefix(shape + "-"),
+                               "error": f"skipped: past the {args.deadline:.0f} s deadline"}  # fmt: skip
+                save()
+                continue
             if shape not in models:
                 models[shape] = work / shape
                 if not (models[shape] / "config.json").is_file():

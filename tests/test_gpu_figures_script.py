@@ -16,17 +16,24 @@ gpu = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(gpu)
 
 
-def test_the_plan_covers_both_qwen_shapes_plain_fsdp_checkpointing_and_both() -> None:
+def test_the_plan_covers_before_and_after_each_optimisation_and_both_workloads() -> None:
     plan = gpu.bench_plan(smoke=False)
-    assert [name for name, _, _ in plan] == [
-        f"{shape}-{v}"
-        for shape in ("qwen2.5-0.5b", "qwen2.5-1.5b")
-        for v in ("plain", "fsdp", "ac", "fsdp-ac")
-    ]
-    assert all("--bf16" in args for _, _, args in plan)
-    assert [("--fsdp" in a, "--activation-checkpointing" in a) for _, _, a in plan[:4]] == [
-        (False, False), (True, False), (False, True), (True, True)
+    names = [name for name, _, _ in plan]
+    variants = [v for v, _ in gpu.VARIANTS]
+    assert names == [f"{s}-{v}" for v in variants for s in ("qwen2.5-0.5b", "qwen2.5-1.5b")]
+    assert names[:4] == [  # the head of the list survives a deadline
+        "qwen2.5-0.5b-before-plain", "qwen2.5-1.5b-before-plain",
+        "qwen2.5-0.5b-plain", "qwen2.5-1.5b-plain",
     ]  # fmt: skip
+    assert all("--bf16" in args and "--no-push" in args for _, _, args in plan)
+    by_name = dict((v, set(a)) for v, a in gpu.VARIANTS)
+    assert {"--padded", "--reshard"} <= by_name["before-plain"]
+    assert not by_name["plain"]  # the new default: packed rows, chunked head
+    for alone, flag in (("compile", "--compile"), ("fsdp", "--fsdp"),
+                        ("ac", "--activation-checkpointing")):  # fmt: skip
+        assert by_name[alone] == {flag}
+    assert {"--workload", "rl"} <= by_name["rl-plain"] and "--padded" not in by_name["rl-plain"]
+    assert {"--workload", "rl", "--padded"} <= by_name["rl-before-plain"]
     assert {shape for _, shape, _ in gpu.bench_plan(smoke=True)} == {"tiny"}
 
 

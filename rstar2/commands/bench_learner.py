@@ -31,13 +31,11 @@ from __future__ import annotations
 import argparse
 import ctypes
 import json
-import math
 import os
 import statistics
 import tempfile
 import threading
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -46,9 +44,12 @@ import torch.distributed as dist
 
 from rstar2.commands.arguments import model_directory
 from rstar2.config import ConfigError
+from rstar2.learner import packing
 from rstar2.learner.policy import backend_for, load_policy, policy_rank, use_device
 from rstar2.learner.policy_update import LearnerConfig
 from rstar2.learner.rank_group import RankGroup, free_port, join_group
+from rstar2.learner.step_timer import StepTimer
+from rstar2.learner.workload import WORKLOADS, fixed_batch, rl_batch, trace_batch
 from rstar2.model.tiny import SHAPES, init_model, shaped_config
 from rstar2.rl import RLConfig, TrainingBatch
 from rstar2.weights.flat_codec import flatten_weights
@@ -84,6 +85,45 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         action="store_true",
         help="with --ranks 1: FSDP2 in a one-rank group (NCCL on a GPU) instead of the plain model",
     )
+    p.add_argument(
+        "--workload",
+        choices=WORKLOADS,
+        default="fixed",
+        help="fixed: every sequence --tokens long, a masked prompt quarter; rl: lengths up to "
+        "--tokens shaped like agentic rollouts (masked prompt and tool responses)",
+    )
+    p.add_argument(
+        "--trace",
+        type=Path,
+        help="sequence shapes from a run's rollout_trace.jsonl (its last step) instead",
+    )
+    p.add_argument(
+        "--micro-batch-tokens",
+        type=int,
+        default=0,
+        help="micro-batches by this token budget (0: --micro-batch sequences)",
+    )
+    p.add_argument(
+        "--padded",
+        action="store_true",
+        help="the reference path: padded rows and full-vocabulary logits (not packed, no "
+        "chunked head)",
+    )
+    p.add_argument("--head-chunk", type=int, default=512, help="positions per LM-head chunk")
+    p.add_argument("--compile", action="store_true", help="torch.compile each decoder layer")
+    p.add_argument(
+        "--checkpoint-every",
+        type=int,
+        default=1,
+        help="with --activation-checkpointing: every k-th decoder layer (default 1: all)",
+    )
+    p.add_argument(
+        "--reshard",
+        action="store_true",
+        help="FSDP2 on one rank reshards after forward (the earlier setting; default: keeps "
+        "the gathered parameters for backward)",
+    )
+    p.add_argument("--no-push", action="store_true", help="skip the weight-push measurement")
     p.add_argument("--bucket-mb", type=float, default=8.0, help="weight-push bucket (MiB)")
     p.add_argument("--threads", type=int, default=0, help="torch threads per rank (0: cores/ranks)")
     p.add_argument("--peak-tflops", type=float, default=0.0, help="GPU peak (0: by name)")
@@ -100,38 +140,36 @@ def _check(args: argparse.Namespace) -> None:
         ("--tokens", args.tokens, args.tokens >= 8, ">= 8"),
         ("--threads", args.threads, args.threads >= 0, ">= 0"),
         ("--bucket-mb", args.bucket_mb, args.bucket_mb > 0, "> 0"),
+        ("--micro-batch-tokens", args.micro_batch_tokens, args.micro_batch_tokens >= 0, ">= 0"),
+        ("--head-chunk", args.head_chunk, args.head_chunk >= 1, ">= 1"),
+        ("--checkpoint-every", args.checkpoint_every, args.checkpoint_every >= 1, ">= 1"),
+        ("--tokens", args.tokens, args.workload != "rl" or args.tokens >= 64, ">= 64 with rl"),
     ):
         if not ok:
             raise ConfigError(flag, value, want)
 
 
 def _learner_config(args: argparse.Namespace) -> LearnerConfig:
+    budget = args.micro_batch_tokens
     return LearnerConfig(
-        lr=1e-6, warmup_steps=0, micro_batch_size=args.micro_batch, bf16=args.bf16,
-        device=args.device, activation_checkpointing=args.activation_checkpointing,
+        lr=1e-6, warmup_steps=0, bf16=args.bf16, device=args.device,
+        # without a token budget: --micro-batch sequences of --tokens (the earlier figures)
+        micro_batch_size=args.micro_batch if budget == 0 else 1_000_000,
+        micro_batch_tokens=budget or args.micro_batch * args.tokens,
+        packed=not args.padded, head_chunk=args.head_chunk, compile=args.compile,
+        activation_checkpointing=args.activation_checkpointing,
+        checkpoint_every=args.checkpoint_every,
+        reshard_after_forward=True if args.reshard else None,
     )  # fmt: skip
 
 
-@dataclass
-class SyntheticRollout:
-    """One rollout of the benchmark's batch (picklable: it travels to the other ranks)."""
-
-    token_ids: list[int]
-    loss_mask: list[int]
-    logprobs: list[float]
-
-
-def synthetic_batch(vocab: int, rollouts: int, tokens: int, seed: int = 0) -> TrainingBatch:
-    """The benchmark's batch: fixed token ids, a masked prompt quarter, uniform behaviour."""
-    g = torch.Generator().manual_seed(seed)
-    ids = torch.randint(0, vocab, (rollouts, tokens), generator=g).tolist()
-    prompt = tokens // 4
-    mask = [0] * prompt + [1] * (tokens - prompt)
-    behaviour = [0.0] * prompt + [-math.log(vocab)] * (tokens - prompt)
-    advantages = [1.0 if i % 2 else -1.0 for i in range(rollouts)]
-    return TrainingBatch(
-        rollouts=[SyntheticRollout(r, mask, behaviour) for r in ids], advantages=advantages
-    )
+def benchmark_batch(args: argparse.Namespace, vocab: int) -> TrainingBatch:
+    """The batch `--workload` / `--trace` name (`rstar2.learner.workload`)."""
+    if args.trace is not None:
+        return trace_batch(args.trace, vocab, args.rollouts)
+    if args.workload == "rl":
+        return rl_batch(vocab, args.rollouts, args.tokens)
+    return fixed_batch(vocab, args.rollouts, args.tokens)
 
 
 def _threads(ranks: int, threads: int = 0) -> int:
@@ -202,7 +240,7 @@ def measure(args: argparse.Namespace, model_dir: Path) -> dict[str, Any]:
         policy, _ = load_policy(model_dir, cfg, RLConfig(), 0)
         vocab = int(policy.model.config.vocab_size)
         params = sum(p.numel() for p in policy.model.parameters())  # DTensors: global
-        batch = synthetic_batch(vocab, args.rollouts, args.tokens)
+        batch = benchmark_batch(args, vocab)
         run("update", batch)  # warm-up
         times = []
         for _ in range(args.steps):
@@ -214,8 +252,17 @@ def measure(args: argparse.Namespace, model_dir: Path) -> dict[str, Any]:
                 torch.cuda.synchronize()
             times.append(time.perf_counter() - start)
         peak = run("peak_memory_mb")
-        push = {}
+        split = None
+        if group is None:  # one more update, its phases timed (they synchronise the device)
+            with StepTimer(device) as timer:
+                start = time.perf_counter()
+                run("update", batch)
+                timer.seconds["total"] = time.perf_counter() - start
+            split = timer.seconds
+        push: dict[str, float | None] = {"bucket": None, "full": None}
         for name, size in (("bucket", int(args.bucket_mb * 2**20)), ("full", 2**62)):
+            if args.no_push:
+                break
             with _RssPeak() as rss:
                 if group:
                     group.call("weights", size)
@@ -230,22 +277,33 @@ def measure(args: argparse.Namespace, model_dir: Path) -> dict[str, Any]:
         if alone:
             dist.destroy_process_group()
     step_s = statistics.median(times)
-    tokens_per_s = args.rollouts * args.tokens / step_s
+    tokens = sum(len(r.token_ids) for r in batch.rollouts)
+    tokens_per_s = tokens / step_s
     return {
         "model_params": params,
         "ranks": args.ranks,
         "fsdp": policy.sharded,
         "bf16": args.bf16,
         "activation_checkpointing": args.activation_checkpointing,
+        "checkpoint_every": args.checkpoint_every,
+        "packed": policy.packed,
+        "attention": sorted(packing.attention_paths),
+        "compile": args.compile,
+        "reshard_after_forward": policy.reshard_after_forward,
+        "workload": "trace" if args.trace is not None else args.workload,
         "rollouts": args.rollouts,
         "tokens": args.tokens,
+        "batch_tokens": tokens,
+        "loss_tokens": sum(sum(r.loss_mask[1:]) for r in batch.rollouts),
         "micro_batch": args.micro_batch,
+        "micro_batch_tokens": cfg.micro_batch_tokens,
         "device": str(device),
         "device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
         "tokens_per_s": tokens_per_s,
         "step_s": step_s,
         "peak_memory_mb": peak,
         "mfu": _mfu(params, tokens_per_s, args, device),
+        "time_split_s": split,
         "push_bucket_mb": args.bucket_mb,
         "push_bucket_extra_mb": push["bucket"],
         "push_full_extra_mb": push["full"],
@@ -282,6 +340,12 @@ def run(args: argparse.Namespace) -> int:
         f"peak {out['peak_memory_mb']:.0f} MiB"
         + (f", MFU {out['mfu']:.1%}" if out["mfu"] is not None else "")
     )
+    if out["time_split_s"]:
+        print("update time split (s): " + ", ".join(
+            f"{k} {v:.3f}" for k, v in out["time_split_s"].items()
+        ))  # fmt: skip
+    if out["push_bucket_extra_mb"] is None:
+        return 0
     print(
         f"weight push on rank 0: +{out['push_bucket_extra_mb']:.1f} MiB in "
         f"{out['push_bucket_mb']:g} MiB buckets, +{out['push_full_extra_mb']:.1f} MiB gathered whole"

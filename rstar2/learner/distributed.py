@@ -52,6 +52,7 @@ from rstar2.learner.policy_update import (
     optimizer_steps,
     split_micro_batches,
 )
+from rstar2.learner.step_timer import phase
 from rstar2.rl import Mismatch, RLConfig, TrainingBatch
 
 log = logging.getLogger(__name__)
@@ -202,7 +203,8 @@ def _sharded_mini_batch(
         loss, metrics, mismatch = micro_batch_loss(
             model, part, rows, advantages, proximal, num_tokens, cfg, rl, pad_id
         )
-        loss.backward()
+        with phase("backward"):
+            loss.backward()
         seen += mismatch
         weighted += torch.tensor([metrics.get(k, 0.0) for k in keys], dtype=torch.float64)
     device = model_device(model)

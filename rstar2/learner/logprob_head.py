@@ -36,6 +36,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from rstar2.learner.step_timer import phase
+
 DEFAULT_CHUNK = 512
 """Positions per head chunk: 512 x 151,936 float32 logits are 311 MB (the backward holds about
 three such buffers), and a [512, hidden] x [hidden, vocab] matmul still fills a GPU."""
@@ -46,6 +48,13 @@ class _ChunkedLogprobs(torch.autograd.Function):
 
     @staticmethod
     def forward(  # type: ignore[override]
+        ctx: Any, hidden: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor, chunk: int
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        with phase("head_forward"):
+            return _ChunkedLogprobs._forward(ctx, hidden, weight, targets, chunk)
+
+    @staticmethod
+    def _forward(
         ctx: Any, hidden: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor, chunk: int
     ) -> tuple[torch.Tensor, torch.Tensor]:
         n, acc = hidden.shape[0], _reduction_dtype(hidden)
@@ -64,6 +73,13 @@ class _ChunkedLogprobs(torch.autograd.Function):
 
     @staticmethod
     def backward(  # type: ignore[override]
+        ctx: Any, g_logp: torch.Tensor | None, g_entropy: torch.Tensor | None
+    ) -> tuple[torch.Tensor | None, torch.Tensor | None, None, None]:
+        with phase("head_backward"):
+            return _ChunkedLogprobs._backward(ctx, g_logp, g_entropy)
+
+    @staticmethod
+    def _backward(
         ctx: Any, g_logp: torch.Tensor | None, g_entropy: torch.Tensor | None
     ) -> tuple[torch.Tensor | None, torch.Tensor | None, None, None]:
         hidden, weight, targets = ctx.saved_tensors

@@ -31,6 +31,7 @@ What it does not do: reorder rollouts by length (ranks and mini-batches keep the
 from __future__ import annotations
 
 import inspect
+import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -38,6 +39,8 @@ from typing import Any, Protocol
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+log = logging.getLogger(__name__)
 
 PACKED_ATTENTION = "rstar2_packed"
 """The attention implementation name registered with transformers."""
@@ -192,6 +195,10 @@ def _varlen_call() -> Callable[..., torch.Tensor] | None:
 
 _VARLEN = _varlen_call()
 
+attention_paths: set[str] = set()
+"""The packed-attention kernels this process has used ("varlen", "sdpa-per-sequence"), for the
+benchmark's report; a varlen call that fails is logged once and not tried again."""
+
 
 def packed_attention(
     module: nn.Module,
@@ -215,10 +222,21 @@ def packed_attention(
         )
     if query.shape[0] != 1:
         raise ValueError(f"packed attention needs one row, got batch {query.shape[0]}")
-    if _VARLEN is not None and query.is_cuda and query.dtype in (torch.bfloat16, torch.float16):
-        q, k, v = (t[0].transpose(0, 1) for t in (query, key, value))  # [S, H, D]
-        out = _VARLEN(q, k, v, cu, int(kwargs["max_length_q"]), scaling)
-        return out.unsqueeze(0), None
+    global _VARLEN
+    dtype = query.dtype
+    if query.is_cuda and torch.is_autocast_enabled("cuda"):
+        dtype = torch.get_autocast_dtype("cuda")  # rotary embeddings promoted q and k
+    if _VARLEN is not None and query.is_cuda and dtype in (torch.bfloat16, torch.float16):
+        q, k, v = (t[0].transpose(0, 1).to(dtype).contiguous() for t in (query, key, value))
+        try:
+            out = _VARLEN(q, k, v, cu, int(kwargs["max_length_q"]), scaling)  # [S, H, D]
+        except (RuntimeError, TypeError, ValueError, NotImplementedError) as e:
+            log.warning("varlen attention failed (%s); one SDPA call per sequence instead", e)
+            _VARLEN = None
+        else:
+            attention_paths.add("varlen")
+            return out.unsqueeze(0), None
+    attention_paths.add("sdpa-per-sequence")
     bounds = cu.tolist()
     parts = [
         F.scaled_dot_product_attention(
@@ -255,8 +273,8 @@ def use_packed_attention(model: nn.Module) -> bool:
     if config is None or not hasattr(config, "_attn_implementation"):
         return False
     _register()
-    if hasattr(model, "set_attn_implementation"):
-        model.set_attn_implementation(PACKED_ATTENTION)
-    else:
-        config._attn_implementation = PACKED_ATTENTION
+    try:
+        model.set_attn_implementation(PACKED_ATTENTION)  # type: ignore[operator]
+    except (AttributeError, ValueError, TypeError, KeyError):
+        config._attn_implementation = PACKED_ATTENTION  # transformers without the setter
     return config._attn_implementation == PACKED_ATTENTION

@@ -57,6 +57,7 @@ from rstar2.learner.policy_update import (
     LearnerConfig,
     make_lr_schedule,
     make_optimizer,
+    packed_head,
     prepare_model,
     update_policy,
 )
@@ -93,12 +94,19 @@ class LearnerPolicy:
         self.device = device or torch.device("cpu")
         model.to(self.device)
         prepare_model(model, cfg)
+        self.packed = packed_head(model) is not None
+        """Whether updates take the packed, chunked-head path (`prepare_model`)."""
+        self.reshard_after_forward: bool | None = None
         if self.sharded:
             # One rank holds every parameter anyway: resharding after forward would only
             # gather them again for backward.
+            reshard = cfg.reshard_after_forward
+            self.reshard_after_forward = self.world > 1 if reshard is None else reshard
             shard_model(
                 model,
-                DistributedConfig(bf16_params=cfg.bf16, reshard_after_forward=self.world > 1),
+                DistributedConfig(
+                    bf16_params=cfg.bf16, reshard_after_forward=self.reshard_after_forward
+                ),
             )
         self.model = model
         self.optimizer = make_optimizer(model, cfg)

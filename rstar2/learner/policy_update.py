@@ -55,6 +55,7 @@ from rstar2.learner.packing import (
     token_budget_micro_batches,
     use_packed_attention,
 )
+from rstar2.learner.step_timer import phase
 from rstar2.rl import Mismatch, RLConfig, TrainingBatch, logprob_mismatch, policy_loss
 
 
@@ -105,6 +106,9 @@ class LearnerConfig:
     checkpoint_every: int = 1
     """With activation checkpointing: checkpoint every k-th decoder layer (layers 0, k, 2k, ...;
     1: all), trading memory for the recomputation's time."""
+    reshard_after_forward: bool | None = None
+    """FSDP2: free the gathered parameters after forward and gather them again for backward.
+    None: only with several ranks (one rank frees nothing another could use)."""
     compile: bool = False
     """torch.compile each decoder layer (in place: module names unchanged), before FSDP2 wraps
     it. The first update pays the compilation."""
@@ -191,16 +195,17 @@ def token_logprobs(
     memory is two float32 [B, T-1, vocab] tensors (the log-softmax and one temporary): at a
     151,936-token vocabulary that is 4.6 GiB for 4 x 2,048 tokens, so micro-batches are sized
     with it in mind."""
-    logits = model(input_ids=ids, attention_mask=attn).logits[:, :-1].float()
-    logp_all = F.log_softmax(logits, dim=-1)
-    del logits  # log_softmax's backward needs only its output
-    logp = logp_all.gather(-1, ids[:, 1:].unsqueeze(-1)).squeeze(-1)
-    entropy = None
-    if with_entropy and entropy_grad:
-        entropy = -(logp_all.exp() * logp_all).sum(-1)
-    elif with_entropy:
-        with torch.no_grad():
-            entropy = -logp_all.exp().mul_(logp_all).sum(-1)
+    logits = model(input_ids=ids, attention_mask=attn).logits[:, :-1]
+    with phase("head_forward"):  # the log-softmax part (the projection is in the model)
+        logp_all = F.log_softmax(logits.float(), dim=-1)
+        del logits  # log_softmax's backward needs only its output
+        logp = logp_all.gather(-1, ids[:, 1:].unsqueeze(-1)).squeeze(-1)
+        entropy = None
+        if with_entropy and entropy_grad:
+            entropy = -(logp_all.exp() * logp_all).sum(-1)
+        elif with_entropy:
+            with torch.no_grad():
+                entropy = -logp_all.exp().mul_(logp_all).sum(-1)
     return logp, entropy
 
 
@@ -279,10 +284,11 @@ def optimizer_steps(
     for chunk in steps:
         step_metrics, seen = accumulate(chunk, proximal)
         mismatch = seen if mismatch is None else mismatch
-        grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
-        optimizer.step()
-        schedule.step()
-        optimizer.zero_grad(set_to_none=True)
+        with phase("optimizer"):
+            grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
+            optimizer.step()
+            schedule.step()
+            optimizer.zero_grad(set_to_none=True)
         if hasattr(grad_norm, "full_tensor"):  # a DTensor under FSDP2
             grad_norm = grad_norm.full_tensor()
         step_metrics["grad_norm"] = float(grad_norm)
@@ -336,7 +342,7 @@ def micro_batch_loss(
     head = packed_head(model)
     if head is not None:
         packed = pack(part, advantages.tolist()).to(device)
-        with _autocast(cfg.bf16, device), head.targets(packed.targets):
+        with phase("forward"), _autocast(cfg.bf16, device), head.targets(packed.targets):
             out = model(**packed.forward_kwargs()).logits[0]
         logp, entropy = out[None, :, 0], out[None, :, 1]
         entropy = entropy if rl.entropy_coef > 0 else entropy.detach()
@@ -346,7 +352,7 @@ def micro_batch_loss(
     else:
         ids, attn, mask, behaviour = (t.to(device) for t in pad_batch(part, pad_id))
         mask, behaviour = mask[:, 1:], behaviour[:, 1:]
-        with _autocast(cfg.bf16, device):
+        with phase("forward"), _autocast(cfg.bf16, device):
             logp, entropy = token_logprobs(model, ids, attn, entropy_grad=rl.entropy_coef > 0)
     reference, tis_behaviour = behaviour, None
     if rl.decoupled:
@@ -385,14 +391,14 @@ def micro_batch_logprobs(
     head = packed_head(model)
     if head is not None:
         packed = pack(part, [0.0] * len(part)).to(device)
-        with _autocast(cfg.bf16, device), head.targets(packed.targets):
+        with phase("forward"), _autocast(cfg.bf16, device), head.targets(packed.targets):
             logp = model(**packed.forward_kwargs()).logits[0, :, 0]
         # not strict: a rank's filler micro-batch (one all-masked rollout) has no rows
         got = dict(zip(rows, logp.split(packed.counts), strict=False))
         ones = torch.ones_like(packed.behaviour)
         return got, logprob_mismatch(logp, packed.behaviour, ones)
     ids, attn, mask, behaviour = (t.to(device) for t in pad_batch(part, pad_id))
-    with _autocast(cfg.bf16, device):
+    with phase("forward"), _autocast(cfg.bf16, device):
         logp, _ = token_logprobs(model, ids, attn, with_entropy=False)
     mask, behaviour = mask[:, 1:], behaviour[:, 1:]
     got = {i: logp[j][mask[j].bool()] for j, i in enumerate(rows)}
@@ -430,7 +436,8 @@ def _mini_batch(
         loss, metrics, mismatch = micro_batch_loss(
             model, part, micro, advantages, proximal, num_tokens, cfg, rl, pad_id
         )
-        loss.backward()
+        with phase("backward"):
+            loss.backward()
         seen += mismatch
         for k, v in metrics.items():
             weighted[k] = weighted.get(k, 0.0) + v

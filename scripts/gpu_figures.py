@@ -81,6 +81,8 @@ VARIANTS = (
     ("ac-every-2", ("--activation-checkpointing", "--checkpoint-every", "2")),
     ("fsdp-ac-compile", (*FSDP_AC, "--compile")),
     ("rl-fsdp-ac", (*RL, *BUDGET, *FSDP_AC)),
+    ("chunk-2048", ("--head-chunk", "2048")),
+    ("rl-compile", (*RL, *BUDGET, "--compile")),
 )
 SHAPES_FIRST = ("qwen2.5-0.5b", "qwen2.5-1.5b")
 
@@ -101,6 +103,21 @@ def bench_plan(smoke: bool) -> list[tuple[str, str, list[str]]]:
         for name, extra in VARIANTS
         for shape in shapes
     ]
+
+
+def select(
+    plan: list[tuple[str, str, list[str]]], only: str | None
+) -> list[tuple[str, str, list[str]]]:
+    """The entries of `plan` named in `only` (comma-separated), in that order; all without it.
+    An unknown name is an error."""
+    if not only:
+        return plan
+    by_name = {name: (name, shape, extra) for name, shape, extra in plan}
+    names = [n.strip() for n in only.split(",") if n.strip()]
+    unknown = [n for n in names if n not in by_name]
+    if unknown:
+        raise SystemExit(f"--only: unknown benchmarks {', '.join(unknown)}")
+    return [by_name[n] for n in names]
 
 
 def smaller_micro_batch(args: list[str]) -> list[str]:
@@ -363,6 +380,11 @@ def main(argv: list[str] | None = None) -> int:
         help="only compare the packed log-probs with the padded reference on DEVICE and print "
         "the JSON (the bench part runs it first, on cuda when there is a GPU)",
     )
+    p.add_argument(
+        "--only",
+        help="comma-separated benchmark names (e.g. qwen2.5-0.5b-plain), run in this order "
+        "instead of the whole plan",
+    )
     args = p.parse_args(argv)
     if args.check_packed:
         print(json.dumps(packed_check(args.check_packed)))
@@ -402,7 +424,7 @@ def main(argv: list[str] | None = None) -> int:
             results["packed_check"] = {"error": "timed out"}
         print(f"packed check: {json.dumps(results['packed_check'])}", flush=True)
         save()
-        for name, shape, extra in bench_plan(args.smoke):
+        for name, shape, extra in select(bench_plan(args.smoke), args.only):
             if args.deadline > 0 and time.perf_counter() - started > args.deadline:
                 bench[name] = {"shape": shape, "variant": name.removeprefix(shape + "-"),
                                "error": f"skipped: past the {args.deadline:.0f} s deadline"}  # fmt: skip

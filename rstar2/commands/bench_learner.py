@@ -109,7 +109,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="the reference path: padded rows and full-vocabulary logits (not packed, no "
         "chunked head)",
     )
-    p.add_argument("--head-chunk", type=int, default=512, help="positions per LM-head chunk")
+    p.add_argument("--head-chunk", type=int, default=1024, help="positions per LM-head chunk")
     p.add_argument("--compile", action="store_true", help="torch.compile each decoder layer")
     p.add_argument(
         "--checkpoint-every",

@@ -38,9 +38,10 @@ from torch import nn
 
 from rstar2.learner.step_timer import phase
 
-DEFAULT_CHUNK = 512
-"""Positions per head chunk: 512 x 151,936 float32 logits are 311 MB (the backward holds about
-three such buffers), and a [512, hidden] x [hidden, vocab] matmul still fills a GPU."""
+DEFAULT_CHUNK = 1024
+"""Positions per head chunk: at a 151,936-token vocabulary the forward holds a chunk's bf16
+logits and two float32 buffers (1.6 GB at 1,024 positions), the backward less; fewer, larger
+chunks mean fewer float32 accumulations of the head's weight gradient."""
 
 
 class _ChunkedLogprobs(torch.autograd.Function):
@@ -61,11 +62,10 @@ class _ChunkedLogprobs(torch.autograd.Function):
         logp = torch.empty(n, dtype=acc, device=hidden.device)
         entropy = torch.empty(n, dtype=acc, device=hidden.device)
         for s in range(0, n, chunk):
-            z = (hidden[s : s + chunk] @ weight.t()).to(acc)
-            lse = torch.logsumexp(z, dim=-1)
-            logp[s : s + chunk] = z.gather(-1, targets[s : s + chunk, None]).squeeze(-1) - lse
-            z.sub_(lse[:, None])  # z is now the log-softmax
-            entropy[s : s + chunk] = -torch.einsum("ij,ij->i", z.exp(), z)
+            # one fused kernel reads the chunk's logits in the compute dtype, writes float32
+            logp_all = F.log_softmax(hidden[s : s + chunk] @ weight.t(), dim=-1, dtype=acc)
+            logp[s : s + chunk] = logp_all.gather(-1, targets[s : s + chunk, None]).squeeze(-1)
+            entropy[s : s + chunk] = -logp_all.exp().mul_(logp_all).sum(-1)
         ctx.save_for_backward(hidden, weight, targets)
         ctx.chunk = chunk
         ctx.set_materialize_grads(False)  # an unused entropy: None, not zeros, in backward
@@ -86,29 +86,57 @@ class _ChunkedLogprobs(torch.autograd.Function):
         need_h, need_w = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
         g_hidden = torch.empty_like(hidden) if need_h else None
         n, chunk, acc = hidden.shape[0], ctx.chunk, _reduction_dtype(hidden)
-        g_weight = torch.zeros(weight.shape, dtype=acc, device=weight.device)
+        g_weight = torch.zeros(weight.shape, dtype=acc, device=weight.device) if need_w else None
         for s in range(0, n, chunk):
             h = hidden[s : s + chunk]
-            logp_all = (h @ weight.t()).to(acc)
-            logp_all.sub_(torch.logsumexp(logp_all, dim=-1, keepdim=True))
-            p = logp_all.exp()
-            gl = g_logp[s : s + chunk] if g_logp is not None else torch.zeros_like(p[:, 0])
-            if g_entropy is not None:
-                ge = g_entropy[s : s + chunk]
-                h_rows = -torch.einsum("ij,ij->i", p, logp_all)
-                # dz = -p * (g_logp + g_ent * (l + H)), then + g_logp at the sampled token
-                logp_all.add_(h_rows[:, None]).mul_(ge[:, None]).add_(gl[:, None])
-                g_z = p.mul_(logp_all).neg_()
-            else:
-                g_z = p.mul_(-gl[:, None])
-            del logp_all
-            g_z.scatter_add_(-1, targets[s : s + chunk, None], gl[:, None])
-            g_z = g_z.to(hidden.dtype)
-            if need_h:
-                g_hidden[s : s + chunk] = g_z @ weight  # type: ignore[index]
-            if need_w:
-                g_weight += (g_z.t() @ h).to(acc)  # summed over chunks in float32
-        return g_hidden, (g_weight.to(weight.dtype) if need_w else None), None, None
+            gl = g_logp[s : s + chunk] if g_logp is not None else h.new_zeros(h.shape[0], dtype=acc)
+            g_z = _logit_grad(h @ weight.t(), gl, g_entropy, s, chunk, acc)
+            g_z.scatter_add_(-1, targets[s : s + chunk, None], gl[:, None].to(g_z.dtype))
+            if g_hidden is not None:
+                g_hidden[s : s + chunk] = g_z @ weight
+            if g_weight is not None:
+                g_weight = _accumulate(g_weight, g_z.t(), h)
+        return g_hidden, (g_weight.to(weight.dtype) if g_weight is not None else None), None, None
+
+
+def _logit_grad(
+    z: torch.Tensor,
+    gl: torch.Tensor,
+    g_entropy: torch.Tensor | None,
+    s: int,
+    chunk: int,
+    acc: torch.dtype,
+) -> torch.Tensor:
+    """The gradient of a chunk's logits `z`, before the sampled tokens' +g_logp: -p * g_logp,
+    and -p * (l + H) * g_entropy when the entropy carries a gradient. Without the entropy term
+    it is computed in `z`'s dtype (the softmax accumulates in float32 inside one kernel: the
+    gradient is cast to that dtype for the matmuls anyway)."""
+    if g_entropy is None:
+        return F.softmax(z, dim=-1).mul_(-gl[:, None].to(z.dtype))
+    logp_all = F.log_softmax(z, dim=-1, dtype=acc)
+    p = logp_all.exp()
+    h_rows = -(p * logp_all).sum(-1)
+    ge = g_entropy[s : s + chunk]
+    # dz = -p * (g_logp + g_ent * (l + H))
+    logp_all.add_(h_rows[:, None]).mul_(ge[:, None]).add_(gl[:, None])
+    return p.mul_(logp_all).neg_().to(z.dtype)
+
+
+def _accumulate(total: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """total + a @ b, summed in `total`'s dtype: one GEMM writing float32 from bf16 inputs where
+    torch offers it (CUDA), else a product cast up and added."""
+    global _mixed_addmm
+    if a.dtype == total.dtype:
+        return total.addmm_(a, b)
+    if _mixed_addmm and a.is_cuda:
+        try:
+            return torch.addmm(total, a, b, out_dtype=total.dtype)
+        except (TypeError, RuntimeError, NotImplementedError):
+            _mixed_addmm = False  # this torch has no such GEMM: never ask again
+    return total.add_((a @ b).to(total.dtype))
+
+
+_mixed_addmm = True
 
 
 def _reduction_dtype(t: torch.Tensor) -> torch.dtype:

@@ -84,7 +84,7 @@ class LearnerConfig:
     (attention kept within each sequence) and log-probs computed by the chunked LM head, only
     at loss positions (`packing`, `logprob_head`). False: padded rows and full logits (the
     reference computation). Other models always take the padded path."""
-    head_chunk: int = 512
+    head_chunk: int = 1024
     """Positions per chunk of the chunked LM head (its memory: a few chunk x vocab buffers)."""
     mini_batches: int = 1
     """Optimizer steps per pass: the batch is split into this many mini-batches."""

@@ -110,7 +110,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "chunked head)",
     )
     p.add_argument("--head-chunk", type=int, default=1024, help="positions per LM-head chunk")
-    p.add_argument("--compile", action="store_true", help="torch.compile each decoder layer")
+    p.add_argument(
+        "--compile",
+        action=argparse.BooleanOptionalAction,
+        default=False,
+        help="torch.compile each decoder layer (default: off here, so each optimisation is "
+        "measured alone; learner.compile is on by default on GPUs)",
+    )
     p.add_argument(
         "--checkpoint-every",
         type=int,

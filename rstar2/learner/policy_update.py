@@ -109,9 +109,11 @@ class LearnerConfig:
     reshard_after_forward: bool | None = None
     """FSDP2: free the gathered parameters after forward and gather them again for backward.
     None: only with several ranks (one rank frees nothing another could use)."""
-    compile: bool = False
+    compile: bool | None = None
     """torch.compile each decoder layer (in place: module names unchanged), before FSDP2 wraps
-    it. The first update pays the compilation."""
+    it; the first update pays the compilation (about 20 s at Qwen2.5-0.5B shape). None: on
+    when the learner computes on a GPU (measured on an H200: +25% tokens/s at 0.5B, +34% at
+    1.5B, docs/production.md), off on the CPU."""
 
     def validate(self) -> None:
         require(self.lr > 0, "learner.lr", self.lr, "a positive number")
@@ -473,7 +475,7 @@ def prepare_model(model: nn.Module, cfg: LearnerConfig) -> nn.Module:
     """Ready a learner's model for `update_policy` (in place, before FSDP2 wraps it): the
     chunked LM head and packed attention when `cfg.packed` and the model supports both,
     activation checkpointing of every `cfg.checkpoint_every`-th decoder layer, and compiled
-    decoder layers with `cfg.compile`."""
+    decoder layers with `cfg.compile` (by default on a GPU: call after moving the model)."""
     if cfg.packed and hasattr(model, "config") and install_head(model, cfg.head_chunk):
         use_packed_attention(model)
     layers = getattr(getattr(model, "model", None), "layers", None)
@@ -487,7 +489,10 @@ def prepare_model(model: nn.Module, cfg: LearnerConfig) -> nn.Module:
         for i, layer in enumerate(layers or []):
             if hasattr(layer, "gradient_checkpointing"):
                 layer.gradient_checkpointing = i % cfg.checkpoint_every == 0
-    if cfg.compile:
+    compile_layers = cfg.compile
+    if compile_layers is None:
+        compile_layers = next(iter(model.parameters()), torch.empty(0)).is_cuda
+    if compile_layers:
         if not isinstance(layers, nn.ModuleList):
             raise TypeError(f"learner.compile needs model.model.layers, {type(model).__name__}")
         for layer in layers:

@@ -81,9 +81,11 @@ def test_two_learner_ranks_train_and_resume_on_one(tmp_path: Path, tool_policy: 
     assert shards == [".metadata", "__0_0.distcp", "__1_0.distcp"]
     got = read_policy(met / "checkpoints" / "step-000002")["model"]
     assert got.keys() == before.keys()
-    # (to 1e-5, as 1 vs 2 ranks: torchrun sets its own thread count, so sums round apart)
+    # (to 1e-4: torchrun sets its own thread count, so sums round apart, and Adam turns the
+    # rounding of the packed rows' larger sums into up to ~2e-5 after two steps; a rank that
+    # trained on other rollouts moves weights by the order of lr = 1e-3)
     for name, tensor in before.items():
-        torch.testing.assert_close(got[name], tensor, rtol=0, atol=1e-5, msg=name)
+        torch.testing.assert_close(got[name], tensor, rtol=0, atol=1e-4, msg=name)
 
     # Resume the finished two-rank run on one rank with one more step.
     subprocess.run(

@@ -1,17 +1,24 @@
 """The production trainer's GPU figures in one command (docs/production.md, "On a GPU").
 
     python3 scripts/gpu_figures.py --out DIR [--part bench|train|all] [--smoke]
+                                   [--deadline S] [--only NAME,...]
 
 Made for a machine lent for a short while (no network, a time limit per command): every
-measurement is a subprocess of its own with a time limit, and DIR/gpu_figures.json is rewritten
-after each one, so a run cut short keeps what it measured. Parts:
+measurement has a time limit, and DIR/gpu_figures.json is rewritten after each one, so a run
+cut short keeps what it measured. Parts:
 
-- `bench`: `rstar2 bench learner --json` (an RL update on a fixed synthetic batch) on
-  random-weight models of Qwen2.5-0.5B and Qwen2.5-1.5B shape (`rstar2 init-model --shape`),
-  bf16 compute with fp32 master weights: the plain model, FSDP2 in a one-rank NCCL group
-  (`--fsdp`), activation checkpointing, and both (the production setting). Figures: tokens/s, MFU, peak GPU memory, s/update.
-  A benchmark that fails (out of memory, most likely) is tried once more with half the
-  micro-batch; the entry says so (`first_try`).
+- `bench`: first `--check-packed` (the packed, chunked-head log-probs against the padded
+  full-logits ones on the GPU), then `rstar2 bench learner` measurements (an RL update on a
+  synthetic batch) of random-weight models of Qwen2.5-0.5B and Qwen2.5-1.5B shape (`rstar2
+  init-model --shape`), bf16 compute with fp32 master weights, for each entry of `VARIANTS`:
+  the learner before packing (`--padded --reshard`) and as `rstar2 train` runs it on a GPU,
+  plain and with FSDP2 (a one-rank NCCL group) + activation checkpointing, on fixed-length and
+  RL-shaped batches, then each optimisation alone against its "before". The measurements of
+  one model run one after another in a worker process (`--worker`; Python, torch and CUDA start
+  once per model); a worker that times out or dies is replaced. Figures: tokens/s, MFU, peak
+  GPU memory, s/update and its split. A benchmark that fails (out of memory, most likely) is
+  tried once more with half the micro-batch; the entry says so (`first_try`). `--deadline S`
+  starts no benchmark after S seconds; `--only` runs the named entries in the given order.
 - `train`: `rstar2 train --config configs/gpu_20m.toml` (a 19.8M model from scratch: SFT, the
   learner and the embedded engine on CUDA), then its figures from the run directory: SFT time,
   RL s/step (with and without evaluations) and its parts, generated tokens/s, validation and
@@ -30,6 +37,7 @@ import argparse
 import importlib.util
 import json
 import os
+import queue
 import shutil
 import statistics
 import subprocess
@@ -62,28 +70,31 @@ SMOKE_BATCH = (
     "--no-push",
 )
 BEFORE = ("--padded", "--reshard")
-"""The learner as it was before issue 30: padded rows, full-vocabulary logits, FSDP2 resharding
-after forward on one rank."""
-RL = ("--workload", "rl")
-BUDGET = ("--micro-batch-tokens", "8192")
+"""The learner as it was before packing: padded rows, full-vocabulary logits, FSDP2 resharding
+after forward on one rank (and no compiled layers: `bench learner` compiles only when asked)."""
+AFTER = ("--compile",)
+"""The learner as `rstar2 train` runs it on a GPU: packed rows, the chunked LM head, compiled
+layers, FSDP2 keeping gathered parameters on one rank."""
+RL = ("--workload", "rl", "--micro-batch-tokens", "8192")
 FSDP_AC = ("--fsdp", "--activation-checkpointing")
 VARIANTS = (
-    # (name, extra arguments), most important first: a run cut short keeps the head of the list
-    ("before-plain", BEFORE),
-    ("plain", ()),
-    ("before-fsdp-ac", (*BEFORE, *FSDP_AC)),
-    ("fsdp-ac", FSDP_AC),
-    ("rl-before-plain", (*RL, *BEFORE)),
-    ("rl-plain", (*RL, *BUDGET)),
-    ("compile", ("--compile",)),
-    ("fsdp", ("--fsdp",)),
-    ("ac", ("--activation-checkpointing",)),
-    ("ac-every-2", ("--activation-checkpointing", "--checkpoint-every", "2")),
-    ("fsdp-ac-compile", (*FSDP_AC, "--compile")),
-    ("rl-fsdp-ac", (*RL, *BUDGET, *FSDP_AC)),
-    ("chunk-2048", ("--head-chunk", "2048")),
-    ("rl-compile", (*RL, *BUDGET, "--compile")),
-)
+    # (name, extra arguments, both shapes?), most important first: a deadline drops the tail
+    ("before-plain", BEFORE, True),
+    ("plain", AFTER, True),
+    ("before-fsdp-ac", (*BEFORE, *FSDP_AC), True),
+    ("fsdp-ac", (*AFTER, *FSDP_AC), True),
+    ("rl-before-plain", (*RL, *BEFORE), True),
+    ("rl-plain", (*RL, *AFTER), True),
+    # each optimisation alone, against "before" (the 0.5B shape only)
+    ("packed-alone", (), False),
+    ("compile-alone", (*BEFORE, "--compile"), False),
+    ("before-fsdp", ("--padded", "--reshard", "--fsdp"), False),
+    ("fsdp-keep-alone", ("--padded", "--fsdp"), False),
+    ("before-ac", ("--padded", "--activation-checkpointing"), False),
+    ("ac-every-2-alone", ("--padded", "--activation-checkpointing", "--checkpoint-every", "2"),
+     False),
+    ("chunk-2048", (*AFTER, "--head-chunk", "2048"), False),
+)  # fmt: skip
 SHAPES_FIRST = ("qwen2.5-0.5b", "qwen2.5-1.5b")
 
 
@@ -100,8 +111,8 @@ def bench_plan(smoke: bool) -> list[tuple[str, str, list[str]]]:
     batch = SMOKE_BATCH if smoke else BATCH
     return [
         (f"{shape}-{name}", shape, [*batch, "--bf16", *extra])
-        for name, extra in VARIANTS
-        for shape in shapes
+        for name, extra, both in VARIANTS
+        for shape in (shapes if both else shapes[:1])
     ]
 
 
@@ -344,6 +355,93 @@ def packed_check(device: str) -> dict[str, Any]:
     }
 
 
+class BenchWorker:
+    """A process running `bench learner` measurements of one model directory one after
+    another (`--worker`): Python, torch and CUDA start once per model instead of once per
+    benchmark (about 10 of the 23 seconds each took on an H200 as separate commands)."""
+
+    def __init__(self, model_dir: Path, log: Path) -> None:
+        self._err = log.open("a")
+        self.proc = subprocess.Popen(
+            [sys.executable, str(Path(__file__).resolve()), "--worker", str(model_dir)],
+            cwd=ROOT, env=script_env(), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+            stderr=self._err, text=True, bufsize=1,
+        )  # fmt: skip
+        self._lines: queue.Queue[str | None] = queue.Queue()
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self._lines.put(line)
+        self._lines.put(None)
+
+    def measure(self, args: list[str], timeout_s: float) -> dict[str, Any]:
+        """One measurement: {"ok": figures} or {"error": why}; a timeout or a dead worker
+        is an error, after which this worker is closed."""
+        assert self.proc.stdin is not None
+        try:
+            self.proc.stdin.write(json.dumps(args) + "\n")
+            self.proc.stdin.flush()
+        except (BrokenPipeError, OSError):
+            return {"error": "the worker had died (see gpu_figures.log)"}
+        deadline = time.monotonic() + timeout_s
+        while True:
+            try:
+                line = self._lines.get(timeout=max(0.0, deadline - time.monotonic()))
+            except queue.Empty:
+                self.close()
+                return {"error": f"timed out after {timeout_s:.0f} s"}
+            if line is None:
+                return {"error": f"the worker died (exit {self.proc.wait()}; see gpu_figures.log)"}
+            reply = last_json(line)
+            if reply is not None and ("ok" in reply or "error" in reply):
+                return reply
+
+    @property
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait()
+        self._err.close()
+
+
+def worker(model_dir: Path) -> int:
+    """`--worker DIR`: one `bench learner` argument list per stdin line (JSON), measured on the
+    model in DIR in this process; one JSON line per entry on stdout, {"ok": figures} or
+    {"error": text}. Each measurement starts from a freshly loaded policy and the GPU's peak
+    memory reset; compiled code is dropped between entries."""
+    import gc
+
+    import torch
+
+    from rstar2.commands import bench_learner
+
+    parser = argparse.ArgumentParser(prog="bench learner")
+    bench_learner.add_arguments(parser)
+    for line in sys.stdin:
+        if not line.strip():
+            continue
+        try:
+            args = parser.parse_args([*json.loads(line), "--model", str(model_dir)])
+            bench_learner.check_arguments(args)
+            reply: dict[str, Any] = {"ok": bench_learner.measure(args, model_dir)}
+        except Exception as e:  # noqa: BLE001 - reported as this entry's error, the next goes on
+            reply = {"error": f"{type(e).__name__}: {e}"[:2000]}
+        except SystemExit as e:  # argparse's own errors
+            reply = {"error": f"bad arguments (exit {e.code})"}
+        finally:
+            gc.collect()
+            torch._dynamo.reset()
+            if torch.cuda.is_available():
+                torch.cuda.empty_cache()
+        print(json.dumps(reply), flush=True)
+    return 0
+
+
 def environment() -> dict[str, Any]:
     import torch  # the figures say which torch and device they were taken with
 
@@ -385,7 +483,10 @@ def main(argv: list[str] | None = None) -> int:
         help="comma-separated benchmark names (e.g. qwen2.5-0.5b-plain), run in this order "
         "instead of the whole plan",
     )
+    p.add_argument("--worker", type=Path, metavar="MODEL_DIR", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
+    if args.worker:
+        return worker(args.worker)
     if args.check_packed:
         print(json.dumps(packed_check(args.check_packed)))
         return 0
@@ -413,6 +514,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.part in ("bench", "all"):
         bench = results.setdefault("bench", {})
         models: dict[str, Path] = {}
+        workers: dict[str, BenchWorker] = {}
         started = time.perf_counter()
         check = [sys.executable, str(Path(__file__).resolve()), "--check-packed",
                  "cuda" if results["environment"]["device"] != "cpu" else "cpu"]  # fmt: skip
@@ -440,21 +542,23 @@ def main(argv: list[str] | None = None) -> int:
                     print(f"init-model --shape {shape}: exit {rc} in {secs:.0f}s", flush=True)
             variant = name.removeprefix(shape + "-")
             entry: dict[str, Any] = {"shape": shape, "variant": variant}
+            reply: dict[str, Any] = {}
             for attempt in (extra, smaller_micro_batch(extra)):
-                rc, stdout, secs = run_command(
-                    ["-q", "bench", "learner", "--model", str(models[shape]), "--json", *attempt],
-                    args.bench_timeout, log,
-                )  # fmt: skip
-                figures = last_json(stdout) if rc == 0 else None
-                entry.update(seconds=secs, **(figures or {}))
-                if figures is not None or attempt == smaller_micro_batch(attempt):
+                if shape not in workers or not workers[shape].alive:
+                    workers[shape] = BenchWorker(models[shape], log)
+                begun = time.perf_counter()
+                reply = workers[shape].measure([*attempt, "--json"], args.bench_timeout)
+                entry.update(seconds=time.perf_counter() - begun, **reply.get("ok", {}))
+                if "ok" in reply or attempt == smaller_micro_batch(attempt):
                     break
-                entry["first_try"] = f"exit {rc} at {' '.join(attempt)} (out of memory?)"
-            if figures is None:
-                entry["error"] = f"exit {rc} (see gpu_figures.log)"
+                entry["first_try"] = f"{reply['error']} at {' '.join(attempt)}"
+            if "error" in reply:
+                entry["error"] = reply["error"]
             bench[name] = entry
-            print(f"{name}: exit {rc} in {secs:.0f}s {json.dumps(figures)}", flush=True)
+            print(f"{name}: {entry['seconds']:.0f}s {json.dumps(reply)}", flush=True)
             save()
+        for w in workers.values():
+            w.close()
     if args.part in ("train", "all"):
         run_dir = work / "run"
         shutil.rmtree(run_dir, ignore_errors=True)

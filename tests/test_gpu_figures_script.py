@@ -16,25 +16,58 @@ gpu = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(gpu)
 
 
-def test_the_plan_covers_before_and_after_each_optimisation_and_both_workloads() -> None:
+def test_the_plan_covers_before_and_after_each_optimisation_alone_and_both_workloads() -> None:
     plan = gpu.bench_plan(smoke=False)
     names = [name for name, _, _ in plan]
-    variants = [v for v, _ in gpu.VARIANTS]
-    assert names == [f"{s}-{v}" for v in variants for s in ("qwen2.5-0.5b", "qwen2.5-1.5b")]
     assert names[:4] == [  # the head of the list survives a deadline
         "qwen2.5-0.5b-before-plain", "qwen2.5-1.5b-before-plain",
         "qwen2.5-0.5b-plain", "qwen2.5-1.5b-plain",
     ]  # fmt: skip
+    assert len(names) == len(set(names))
     assert all("--bf16" in args and "--no-push" in args for _, _, args in plan)
-    by_name = dict((v, set(a)) for v, a in gpu.VARIANTS)
-    assert {"--padded", "--reshard"} <= by_name["before-plain"]
-    assert not by_name["plain"]  # the new default: packed rows, chunked head
-    for alone, flag in (("compile", "--compile"), ("fsdp", "--fsdp"),
-                        ("ac", "--activation-checkpointing")):  # fmt: skip
-        assert by_name[alone] == {flag}
+    by_name = {v: set(a) for v, a, _ in gpu.VARIANTS}
+    assert {"--padded", "--reshard"} <= by_name["before-plain"] and "--compile" not in (
+        by_name["before-plain"]
+    )
+    assert by_name["plain"] == {"--compile"}  # what train runs on a GPU
+    assert by_name["packed-alone"] == set()
+    # each optimisation alone differs from its "before" by that optimisation only
+    for alone, before, flags in (
+        ("compile-alone", "before-plain", {"--compile"}),
+        ("fsdp-keep-alone", "before-fsdp", {"--reshard"}),
+        ("ac-every-2-alone", "before-ac", {"--checkpoint-every", "2"}),
+    ):
+        assert by_name[alone] ^ by_name[before] == flags
     assert {"--workload", "rl"} <= by_name["rl-plain"] and "--padded" not in by_name["rl-plain"]
     assert {"--workload", "rl", "--padded"} <= by_name["rl-before-plain"]
     assert {shape for _, shape, _ in gpu.bench_plan(smoke=True)} == {"tiny"}
+    only = gpu.select(plan, "qwen2.5-1.5b-plain,qwen2.5-0.5b-before-plain")
+    assert [n for n, _, _ in only] == ["qwen2.5-1.5b-plain", "qwen2.5-0.5b-before-plain"]
+    with pytest.raises(SystemExit):
+        gpu.select(plan, "qwen2.5-0.5b-nonsense")
+
+
+@pytest.mark.slow
+def test_the_worker_measures_entries_one_after_another(tmp_path: Path) -> None:
+    """One process, several benchmarks: figures for good arguments, an error line for bad
+    ones, and the worker goes on."""
+    from rstar2.model.tiny import init_model, shaped_config
+
+    model = tmp_path / "tiny"
+    init_model(model, shaped_config("tiny"))
+    worker = gpu.BenchWorker(model, tmp_path / "log")
+    small = ["--rollouts", "2", "--tokens", "64", "--steps", "1", "--no-push", "--json"]
+    try:
+        first = worker.measure([*small, "--workload", "rl"], timeout_s=120)
+        bad = worker.measure([*small, "--head-chunk", "0"], timeout_s=120)
+        second = worker.measure([*small, "--padded"], timeout_s=120)
+    finally:
+        worker.close()
+    assert first["ok"]["packed"] is True and first["ok"]["workload"] == "rl"
+    assert first["ok"]["attention"] == ["sdpa-per-sequence"] and first["ok"]["tokens_per_s"] > 0
+    assert "head-chunk" in bad["error"]
+    assert second["ok"]["packed"] is False
+    assert second["ok"]["attention"] == []  # the first entry's kernels are not carried over
 
 
 def test_missing_modules_and_last_json() -> None:

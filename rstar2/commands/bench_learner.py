@@ -136,7 +136,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="print one JSON object")
 
 
-def _check(args: argparse.Namespace) -> None:
+def check_arguments(args: argparse.Namespace) -> None:
     """Bad flags are a one-line error naming the flag (exit code 2)."""
     for flag, value, ok, want in (
         ("--ranks", args.ranks, args.ranks >= 1, ">= 1"),
@@ -225,6 +225,9 @@ def _rss_mb() -> float:
 def measure(args: argparse.Namespace, model_dir: Path) -> dict[str, Any]:
     cfg = _learner_config(args)
     device = use_device(cfg.device)
+    packing.attention_paths.clear()
+    if device.type == "cuda":  # one process may measure several variants (gpu_figures.py)
+        torch.cuda.reset_peak_memory_stats(device)
     threads = _threads(args.ranks, args.threads)
     torch.set_num_threads(threads)
     backend = backend_for(device)
@@ -329,7 +332,7 @@ def _mfu(params: int, tokens_per_s: float, args: argparse.Namespace, device: tor
 
 
 def run(args: argparse.Namespace) -> int:
-    _check(args)
+    check_arguments(args)
     with tempfile.TemporaryDirectory() as tmp:
         model_dir = args.model
         if model_dir is None:

@@ -52,6 +52,9 @@ def test_fsdp_on_one_rank_runs_the_sharded_path(capsys: pytest.CaptureFixture[st
         assert main(["-q", "bench", "learner", *small, *extra]) == 0
         got.append(json.loads(capsys.readouterr().out.strip().splitlines()[-1]))
     assert got[0]["fsdp"] is True and got[0]["activation_checkpointing"] and got[0]["bf16"]
+    # one rank keeps the gathered parameters from forward to backward (nothing to free for)
+    assert got[0]["reshard_after_forward"] is False and got[1]["reshard_after_forward"] is None
+    assert got[0]["time_split_s"]["backward"] > 0 and got[0]["packed"] is True
     assert got[1]["fsdp"] is False and got[1]["activation_checkpointing"] is True
     assert not dist.is_initialized()  # the one-rank group is left at the end
 

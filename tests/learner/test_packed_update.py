@@ -228,3 +228,15 @@ def test_prepare_model_checkpoints_every_kth_layer() -> None:
     assert [layer.gradient_checkpointing for layer in model.model.layers] == [
         True, False, True, False,
     ]  # fmt: skip
+
+
+def test_prepare_model_compiles_the_layers_where_asked_and_on_gpus_by_default() -> None:
+    """`learner.compile`: None compiles on a GPU only (the model here is on the CPU); True
+    compiles every decoder layer in place (module names, so state-dict keys, unchanged)."""
+    model = tiny_qwen2()
+    keys = list(model.state_dict())
+    prepare_model(model, LearnerConfig())
+    assert not any(layer._compiled_call_impl for layer in model.model.layers)
+    prepare_model(model, LearnerConfig(compile=True))
+    assert all(layer._compiled_call_impl is not None for layer in model.model.layers)
+    assert list(model.state_dict()) == keys

@@ -25,12 +25,11 @@ from rstar2.config import ConfigError
 from rstar2.learner.distributed import (
     DistributedConfig,
     decoder_layers,
-    even_chunks,
     init_distributed,
     rank_share,
     resolve_backend,
 )
-from rstar2.learner.policy_update import pad_batch, token_logprobs
+from rstar2.learner.policy_update import even_chunks, pad_batch, token_logprobs
 from rstar2.learner.rank_group import free_port
 
 TOL = 1e-5

@@ -43,7 +43,10 @@ def assert_same_step(got, want) -> None:
         assert got_metrics[k] == pytest.approx(v, abs=TOL, rel=TOL), k
     assert set(got_state) == set(want_state)
     for k, v in want_state.items():
-        torch.testing.assert_close(got_state[k], v, atol=TOL, rtol=0, msg=k)
+        # relative too, as for the metrics: sgd_tis's lr 2.0 over four steps grows an embedding
+        # weight to 4.04, and float32 sums of the two ranks round apart there by 2.1e-5 on an
+        # AMD EPYC (5e-6 relative; the code before packed rows gave the same figure)
+        torch.testing.assert_close(got_state[k], v, atol=TOL, rtol=TOL, msg=k)
 
 
 def test_rank_shares_partition_the_mini_batch() -> None:

@@ -15,7 +15,8 @@ cut short keeps what it measured. Parts:
   plain and with FSDP2 (a one-rank NCCL group) + activation checkpointing, on fixed-length and
   RL-shaped batches, then each optimisation alone against its "before". The measurements of
   one model run one after another in a worker process (`--worker`; Python, torch and CUDA start
-  once per model); a worker that times out or dies is replaced. Figures: tokens/s, MFU, peak
+  once per model); a worker that times out or dies is replaced. (GPU peak memory is reset for
+  each measurement; on the CPU, `--smoke`, the peak is the worker process's so far.) Figures: tokens/s, MFU, peak
   GPU memory, s/update and its split. A benchmark that fails (out of memory, most likely) is
   tried once more with half the micro-batch; the entry says so (`first_try`). `--deadline S`
   starts no benchmark after S seconds; `--only` runs the named entries in the given order.

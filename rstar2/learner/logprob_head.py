@@ -90,7 +90,8 @@ class _ChunkedLogprobs(torch.autograd.Function):
         for s in range(0, n, chunk):
             h = hidden[s : s + chunk]
             gl = g_logp[s : s + chunk] if g_logp is not None else h.new_zeros(h.shape[0], dtype=acc)
-            g_z = _logit_grad(h @ weight.t(), gl, g_entropy, s, chunk, acc)
+            ge = g_entropy[s : s + chunk] if g_entropy is not None else None
+            g_z = _logit_grad(h @ weight.t(), gl, ge, acc)
             g_z.scatter_add_(-1, targets[s : s + chunk, None], gl[:, None].to(g_z.dtype))
             if g_hidden is not None:
                 g_hidden[s : s + chunk] = g_z @ weight
@@ -100,23 +101,17 @@ class _ChunkedLogprobs(torch.autograd.Function):
 
 
 def _logit_grad(
-    z: torch.Tensor,
-    gl: torch.Tensor,
-    g_entropy: torch.Tensor | None,
-    s: int,
-    chunk: int,
-    acc: torch.dtype,
+    z: torch.Tensor, gl: torch.Tensor, ge: torch.Tensor | None, acc: torch.dtype
 ) -> torch.Tensor:
     """The gradient of a chunk's logits `z`, before the sampled tokens' +g_logp: -p * g_logp,
-    and -p * (l + H) * g_entropy when the entropy carries a gradient. Without the entropy term
+    and -p * (l + H) * g_entropy (`ge`, the chunk's) when the entropy carries a gradient. Without the entropy term
     it is computed in `z`'s dtype (the softmax accumulates in float32 inside one kernel: the
     gradient is cast to that dtype for the matmuls anyway)."""
-    if g_entropy is None:
+    if ge is None:
         return F.softmax(z, dim=-1).mul_(-gl[:, None].to(z.dtype))
     logp_all = F.log_softmax(z, dim=-1, dtype=acc)
     p = logp_all.exp()
     h_rows = -(p * logp_all).sum(-1)
-    ge = g_entropy[s : s + chunk]
     # dz = -p * (g_logp + g_ent * (l + H))
     logp_all.add_(h_rows[:, None]).mul_(ge[:, None]).add_(gl[:, None])
     return p.mul_(logp_all).neg_().to(z.dtype)

@@ -74,10 +74,6 @@ class PackedMicroBatch:
     counts: list[int]
     """Loss tokens of each sequence, in order (to split per-token results by rollout)."""
 
-    @property
-    def tokens(self) -> int:
-        return int(self.input_ids.shape[1])
-
     def to(self, device: torch.device) -> PackedMicroBatch:
         move = {
             k: getattr(self, k).to(device)
@@ -110,42 +106,38 @@ def pack(rollouts: Sequence[TokenSequence], advantages: Sequence[float]) -> Pack
     if len(advantages) != len(rollouts):
         raise ValueError(f"{len(rollouts)} rollouts but {len(advantages)} advantages")
     ids: list[int] = []
-    pos: list[int] = []
-    bounds = [0]
-    keep: list[int] = []
-    targets: list[int] = []
-    behaviour: list[float] = []
-    adv: list[float] = []
-    counts: list[int] = []
-    for i, (r, a) in enumerate(zip(rollouts, advantages, strict=True)):
+    mask: list[int] = []
+    logprobs: list[float] = []
+    lengths: list[int] = []
+    for i, r in enumerate(rollouts):
         n = len(r.token_ids)
         if n == 0 or not (len(r.loss_mask) == len(r.logprobs) == n):
             raise ValueError(
                 f"rollout {i}: token_ids, loss_mask and logprobs must be non-empty and of "
                 "equal length"
             )
-        start = len(ids)
         ids.extend(r.token_ids)
-        pos.extend(range(n))
-        bounds.append(start + n)
-        before = len(keep)
-        for t in range(1, n):
-            if r.loss_mask[t]:
-                keep.append(start + t - 1)
-                targets.append(r.token_ids[t])
-                behaviour.append(r.logprobs[t])
-        counts.append(len(keep) - before)
-        adv.extend([float(a)] * (len(keep) - before))
+        mask.extend(r.loss_mask)
+        logprobs.extend(r.logprobs)
+        lengths.append(n)
+    row = torch.tensor(ids, dtype=torch.long)
+    sizes = torch.tensor(lengths)
+    bounds = torch.cat([torch.zeros(1, dtype=torch.long), sizes.cumsum(0)])
+    starts = bounds[:-1].repeat_interleave(sizes)  # each token's sequence start
+    # a token with loss is predicted by the position before it, within its own sequence
+    loss = torch.tensor(mask, dtype=torch.bool) & (torch.arange(len(ids)) != starts)
+    sel = loss.nonzero().squeeze(1)
+    seq = torch.arange(len(rollouts)).repeat_interleave(sizes)[sel]
     return PackedMicroBatch(
-        input_ids=torch.tensor([ids], dtype=torch.long),
-        position_ids=torch.tensor([pos], dtype=torch.long),
-        cu_seqlens=torch.tensor(bounds, dtype=torch.int32),
-        max_len=max(b - a for a, b in zip(bounds, bounds[1:], strict=False)),
-        keep=torch.tensor(keep, dtype=torch.long),
-        targets=torch.tensor(targets, dtype=torch.long),
-        behaviour=torch.tensor(behaviour, dtype=torch.float32),
-        advantages=torch.tensor(adv, dtype=torch.float32),
-        counts=counts,
+        input_ids=row[None],
+        position_ids=(torch.arange(len(ids)) - starts)[None],
+        cu_seqlens=bounds.to(torch.int32),
+        max_len=max(lengths),
+        keep=sel - 1,
+        targets=row[sel],
+        behaviour=torch.tensor(logprobs, dtype=torch.float32)[sel],
+        advantages=torch.tensor(advantages, dtype=torch.float32)[seq],
+        counts=torch.bincount(seq, minlength=len(rollouts)).tolist(),
     )
 
 

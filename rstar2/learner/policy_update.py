@@ -51,6 +51,7 @@ from rstar2.learner.logprob_head import LogprobHead
 from rstar2.learner.logprob_head import install as install_head
 from rstar2.learner.packing import (
     PACKED_ATTENTION,
+    PackedMicroBatch,
     pack,
     token_budget_micro_batches,
     use_packed_attention,
@@ -343,9 +344,7 @@ def micro_batch_loss(
     device = model_device(model)
     head = packed_head(model)
     if head is not None:
-        packed = pack(part, advantages.tolist()).to(device)
-        with phase("forward"), _autocast(cfg.bf16, device), head.targets(packed.targets):
-            out = model(**packed.forward_kwargs()).logits[0]
+        packed, out = _packed_forward(model, head, part, advantages.tolist(), cfg, device)
         logp, entropy = out[None, :, 0], out[None, :, 1]
         entropy = entropy if rl.entropy_coef > 0 else entropy.detach()
         behaviour = packed.behaviour[None]
@@ -392,9 +391,8 @@ def micro_batch_logprobs(
     device = model_device(model)
     head = packed_head(model)
     if head is not None:
-        packed = pack(part, [0.0] * len(part)).to(device)
-        with phase("forward"), _autocast(cfg.bf16, device), head.targets(packed.targets):
-            logp = model(**packed.forward_kwargs()).logits[0, :, 0]
+        packed, out = _packed_forward(model, head, part, [0.0] * len(part), cfg, device)
+        logp = out[:, 0]
         # not strict: a rank's filler micro-batch (one all-masked rollout) has no rows
         got = dict(zip(rows, logp.split(packed.counts), strict=False))
         ones = torch.ones_like(packed.behaviour)
@@ -405,6 +403,21 @@ def micro_batch_logprobs(
     mask, behaviour = mask[:, 1:], behaviour[:, 1:]
     got = {i: logp[j][mask[j].bool()] for j, i in enumerate(rows)}
     return got, logprob_mismatch(logp, behaviour, mask)
+
+
+def _packed_forward(
+    model: nn.Module,
+    head: LogprobHead,
+    part: Sequence[RolloutLike],
+    advantages: Sequence[float],
+    cfg: LearnerConfig,
+    device: torch.device,
+) -> tuple[PackedMicroBatch, torch.Tensor]:
+    """The micro-batch packed into one row on `device`, and the model's forward over it: [N, 2],
+    the log-prob and entropy of each of its N loss tokens."""
+    packed = pack(part, advantages).to(device)
+    with phase("forward"), _autocast(cfg.bf16, device), head.targets(packed.targets):
+        return packed, model(**packed.forward_kwargs()).logits[0]
 
 
 def _scattered(

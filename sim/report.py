@@ -46,18 +46,19 @@ def table(results: Sequence[SimResult]) -> str:
     return "\n".join(lines)
 
 
-def key_value_table(report: Mapping[str, object], indent: int = 0) -> str:
-    """A report of `rstar2 sim calibrate` as aligned `name  value` lines: a nested mapping (the
-    fitted cost model, an error summary) is a heading with its entries indented under it;
+def key_value_table(report: Mapping[object, object], indent: int = 0) -> str:
+    """A report (`rstar2 sim calibrate`, `rstar2 sim run --steps N`) as aligned `name  value`
+    lines: a nested mapping (the fitted cost model, an error summary, a histogram) is a heading
+    with its entries indented under it; keys need not be strings (a histogram's are ints);
     floats show 6 significant digits."""
     lines = []
     for key, value in report.items():
         if isinstance(value, Mapping):
-            lines.append(" " * indent + f"{key}:")
+            lines.append(f"{' ' * indent}{key}:")
             lines.append(key_value_table(value, indent + 2))
         else:
             text = f"{value:.6g}" if isinstance(value, float) else str(value)
-            lines.append(f"{' ' * indent + key:<32}{text}")
+            lines.append(f"{' ' * indent}{key!s:<{32 - indent}}{text}")
     return "\n".join(lines)
 
 

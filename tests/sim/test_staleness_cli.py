@@ -31,6 +31,18 @@ def test_run_of_several_steps_prints_its_summary(capsys: pytest.CaptureFixture[s
     assert out["trajectories_per_hour"] == pytest.approx(3600 * 64 / out["run_s"], rel=1e-4)
 
 
+def test_run_of_several_steps_prints_a_table(capsys: pytest.CaptureFixture[str]) -> None:
+    # issue 34 row 1: the histogram's int keys made the table raise TypeError
+    assert main(["-q", "sim", "run", "--steps", "4", "--max-staleness", "1", *SMALL]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    rows = {line.split()[0]: line.split()[1:] for line in lines if line.strip()}
+    assert rows["steps"] == ["4"] and rows["max_staleness"] == ["1"]
+    assert "staleness_histogram:" in lines
+    histogram = lines[lines.index("staleness_histogram:") + 1 :][:2]
+    assert [line.split()[0] for line in histogram] == ["0", "1"]
+    assert sum(int(line.split()[1]) for line in histogram) == 64
+
+
 def test_without_steps_run_is_the_one_step_simulation(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["-q", "sim", "run", *SMALL, "--json"]) == 0
     out = json.loads(capsys.readouterr().out)

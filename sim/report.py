@@ -21,11 +21,27 @@ from matplotlib.ticker import MaxNLocator  # noqa: E402
 from sim.simulator import SimResult  # noqa: E402
 from sim.training_run import RunResult  # noqa: E402
 
+TABLE_LEGEND = """\
+x_static    makespan / the static policy's ('-': static was not simulated; see sim compare)
+x_bound     makespan / the lower bound (1.000 is optimal)
+preempt     requests preempted for KV space; recomputed: the tokens they computed again
+sticky_lb   the lower bound given the engine each trajectory ran on ('-': a turn moved)
+idle        the engines' idle share of the makespan; kv_util: their KV blocks' mean use"""
+"""What the columns of `table` mean, printed under it."""
+
+RUN_LEGEND = """\
+step_s_mean     run_s / steps, the pipeline's fill (k+1 steps start at once) and drain included
+step_s_steady   mean time between weight pushes with the pipeline full (pushes k+1 to N-k);
+                the fill and drain can make it shorter or longer than step_s_mean
+staleness       policy versions a trajectory lagged the learner (histogram: trajectories)
+partial_rollout_fraction  trajectories generated under more than one policy version"""
+"""What the less obvious keys of `rstar2 sim run --steps N` mean, printed under its table."""
+
 
 def table(results: Sequence[SimResult]) -> str:
-    """A fixed-width table; ratios are to the static split and to the lower bound. `sticky_lb`
-    is the run's bound given where its trajectories ran ('-' when a turn moved)."""
-    static = next((r for r in results if r.policy == "static"), results[0])
+    """A fixed-width table and its legend (`TABLE_LEGEND`); ratios are to the static split
+    (only when it is among `results`) and to the lower bound."""
+    static = next((r for r in results if r.policy == "static"), None)
     head = (
         f"{'policy':<18} {'makespan_s':>10} {'x_static':>8} {'x_bound':>7} {'preempt':>7} "
         f"{'recomputed':>10} {'sticky_lb':>9} {'idle':>6} {'kv_util':>7} {'tokens/s':>10} {'events':>8} {'wall_s':>6}"
@@ -33,8 +49,9 @@ def table(results: Sequence[SimResult]) -> str:
     lines = [head, "-" * len(head)]
     for r in results:
         sticky = "-" if r.sticky_bound_s is None else f"{r.sticky_bound_s:.1f}"
+        x_static = "-" if static is None else f"{r.makespan_s / static.makespan_s:.3f}"
         lines.append(
-            f"{r.policy:<18} {r.makespan_s:>10.1f} {r.makespan_s / static.makespan_s:>8.3f} "
+            f"{r.policy:<18} {r.makespan_s:>10.1f} {x_static:>8} "
             f"{r.ratio_to_bound:>7.3f} {r.preemptions:>7d} {r.recomputed_tokens:>10d} {sticky:>9} "
             f"{r.idle_fraction:>6.3f} {r.kv_utilisation:>7.3f} {r.tokens_per_s:>10.0f} "
             f"{r.events:>8d} {r.wall_s:>6.2f}"
@@ -43,7 +60,7 @@ def table(results: Sequence[SimResult]) -> str:
         f"lower bound: {results[0].lower_bound_s:.1f} s; spread floor (no even length-blind "
         f"sticky split beats it): {results[0].spread_floor_s:.1f} s (see docs/sim.md)"
     )
-    return "\n".join(lines)
+    return "\n".join([*lines, "", TABLE_LEGEND])
 
 
 def key_value_table(report: Mapping[object, object], indent: int = 0) -> str:
@@ -60,6 +77,11 @@ def key_value_table(report: Mapping[object, object], indent: int = 0) -> str:
             text = f"{value:.6g}" if isinstance(value, float) else str(value)
             lines.append(f"{' ' * indent}{key!s:<{32 - indent}}{text}")
     return "\n".join(lines)
+
+
+def run_table(summary: Mapping[object, object]) -> str:
+    """The summary of `rstar2 sim run --steps N` (`RunResult.summary()`) and its legend."""
+    return f"{key_value_table(summary)}\n\n{RUN_LEGEND}"
 
 
 def _downsample(line: list[tuple[float, int]], points: int = 400) -> tuple[list[float], list[int]]:
@@ -129,7 +151,8 @@ def write_plots(results: Sequence[SimResult], out_dir: str | Path) -> list[Path]
 
 
 def staleness_table(results: Sequence[RunResult]) -> str:
-    """One row per max staleness k; `speedup` is trajectories per hour over the first row's."""
+    """One row per max staleness k; `speedup` is trajectories per hour over the first row's;
+    `steady_s` is `step_s_steady` (`RUN_LEGEND`, printed under the table)."""
     base = results[0].trajectories_per_hour
     head = (
         f"{'k':>2} {'step_s_mean':>11} {'steady_s':>9} {'traj/hour':>10} {'speedup':>7} {'engine_idle':>11} "
@@ -147,7 +170,7 @@ def staleness_table(results: Sequence[RunResult]) -> str:
         )
     first = results[0]
     lines.append(f"{first.steps} steps, {first.policy}, learner {s['learner']}")
-    return "\n".join(lines)
+    return "\n".join([*lines, "", RUN_LEGEND.replace("step_s_steady", "steady_s     ")])
 
 
 def write_staleness_plot(results: Sequence[RunResult], out_dir: str | Path) -> Path:

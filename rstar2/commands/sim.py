@@ -50,7 +50,14 @@ from rstar2.scheduler import POLICY_NAMES, SchedulerConfig
 from sim.bound import bound_parts
 from sim.config import LearnerConfig, SimConfig, build, build_run
 from sim.cost import GPUS, MODELS, StepPoint, fit, load_points
-from sim.report import key_value_table, staleness_table, table, write_plots, write_staleness_plot
+from sim.report import (
+    key_value_table,
+    run_table,
+    staleness_table,
+    table,
+    write_plots,
+    write_staleness_plot,
+)
 from sim.simulator import ProgressFn, SimResult
 from sim.training_run import RunResult
 from sim.workload import SCENARIOS, WorkloadConfig, load_trace
@@ -315,7 +322,7 @@ def run(args: argparse.Namespace) -> int:
     if args.action == "run" and (args.steps or 1) > 1:
         run_result = simulate_run(args, args.max_staleness)
         summary = run_result.summary()
-        print(json.dumps(summary, indent=2) if args.json else key_value_table(summary))
+        print(json.dumps(summary, indent=2) if args.json else run_table(summary))
         return 0
     policies = list(COMPARED) if args.action == "compare" else [args.policy]
     results = [simulate(args, p) for p in policies]

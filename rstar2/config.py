@@ -22,14 +22,39 @@ from typing import Any, Literal, TypeVar, get_args, get_origin, get_type_hints
 T = TypeVar("T")
 
 
+class _Missing:
+    """The value of a required config key that was not given."""
+
+    def __repr__(self) -> str:
+        return "nothing"
+
+
+MISSING = _Missing()
+"""`ConfigError.value` of a required key that is absent."""
+
+
 class ConfigError(ValueError):
-    """A configuration key is unknown or its value is invalid."""
+    """A configuration key is unknown or its value is invalid. `key` is a dotted config key, a
+    command-line flag (`--data`: the message says "argument --data", as argparse does), or
+    `<file>` / `<root>` (the config file itself)."""
 
     def __init__(self, key: str, value: object, expected: str) -> None:
         self.key = key
         self.value = value
         self.expected = expected
-        super().__init__(f"config key '{key}': got {value!r}, expected {expected}")
+        super().__init__(_message(key, value, expected))
+
+
+def _message(key: str, value: object, expected: str) -> str:
+    if key.startswith("-"):
+        where = f"argument {key}"
+    elif key in ("<file>", "<root>"):
+        where = "config file" if key == "<file>" else "config"
+    else:
+        where = f"config key '{key}'"
+    if value is MISSING:
+        return f"{where} is missing: expected {expected}"
+    return f"{where}: got {value!r}, expected {expected}"
 
 
 class UsageError(ValueError):
@@ -79,12 +104,12 @@ def from_dict(cls: type[T], data: Any, prefix: str = "") -> T:
             known = ", ".join(sorted(fields))
             raise ConfigError(dotted, value, f"one of the known keys: {known}")
         kwargs[key] = _convert(hints[key], value, dotted)
-    try:
-        obj = cls(**kwargs)
-    except ConfigError:
-        raise
-    except TypeError as e:  # a required field is missing
-        raise ConfigError(prefix or "<root>", data, str(e)) from None
+    for name, f in fields.items():  # a required key (no default) that is absent
+        no_default = f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+        if f.init and no_default and name not in kwargs:
+            dotted = f"{prefix}.{name}" if prefix else name
+            raise ConfigError(dotted, MISSING, f"{_kind(hints[name])} (the key has no default)")
+    obj = cls(**kwargs)
     _check = getattr(obj, "validate", None)
     if callable(_check):
         try:
@@ -94,6 +119,18 @@ def from_dict(cls: type[T], data: Any, prefix: str = "") -> T:
                 raise
             raise ConfigError(f"{prefix}.{e.key}", e.value, e.expected) from None
     return obj
+
+
+def _kind(tp: Any) -> str:
+    """A config value of type `tp`, in words (for a missing key's message)."""
+    origin = get_origin(tp)
+    if origin in (list, tuple):
+        (item_tp, *_) = get_args(tp) or (Any,)
+        return "a list of tables" if dataclasses.is_dataclass(item_tp) else "a list"
+    if origin is dict or dataclasses.is_dataclass(tp):
+        return "a table"
+    names = {bool: "true or false", int: "an integer", float: "a number", str: "a string"}
+    return names.get(tp, "a value")
 
 
 def _convert(tp: Any, value: Any, key: str) -> Any:

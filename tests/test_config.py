@@ -79,3 +79,25 @@ def test_bad_files(tmp_path) -> None:
     bad.write_text("x = = 1")
     with pytest.raises(ConfigError):
         load_file(bad)
+
+
+@dataclass
+class Required:
+    items: list[Inner]
+    """no default"""
+
+
+def test_a_missing_required_key_is_named_in_plain_words() -> None:
+    # issue 34 row 12: an empty [graph] printed "GraphConfig.__init__() missing 1 required ..."
+    with pytest.raises(ConfigError) as info:
+        from_dict(Required, {}, "graph")
+    assert str(info.value) == (
+        "config key 'graph.items' is missing: expected a list of tables (the key has no default)"
+    )
+    assert "__init__" not in str(info.value)
+
+
+def test_a_flag_is_called_an_argument_not_a_config_key() -> None:
+    # issue 34 row 12: flags were called "config key '--data'"
+    assert str(ConfigError("--data", "x", "a file")) == "argument --data: got 'x', expected a file"
+    assert str(ConfigError("a.b", 1, "2")) == "config key 'a.b': got 1, expected 2"

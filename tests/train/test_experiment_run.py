@@ -66,10 +66,10 @@ def test_experiment_runs_resumes_and_reports(
 @pytest.mark.parametrize(
     ("flags", "message"),
     [
-        (["--arms", "sft,ppo"], "config key '--arms': got 'sft,ppo'"),
+        (["--arms", "sft,ppo"], "argument --arms: got 'sft,ppo'"),
         (["--arms", "sft_long"], "grpo or roc beside sft_long"),
-        (["--envs", "dirty"], "config key '--envs'"),
-        (["--seeds", "0,x"], "config key '--seeds'"),
+        (["--envs", "dirty"], "argument --envs"),
+        (["--seeds", "0,x"], "argument --seeds"),
         (["--set", "sft.steps=0"], "config key 'sft.steps'"),
         (["--set", "test_problems=0"], "config key 'test_problems'"),
         (["--set", "nope=1"], "nope"),

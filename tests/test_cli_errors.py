@@ -6,6 +6,7 @@ bug. Commands run in this process (`rstar2.cli.main`), except the closed pipe.""
 from __future__ import annotations
 
 import argparse
+import os
 import subprocess
 import sys
 
@@ -15,7 +16,9 @@ from rstar2 import cli
 from rstar2.cli import main
 
 # placeholders in argv: {missing} a path that does not exist, {dir} an empty directory, {file} a
-# text file, {bad_yaml}/{bad_toml}/{bad_jsonl}/{bad_json} files that do not parse
+# text file, {bad_yaml}/{bad_toml}/{bad_jsonl}/{bad_json} files that do not parse, {q_jsonl}
+# problems under fields no default names, {model} a directory with a config.json only,
+# {empty_graph} a launch file with an empty [graph] table
 CASES: list[tuple[str, int]] = [
     ("--bogus", 2),
     ("no-such-command", 2),
@@ -31,12 +34,16 @@ CASES: list[tuple[str, int]] = [
     ("train --resume {dir}", 2),
     ("train --set stages.x.steps=1", 2),
     ("train --set nope=1", 2),
+    ("train --quick --dry-run --set data={q_jsonl}", 2),  # issue 34 row 3
+    ("train --quick --run-dir {dir}/never --set data={q_jsonl}", 2),
     # eval, chat
     ("eval --data {file}", 2),
     ("eval --model {dir} --data {file} --samples x", 2),
     ("eval --model {missing} --data {file}", 2),
     ("eval --model {file} --data {file}", 2),
     ("chat --model {dir}", 2),
+    ("eval --model {model} --data {q_jsonl}", 2),
+    ("eval --model {model} --data {dir}", 2),  # issue 34 row 10
     # analyze
     ("analyze {file}", 2),
     ("analyze {file} --model {dir}", 2),
@@ -109,6 +116,7 @@ CASES: list[tuple[str, int]] = [
     ("launch {missing}.toml", 2),
     ("launch {dir}", 2),
     ("launch {bad_yaml}", 2),
+    ("launch {empty_graph}", 2),
 ]
 
 
@@ -122,10 +130,17 @@ def paths(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
         "bad.toml": "x = \n",
         "bad.jsonl": "not json\n",
         "bad.json": "{not json",
+        "q.jsonl": '{"q": "1+1?", "sol": 2}\n',
+        "empty_graph.toml": "[graph]\n",
     }
     for name, text in files.items():
         (root / name).write_text(text)
+    (root / "model").mkdir()
+    (root / "model" / "config.json").write_text("{}")
     return {
+        "q_jsonl": str(root / "q.jsonl"),
+        "model": str(root / "model"),
+        "empty_graph": str(root / "empty_graph.toml"),
         "missing": str(root / "missing"),
         "dir": str(root / "dir"),
         "file": str(root / "file"),
@@ -154,6 +169,41 @@ def test_bad_input_is_one_line_and_its_exit_code(
     assert "Traceback" not in err
     lines = err.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("rstar2"), err
+
+
+# (argv, what the one line says): plain wording naming the flag or key (issue 34 rows 3, 10, 12)
+WORDING: list[tuple[str, list[str]]] = [
+    ("train --quick --dry-run --set data={q_jsonl}",
+     ["config key 'data'", "missing field 'problem' (the row's fields: q, sol)",
+      "data_format.problem_field"]),
+    ("eval --model {model} --data {q_jsonl}",
+     ["argument --data:", "missing field 'problem'", "--problem-field"]),
+    ("eval --model {model} --data {dir}", ["argument --data:", "(Is a directory"]),
+    ("launch {empty_graph}", ["config key 'graph.actors' is missing: expected a list of tables"]),
+    ("train --processes 0", ["argument --processes"]),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("line", "words"), WORDING)
+def test_the_error_names_the_flag_or_key_in_plain_words(
+    line: str, words: list[str], paths: dict[str, str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert _run(["-q", *line.format(**paths).split()]) == 2
+    err = capsys.readouterr().err
+    for word in words:
+        assert word in err, err
+    assert "config key '-" not in err and "__init__" not in err
+
+
+def test_a_bad_training_file_leaves_no_run_directory(
+    paths: dict[str, str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    run_dir = f"{paths['dir']}/never"
+    assert (
+        _run(["-q", "train", "--quick", "--run-dir", run_dir, "--set", f"data={paths['q_jsonl']}"])
+        == 2
+    )
+    assert not os.path.exists(run_dir)
 
 
 def test_ctrl_c_is_exit_code_130(

@@ -31,7 +31,7 @@ import anyio
 
 from rstar2.commands.rollout_options import RunSettings, add_rollout_arguments, resolve_settings
 from rstar2.config import ConfigError
-from rstar2.data import Problem, load_problems
+from rstar2.data import ANSWER_FIELDS, PROBLEM_FIELDS, BadRow, Problem, load_problems
 from rstar2.engine.async_engine import open_engine
 from rstar2.model import load_model, render_prompt
 from rstar2.reward import open_reward_pool
@@ -52,11 +52,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--samples", type=int, default=1, metavar="K", help="rollouts per problem")
     parser.add_argument("--limit", type=int, metavar="N", help="only the first N problems")
     parser.add_argument(
-        "--problem-field", default="problem",
-        help="problem text field; dots select a nested field (metadata.question)",
-    )  # fmt: skip
+        "--problem-field",
+        help="problem text field; dots select a nested field (metadata.question); a chat list "
+        f"gives its user turn (default: the first of {', '.join(PROBLEM_FIELDS)} the file has)",
+    )
     parser.add_argument(
-        "--answer-field", default="answer", help="reference answer field (dotted: nested)"
+        "--answer-field",
+        help="reference answer field (dotted: nested) "
+        f"(default: the first of {', '.join(ANSWER_FIELDS)} the file has)",
     )
     parser.add_argument("--id-field", help="problem id field (default: the row number)")
     parser.add_argument(
@@ -96,6 +99,16 @@ def check_counts(args: argparse.Namespace) -> None:
             raise ConfigError(flag, value, "an integer >= 1")
 
 
+FIELD_HINT = "; --problem-field, --answer-field and --id-field name the fields"
+
+
+def problem_file_error(e: Exception) -> str:
+    """A problem file's error as one line: an OSError's reason and path, else its message."""
+    if isinstance(e, OSError) and e.strerror and e.filename:
+        return f"{e.strerror}: {e.filename}"
+    return str(e)
+
+
 def load_problem_set(args: argparse.Namespace) -> list[Problem]:
     """The problems to evaluate; a missing file or a bad row is a one-line error, not a
     traceback (ConfigError on `--data`, the loader's message naming the file and line)."""
@@ -103,8 +116,12 @@ def load_problem_set(args: argparse.Namespace) -> list[Problem]:
         loaded = load_problems(
             args.data, args.problem_field, args.answer_field, args.id_field, args.skip_bad_rows
         )
-    except (OSError, ValueError) as e:  # missing file, bad row (named by file and line)
-        raise ConfigError("--data", args.data, f"a usable problem file ({e})") from None
+    except BadRow as e:  # named by file and line
+        hint = FIELD_HINT if "missing field" in str(e) else ""
+        raise ConfigError("--data", args.data, f"a usable problem file ({e}{hint})") from None
+    except (OSError, ValueError) as e:  # missing file, a directory, not JSON/Parquet
+        reason = problem_file_error(e)
+        raise ConfigError("--data", args.data, f"a usable problem file ({reason})") from None
     if loaded.skipped:
         log.warning("skipped %d bad rows of %s", loaded.skipped, args.data)
     problems = loaded.problems

@@ -28,7 +28,7 @@ from rstar2.learner.checkpoint import load_checkpoint, load_latest
 from rstar2.redaction import redact
 from rstar2.train.config import TrainConfig, config_dict, load_train_config
 from rstar2.train.resumption import locate, resumed_config
-from rstar2.train.runner import TrainingFailed, TrainingInterrupted, run_training
+from rstar2.train.runner import TrainingFailed, TrainingInterrupted, check_splits, run_training
 
 HELP = "run the full trainer (SFT then GRPO-RoC RL stages)"
 
@@ -126,6 +126,7 @@ def _resumed(args: argparse.Namespace, sets: list[str]) -> Plan:
 def run(args: argparse.Namespace) -> int:
     plan = resolve(args)
     cfg, run_dir = plan.cfg, plan.run_dir
+    _check_problem_files(cfg, args.dry_run)
     if args.dry_run:
         if args.json:
             print(json.dumps(dry_run_plan(cfg)))
@@ -200,6 +201,21 @@ def _sigterm_interrupts() -> Iterator[None]:
 def _interrupted(what: str, signal_name: str, run_dir: Path) -> int:
     print(f"rstar2 train: {what}; resume with `rstar2 train --resume {run_dir}`", file=sys.stderr)
     return EXIT_SIGNAL.get(signal_name, 130)
+
+
+def _check_problem_files(cfg: TrainConfig, dry_run: bool) -> None:
+    """Read the problem files before the dry run's verdict or the run directory (a bad row is
+    one line, exit code 2, with nothing written). A dry run checks a config meant for another
+    machine too: files that are not here are named in a warning, and the files are not checked."""
+    absent = [
+        f"{key} {path}"
+        for key in ("data", "heldout_data", "test_data")
+        if (path := getattr(cfg, key)) and not Path(path).exists()
+    ]
+    if dry_run and absent:
+        log.warning("problem files not checked: not on this machine: %s", ", ".join(absent))
+        return
+    check_splits(cfg)
 
 
 def _check_writable(run_dir: Path) -> None:

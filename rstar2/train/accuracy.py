@@ -30,9 +30,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from rstar2.config import ConfigError
-from rstar2.data import load_problems
 from rstar2.tasks.arithmetic import generate_problems
 from rstar2.train.config import TrainConfig
+from rstar2.train.problem_files import load_problem_file
 from rstar2.train.problem_stream import TrainProblem
 from rstar2.train.step_metrics import rollout_metrics
 from rstar2.wire import TrajectoryResult
@@ -95,9 +95,9 @@ def rollout_figures(results: Sequence[TrajectoryResult]) -> dict[str, float]:
     return {k: step[k] for k in ROLLOUT_FIGURES}
 
 
-def _source(cfg: TrainConfig, path: str) -> list[TrainProblem]:
-    if path:
-        return [TrainProblem(p.id, p.problem, p.answer) for p in load_problems(path).problems]
+def _source(cfg: TrainConfig, key: str) -> list[TrainProblem]:
+    if getattr(cfg, key):
+        return load_problem_file(cfg, key)
     return [TrainProblem(p.id, p.problem, p.answer) for p in generate_problems(cfg.task, "heldout")]
 
 
@@ -105,10 +105,10 @@ def eval_splits(
     cfg: TrainConfig, train: Sequence[TrainProblem]
 ) -> tuple[list[TrainProblem], list[TrainProblem]]:
     """(validation, test) problems of a run (see the module docstring)."""
-    heldout = _source(cfg, cfg.heldout_data)
+    heldout = _source(cfg, "heldout_data")
     validation = heldout[: cfg.heldout_problems]
     if cfg.test_data:
-        test = _source(cfg, cfg.test_data)[: cfg.test_problems]
+        test = _source(cfg, "test_data")[: cfg.test_problems]
     else:
         test = heldout[cfg.heldout_problems : cfg.heldout_problems + cfg.test_problems]
     if len(validation) < cfg.heldout_problems or len(test) < cfg.test_problems:

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from rstar2.config import ConfigError, from_dict, load_file, require, to_dict
+from rstar2.data import DataFormat
 from rstar2.devices import resolve_device
 from rstar2.engine.config import EngineConfig
 from rstar2.learner.policy_update import LearnerConfig
@@ -232,12 +233,15 @@ class TrainConfig:
     task: TaskConfig = field(default_factory=TaskConfig)
     """The embedded task's problems (train and held-out splits)."""
     data: str = ""
-    """Optional JSONL/Parquet training problems (fields problem, answer) instead of the task."""
+    """Optional JSONL/JSON/Parquet training problems instead of the task (fields: `data_format`)."""
     heldout_data: str = ""
     """Optional JSONL/Parquet held-out problems instead of the task's held-out split: the
     validation problems first, then (without `test_data`) the test problems."""
     test_data: str = ""
     """Optional JSONL/Parquet test problems (else they follow the validation problems)."""
+    data_format: DataFormat = field(default_factory=DataFormat)
+    """Which fields of the problem files (`data`, `heldout_data`, `test_data`) hold the problem,
+    the answer and the id (default: found by name, `rstar2.data.problem_loader`)."""
     sft: SFTConfig = field(default_factory=SFTConfig)
     """Stage 0: SFT on tool-format traces (steps = 0 skips it)."""
     stages: list[StageConfig] = field(default_factory=lambda: [StageConfig()])

@@ -28,7 +28,6 @@ from typing import Any
 
 import torch
 
-from rstar2.data import load_problems
 from rstar2.learner.checkpoint import (
     POLICY_DIR,
     Checkpoint,
@@ -47,6 +46,7 @@ from rstar2.tasks.arithmetic import generate_problems
 from rstar2.train.config import TrainConfig
 from rstar2.train.controller import derive_seed, group_results
 from rstar2.train.learner_ranks import start_ranks
+from rstar2.train.problem_files import load_problem_file
 from rstar2.train.problem_stream import TrainProblem
 from rstar2.weights.buckets import WeightManifest, manifest_of
 from rstar2.wire import TrajectoryResult
@@ -56,10 +56,9 @@ log = logging.getLogger(__name__)
 
 def load_split(cfg: TrainConfig, split: str) -> list[TrainProblem]:
     """Training or held-out problems: from the configured files, else the embedded task."""
-    path = cfg.data if split == "train" else cfg.heldout_data
-    if path:
-        loaded = load_problems(path)
-        return [TrainProblem(p.id, p.problem, p.answer) for p in loaded.problems]
+    key = "data" if split == "train" else "heldout_data"
+    if getattr(cfg, key):
+        return load_problem_file(cfg, key)
     return [TrainProblem(p.id, p.problem, p.answer) for p in generate_problems(cfg.task, split)]
 
 

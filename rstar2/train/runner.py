@@ -49,6 +49,7 @@ from rstar2.tasks.traces import build_traces
 from rstar2.train.accuracy import eval_splits
 from rstar2.train.config import ClusterConfig, TrainConfig, config_dict
 from rstar2.train.learner_actor import LearnerActor, LearnerParams
+from rstar2.train.problem_files import split_sources
 from rstar2.train.run_state import load_split
 
 log = logging.getLogger(__name__)
@@ -238,6 +239,23 @@ def train_graph(
     learner = graph.actors[0]
     learner.params["weight_sync_host"] = graph.hosts[learner.host]
     return graph
+
+
+def check_splits(cfg: TrainConfig) -> None:
+    """Read every split's problems before any work (a file that cannot be read, a row without
+    the configured field, a test split that leaks: `ConfigError`) and log where each comes
+    from, with a warning when training data is a file but evaluation is on the built-in task."""
+    train = load_split(cfg, "train")
+    validation, test = eval_splits(cfg, train)
+    sources = split_sources(cfg)
+    for name, problems in (("training", train), ("validation", validation), ("test", test)):
+        log.info("%s problems: %d from %s", name, len(problems), sources[name])
+    if cfg.data and not cfg.heldout_data and (cfg.heldout_problems or cfg.test_problems):
+        log.warning(
+            "training on %s but validating and testing on the built-in task: set heldout_data "
+            "(and test_data) to evaluate on problems like the training ones",
+            cfg.data,
+        )
 
 
 def run_training(

@@ -99,7 +99,10 @@ def test_parquet_missing_column_is_a_file_error_even_when_skipping(tmp_path: Pat
     path = tmp_path / "p.parquet"
     pq.write_table(pa.table({"question": ["a?"], "answer": ["1"]}), path)
     with pytest.raises(ValueError, match="no column 'problem'.*question"):
-        load_problems(path, skip_bad_rows=True)
+        load_problems(path, "problem", skip_bad_rows=True)
+    pq.write_table(pa.table({"text": ["a?"], "answer": ["1"]}), path)  # no known problem field
+    with pytest.raises(ValueError, match="no column 'problem'.*text"):
+        load_problems(path)
 
 
 def test_file_errors(tmp_path: Path) -> None:
@@ -178,3 +181,81 @@ def test_a_utf8_byte_order_mark_is_skipped(tmp_path: Path, name: str) -> None:
     path = tmp_path / name
     path.write_bytes(b"\xef\xbb\xbf" + body.encode())
     assert load_problems(path).problems == [Problem("1", "a?", "1"), Problem("2", "b?", "2")]
+
+
+def test_a_missing_field_lists_the_rows_fields(tmp_path: Path) -> None:
+    path = write_jsonl(tmp_path / "p.jsonl", [{"text": "a?", "answer": 1}])
+    with pytest.raises(BadRow, match=r"missing field 'problem' \(the row's fields: text, answer\)"):
+        load_problems(path)
+
+
+def test_a_directory_is_refused_as_one(tmp_path: Path) -> None:
+    with pytest.raises(IsADirectoryError, match="Is a directory"):
+        load_problems(tmp_path)
+
+
+VERL = [
+    {
+        "data_source": "openai/gsm8k",
+        "prompt": [
+            {"role": "system", "content": "be brief"},
+            {"role": "user", "content": "6*7? Output the final answer after ####."},
+        ],
+        "ability": "math",
+        "reward_model": {"style": "rule", "ground_truth": "42"},
+        "extra_info": {"index": 0, "question": "6*7?"},
+    },
+    {
+        "data_source": "openai/gsm8k",
+        "prompt": [{"role": "user", "content": "1+1?"}],
+        "ability": "math",
+        "reward_model": {"style": "rule", "ground_truth": "2"},
+        "extra_info": {"index": 1, "question": "1+1?"},
+    },
+]
+
+
+@pytest.mark.parametrize("name", ["verl.parquet", "verl.jsonl"])
+def test_a_verl_file_reads_as_it_is(tmp_path: Path, name: str) -> None:
+    # issue 34 row 5: the chat-list prompt was "must be a string, got list"
+    path = tmp_path / name
+    if name.endswith(".parquet"):
+        pq.write_table(pa.Table.from_pylist(VERL), path)
+    else:
+        write_jsonl(path, VERL)  # type: ignore[arg-type]
+    assert load_problems(path).problems == [
+        Problem("1", "6*7? Output the final answer after ####.", "42"),
+        Problem("2", "1+1?", "2"),
+    ]
+    assert load_problems(path, "extra_info.question").problems[0].problem == "6*7?"
+
+
+@pytest.mark.parametrize(
+    ("row", "expected"),
+    [
+        ({"question": "q?", "answer": "3 + 4 = 7\n#### 7"}, Problem("1", "q?", "7")),  # GSM8K
+        ({"Problem": "q?", "Answer": 204}, Problem("1", "q?", "204")),  # AIME
+        ({"problem": "q?", "solution": "...", "answer": "\\frac{1}{2}"}, Problem("1", "q?", "\\frac{1}{2}")),
+        ({"question": "q?", "final_answer": "5"}, Problem("1", "q?", "5")),
+    ],
+)  # fmt: skip
+def test_common_math_layouts_read_as_they_are(
+    tmp_path: Path, row: dict[str, object], expected: Problem
+) -> None:
+    path = write_jsonl(tmp_path / "p.jsonl", [row])
+    assert load_problems(path).problems == [expected]
+
+
+@pytest.mark.parametrize(
+    ("prompt", "message"),
+    [
+        ([{"role": "system", "content": "x"}], "a list with no user turn"),
+        ([{"role": "user", "content": ["x"]}], "content must be a string"),
+    ],
+)
+def test_a_chat_list_needs_a_user_turn_of_text(
+    tmp_path: Path, prompt: list[object], message: str
+) -> None:
+    path = write_jsonl(tmp_path / "p.jsonl", [{"prompt": prompt, "answer": 1}])
+    with pytest.raises(BadRow, match=message):
+        load_problems(path)

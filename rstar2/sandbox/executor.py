@@ -7,12 +7,17 @@ queue (`max_queue` requests or `max_queue_mb` bytes outstanding) or a closed exe
 `rejected` at once, so memory stays bounded and nothing is dropped silently. At most
 2 x `concurrency` requests are handed to the zygote at a time; its results come back in
 completion order, so a slow request never holds back others. If the zygote dies, its in-flight
-requests get status `killed` and a new zygote is started. A caller cancelled while waiting
-cancels its request in the zygote.
+requests get status `killed` and a new zygote is started; a start that fails in any way (the new
+zygote killed during its handshake included) is retried with a backoff from 0.05 s doubling to
+2 s, for as long as the executor is open, so no number of zygote deaths ends the service. While
+no zygote is up a request waits for one up to `cfg.restart_wait_s`, then is answered `rejected`
+with `infra` "unavailable" (retry later; HTTP: 503 with Retry-After). A caller cancelled while
+waiting cancels its request in the zygote.
 
 Results that are the sandbox's fault rather than the code's carry `ExecResult.infra`: a full
-queue ("queue_full"), a shut-down executor ("shut_down"), a dead zygote ("sandbox_died"), a
-child that could not be started ("spawn_failed"). Code or stdin over the size limits is the
+queue ("queue_full"), no zygote up within `restart_wait_s` ("unavailable"), a shut-down executor
+("shut_down"), a dead zygote ("sandbox_died"), a child that could not be started ("spawn_failed").
+"queue_full" and "unavailable" are the two a caller should retry (`RETRY_LATER`). Code or stdin over the size limits is the
 caller's own doing: `rejected` without `infra`. With `cfg.fault_rate` > 0 a seeded share of
 admitted requests is answered with an injected failure instead of running (`faults.py`): noise
 the model must cope with, deliberately NOT flagged as infrastructure.
@@ -55,6 +60,16 @@ from rstar2.wire import ExecRequest, ExecResult
 log = logging.getLogger(__name__)
 
 
+RETRY_LATER = frozenset({"queue_full", "unavailable"})
+"""`ExecResult.infra` values that mean "not run; the same request may succeed later"."""
+
+RESTART_BACKOFF_S = (0.05, 2.0)
+"""First and longest wait between two failed zygote starts (doubling in between)."""
+
+BOOT_ATTEMPTS = 3
+"""Starts the first zygote gets before `boot` gives up (a broken set-up fails fast)."""
+
+
 class SandboxStartError(RuntimeError):
     """The zygote did not start (or did not report ready in time)."""
 
@@ -68,6 +83,8 @@ class ExecutorStats:
     zygote_restarts: int
     faults: int = 0
     """Requests answered with an injected fault (`fault_rate`)."""
+    failed_starts: int = 0
+    """Zygote starts that failed (killed during start-up, or not starting) and were retried."""
 
 
 @dataclass
@@ -87,6 +104,7 @@ class Executor:
         self.cfg = cfg
         self.isolation = IsolationReport()
         self._proc: anyio.abc.Process | None = None
+        self._starting: anyio.abc.Process | None = None
         self._up = anyio.Event()
         self._closed = False
         self._credits = anyio.Semaphore(2 * cfg.concurrency)
@@ -99,6 +117,7 @@ class Executor:
         self._rejected = 0
         self._faults = 0
         self._restarts = 0
+        self._failed_starts = 0
         self._frames = framing.FrameBuffer()
         self._argv: list[str] = []
 
@@ -157,13 +176,16 @@ class Executor:
             self._rejected,
             self._restarts,
             self._faults,
+            self._failed_starts,
         )
 
     def process_ids(self) -> list[int]:
-        """The zygote's processes (bubblewrap, zygote, children) as seen from the host."""
-        if self._proc is None:
+        """The zygote's processes (bubblewrap, zygote, children) as seen from the host; while a
+        zygote is being started, that one's."""
+        proc = self._proc or self._starting
+        if proc is None:
             return []
-        return [self._proc.pid, *proctree.descendants(self._proc.pid)]
+        return [proc.pid, *proctree.descendants(proc.pid)]
 
     def memory_mb(self) -> float:
         """Proportional memory (PSS) of all the zygote's processes, in MiB."""
@@ -171,13 +193,27 @@ class Executor:
 
     # -- one request ---------------------------------------------------------------------
 
+    async def _ready(self) -> anyio.abc.Process | None:
+        """The live zygote, once one is up; None when none came up in `restart_wait_s`."""
+        with anyio.move_on_after(self.cfg.restart_wait_s):
+            while not self._closed:
+                await self._up.wait()
+                proc = self._proc
+                if proc is not None and proc.stdin is not None:
+                    return proc
+                # the zygote died between the event and now: wait for its successor
+                await anyio.sleep(0.01)
+        return None
+
     async def _submit(self, request: ExecRequest) -> ExecResult:
-        await self._up.wait()
-        proc = self._proc
-        if self._closed or proc is None or proc.stdin is None:
+        proc = await self._ready()
+        if self._closed:
             return ExecResult(
                 id=request.id, status="killed", stderr="executor is shut down", infra="shut_down"
             )
+        if proc is None:
+            message = f"sandbox restarting: no zygote up for {self.cfg.restart_wait_s} s, retry"
+            return rejected(request.id, message, "unavailable")
         seq = next(self._seq)
         timeout_s, memory_mb = self.cfg.limits_for(request.timeout_s, request.memory_mb)
         frame = {"op": "run", "seq": seq, "code": request.code, "stdin": request.stdin}
@@ -206,10 +242,20 @@ class Executor:
     # -- the zygote's life ---------------------------------------------------------------
 
     async def boot(self) -> None:
-        """Start the first zygote and check its isolation; raises instead of degrading silently."""
+        """Start the first zygote and check its isolation; raises instead of degrading silently
+        (after `BOOT_ATTEMPTS` failed starts: one killed while starting is tried again)."""
         bwrap_reason = await anyio.to_thread.run_sync(bwrap_status, self.cfg)
         self._argv = zygote_argv(self.cfg, bwrap_reason)
-        proc, layers = await self._launch()
+        for attempt in range(1, BOOT_ATTEMPTS + 1):
+            try:
+                proc, layers = await self._launch()
+                break
+            except SandboxStartError as e:
+                if attempt == BOOT_ATTEMPTS:
+                    raise
+                self._failed_starts += 1
+                log.warning("sandbox zygote failed to start (%s); trying again", e)
+                await anyio.sleep(RESTART_BACKOFF_S[0] * 2**attempt)
         self.isolation = _report(bwrap_reason, layers)
         self.isolation.log()
         if self.cfg.require_isolation and self.isolation.missing():
@@ -222,37 +268,62 @@ class Executor:
 
     async def serve(self) -> None:
         """Pump results from the zygote; restart it whenever it dies, until `aclose`."""
-        while self._proc is not None:
-            proc = self._proc
+        proc = self._proc
+        while proc is not None:
             await self._pump(proc)
-            self._up = anyio.Event()
+            # one synchronous step: no request can pick up the dead zygote after this
+            self._up, self._proc = anyio.Event(), None
             self._fail_all("sandbox zygote exited", "sandbox_died")
             await _stop(proc)
             if self._closed:
                 break
             self._restarts += 1
             log.error("sandbox zygote died (exit %s); starting a new one", proc.returncode)
-            self._proc = await self._relaunch()
+            proc = await self._relaunch()
+            self._proc = proc
             self._up.set()
         self._up.set()
 
     async def _launch(self) -> tuple[anyio.abc.Process, dict[str, str]]:
+        """A started zygote and its isolation layers; any failure, the zygote dying during
+        its handshake included, is a `SandboxStartError` and leaves no process behind."""
         proc = await self._start(self._argv)
+        self._starting = proc
         try:
             return proc, await self._handshake(proc)
-        except SandboxStartError:
-            proc.kill()
+        except BaseException as e:
+            _kill(proc)
             await _stop(proc)
+            if isinstance(e, (anyio.EndOfStream, anyio.BrokenResourceError, OSError)):
+                raise SandboxStartError(f"sandbox zygote died while starting: {e!r}") from e
             raise
+        finally:
+            self._starting = None
 
     async def _relaunch(self) -> anyio.abc.Process | None:
+        """A new zygote, retried with backoff until one starts; None once the executor closes."""
+        delay, longest = RESTART_BACKOFF_S
+        failures = 0
         while not self._closed:
             try:
                 proc, _ = await self._launch()
-                return proc
             except SandboxStartError as e:
-                log.error("sandbox zygote failed to restart (%s); retrying in 1 s", e)
-                await anyio.sleep(1.0)
+                failures += 1
+                self._failed_starts += 1
+                log.error(
+                    "sandbox zygote failed to restart (%s); attempt %d, retrying in %.2f s",
+                    e, failures, delay,
+                )  # fmt: skip
+                await anyio.sleep(delay)
+                delay = min(2 * delay, longest)
+                continue
+            if self._closed:  # closed while it started: nobody will use it
+                _kill(proc)
+                await _stop(proc)
+                return None
+            if failures:
+                log.warning("sandbox zygote up again after %d failed start(s)", failures)
+            return proc
         return None
 
     async def _start(self, argv: list[str]) -> anyio.abc.Process:
@@ -283,7 +354,10 @@ class Executor:
                     return dict(ready.get("layers", {}))
         err = b""
         with anyio.move_on_after(1.0):
-            err = await proc.stderr.receive(4096)
+            try:
+                err = await proc.stderr.receive(4096)
+            except (anyio.EndOfStream, anyio.BrokenResourceError, anyio.ClosedResourceError):
+                pass  # it died without a word
         raise SandboxStartError(f"sandbox zygote did not start: {err.decode(errors='replace')}")
 
     async def _pump(self, proc: anyio.abc.Process) -> None:
@@ -356,12 +430,20 @@ async def _relay_stderr(stream: anyio.abc.ByteReceiveStream) -> None:
         return
 
 
+def _kill(proc: anyio.abc.Process) -> None:
+    """SIGKILL `proc`, which may have died already."""
+    try:
+        proc.kill()
+    except ProcessLookupError:
+        pass
+
+
 async def _stop(proc: anyio.abc.Process) -> None:
     with anyio.CancelScope(shield=True):
         with anyio.move_on_after(5.0):
             await proc.wait()
             return
-        proc.kill()
+        _kill(proc)
         await proc.wait()
 
 

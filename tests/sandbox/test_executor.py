@@ -11,7 +11,7 @@ import pytest
 from rstar2.config import ConfigError, from_dict
 from rstar2.sandbox.config import SandboxConfig
 from rstar2.sandbox.executor import Executor, _relay_stderr, execute_code, open_executor
-from rstar2.sandbox.isolation import IsolationError
+from rstar2.sandbox.isolation import IsolationError, bwrap_status, zygote_argv
 from rstar2.wire import ExecRequest, ExecResult
 
 from .conftest import Sandbox
@@ -249,3 +249,92 @@ async def test_the_stderr_relay_ends_quietly_when_shutdown_closes_its_stream(
     with caplog.at_level("WARNING"):
         await _relay_stderr(_ClosedUnderUs())  # type: ignore[arg-type]
     assert "sandbox zygote: a line" in caplog.text
+
+
+def test_zygote_killed_again_and_again_while_starting_never_ends_the_service() -> None:
+    # Each new zygote is killed 0-300 ms after its process appears (every third within 50 ms,
+    # mostly inside its handshake) while four callers keep sending requests: every request gets
+    # exactly its own answer or a clean sandbox failure, and the executor serves at the end.
+    import random
+
+    rng = random.Random(7)
+    kills, early, landed = 24, 0, 0
+    results: list[tuple[str, ExecResult]] = []
+
+    async def main() -> ExecResult:
+        nonlocal early
+        async with open_executor(LIGHT) as ex:
+            done = anyio.Event()
+
+            async def caller(c: int) -> None:
+                for i in range(10_000):
+                    if done.is_set():
+                        return
+                    marker = f"m{c}-{i}"
+                    results.append(
+                        (marker, await ex.run(ExecRequest(marker, f"print('{marker}')")))
+                    )
+
+            async def killer() -> None:
+                nonlocal early, landed
+                last = -1
+                for k in range(kills):
+                    with anyio.fail_after(20):  # a new zygote process must appear each time
+                        while not ex.process_ids() or ex.process_ids()[0] == last:
+                            await anyio.sleep(0.002)
+                    last = ex.process_ids()[0]
+                    delay = rng.uniform(0, 0.05) if k % 3 == 0 else rng.uniform(0, 0.3)
+                    early += delay < 0.05
+                    await anyio.sleep(delay)
+                    try:
+                        os.kill(last, signal.SIGKILL)
+                        landed += 1
+                    except ProcessLookupError:
+                        pass
+                done.set()
+
+            async with anyio.create_task_group() as tg:
+                for c in range(4):
+                    tg.start_soon(caller, c)
+                tg.start_soon(killer)
+            stats = ex.stats()
+            assert stats.zygote_restarts + stats.failed_starts >= landed >= kills - 2
+            assert stats.failed_starts >= 1  # some kills did land inside a start
+            with anyio.fail_after(10):
+                return await ex.run(ExecRequest("last", "print(6 * 7)"))
+
+    last = anyio.run(main)
+    assert (last.status, last.stdout, last.infra) == ("ok", "42\n", "")
+    assert early >= 8
+    kinds = {(r.status, r.infra) for _, r in results}
+    assert kinds <= {("ok", ""), ("killed", "sandbox_died"), ("rejected", "unavailable")}, kinds
+    for marker, r in results:
+        assert r.id == marker
+        if r.status == "ok":
+            assert r.stdout == f"{marker}\n"
+    assert sum(r.status == "ok" for _, r in results) > 0
+
+
+def test_no_zygote_up_within_restart_wait_is_answered_unavailable() -> None:
+    cfg = SandboxConfig(concurrency=2, preload=[], warmup=False, restart_wait_s=0.2)
+
+    async def main() -> tuple[ExecResult, ExecResult]:
+        async with open_executor(cfg) as ex:
+            ex._argv = ["/bin/false"]  # every restart now fails
+            os.kill(ex.process_ids()[0], signal.SIGKILL)
+            with anyio.fail_after(5):
+                while ex.stats().zygote_restarts == 0:
+                    await anyio.sleep(0.01)
+            refused = await ex.run(ExecRequest("r", "print(1)"))
+            ex._argv = zygote_argv(cfg, bwrap_status(cfg))  # the next retry succeeds
+            with anyio.fail_after(10):
+                while True:
+                    ok = await ex.run(ExecRequest("o", "print(1)"))
+                    if ok.infra != "unavailable":
+                        return refused, ok
+                    await anyio.sleep(0.1)
+
+    refused, ok = anyio.run(main)
+    assert (refused.status, refused.infra) == ("rejected", "unavailable")
+    assert "restarting" in refused.stderr
+    assert (ok.status, ok.stdout) == ("ok", "1\n")

@@ -11,7 +11,7 @@ and `reason`, re-sending the items whose `reason` is "queue_timeout".
 
 This module decides, without I/O:
 - `parse_submission` / `parse_batch`: the body -> typed requests, or a `Refusal` (HTTP status
-  and message) for invalid JSON, a wrong field, an empty batch, a language other than Python or
+  and message) for bytes that are not UTF-8 or not JSON (400), a wrong field (422), an empty batch, a language other than Python or
   code over the sandbox's size limits;
 - `exec_request`: a submission -> the `ExecRequest` the executor runs (no per-request limits:
   code-judge has none, so the sandbox's defaults apply, as on the ZeroMQ service), run as a
@@ -20,8 +20,8 @@ This module decides, without I/O:
 - `run_result` / `judge_result`: an `ExecResult` -> code-judge's result.
 
 How rstar2's statuses map onto code-judge's `reason`: a timeout is "worker_timeout"; a request
-the executor could not queue (`infra` "queue_full") is "queue_timeout", the reason code-judge's
-clients retry; any other failure of the sandbox itself (`infra` set) is "internal_error"; code
+the executor could not queue or had no zygote up for (`infra` "queue_full" or "unavailable",
+`executor.RETRY_LATER`) is "queue_timeout", the reason code-judge's clients retry; any other failure of the sandbox itself (`infra` set) is "internal_error"; code
 over the size limits is refused before it runs. `run_success` is true only for status `ok`;
 `success` also needs `stdout.strip() == expected_output.strip()` when `expected_output` is given.
 Unknown request fields are ignored, as code-judge does.
@@ -38,6 +38,7 @@ from typing import Annotated, Literal, TypeVar
 import msgspec
 
 from rstar2.sandbox.config import SandboxConfig
+from rstar2.sandbox.executor import RETRY_LATER
 from rstar2.sandbox.http_gate import Refusal
 from rstar2.wire import ExecRequest, ExecResult
 
@@ -93,13 +94,16 @@ class BatchResult(msgspec.Struct):
     results: list[SubmissionResult] | list[JudgeResult]  # encoded only, never decoded
 
 
-def _decode(body: bytes, kind: type[T]) -> T | Refusal:
+def decode_body(body: bytes, kind: type[T]) -> T | Refusal:
+    """`body` as a `kind`, or a 400 (not UTF-8, not JSON) or 422 (a wrong or missing field)."""
     try:
         return msgspec.json.decode(body, type=kind)
     except msgspec.ValidationError as e:
         return Refusal(422, f"invalid request: {e}")
     except msgspec.DecodeError as e:
         return Refusal(400, f"the body is not valid JSON: {e}")
+    except UnicodeDecodeError as e:  # msgspec decodes strings' bytes with Python's codec
+        return Refusal(400, f"the body is not valid UTF-8: byte {e.start} ({e.reason})")
 
 
 def _problem(sub: Submission, cfg: SandboxConfig) -> str:
@@ -121,7 +125,7 @@ def _refusal_for(problem: str) -> Refusal:
 
 def parse_submission(body: bytes, cfg: SandboxConfig) -> Submission | Refusal:
     """The body of `/run` or `/judge`, with its `sub_id` filled in, or why it is refused."""
-    sub = _decode(body, Submission)
+    sub = decode_body(body, Submission)
     if isinstance(sub, Refusal):
         return sub
     problem = _problem(sub, cfg)
@@ -133,7 +137,7 @@ def parse_submission(body: bytes, cfg: SandboxConfig) -> Submission | Refusal:
 def parse_batch(body: bytes, cfg: SandboxConfig) -> BatchSubmission | Refusal:
     """The body of a batch route, every `sub_id` filled in, or why it is refused (the first
     bad submission is named by its index)."""
-    batch = _decode(body, BatchSubmission)
+    batch = decode_body(body, BatchSubmission)
     if isinstance(batch, Refusal):
         return batch
     for i, sub in enumerate(batch.submissions):
@@ -159,7 +163,7 @@ def exec_request(sub: Submission) -> ExecRequest:
 
 def reason(result: ExecResult) -> str:
     """code-judge's `reason` for an executor result."""
-    if result.infra == "queue_full":
+    if result.infra in RETRY_LATER:
         return "queue_timeout"
     if result.infra:
         return "internal_error"

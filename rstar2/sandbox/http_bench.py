@@ -127,7 +127,7 @@ async def run_http_bench(
     sock = bind_socket(http.host, http.port)
     async with open_executor(cfg) as ex, anyio.create_task_group() as tg:
         out["isolation"] = {k: (v or "on") for k, v in ex.isolation.layers.items()}
-        port = await tg.start(serve_front, Front(ex, http).app(), sock, http)
+        port = await tg.start(serve_front, Front(ex, http), sock, http)
         out["url"] = f"http://127.0.0.1:{port} (in-process front)"
         measured = await _measure(
             f"http://127.0.0.1:{port}", apis, clients, seconds, None, progress

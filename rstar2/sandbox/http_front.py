@@ -15,7 +15,22 @@ A batch's submissions run concurrently and come back in request order. Answers:
   code-judge routes and 504 on `/run_code` (the one status verl's client retries), both with
   Retry-After; inside a batch that was admitted, an item the executor could not queue gets
   code-judge's own retry signal, `reason` "queue_timeout".
-Nothing waits for room: a request is admitted at once or refused at once.
+Nothing waits for room: a request is admitted at once or refused at once. A sandbox that is
+restarting its zygote (`infra` "unavailable", after `SandboxConfig.restart_wait_s`) reads as
+overloaded too: 503/504 with Retry-After on `/run`, `/judge` and `/run_code`, "queue_timeout"
+inside a batch; so does an executor queue that is full on those single routes.
+
+Bytes that are not UTF-8 or not JSON are 400, wrong fields 422, always with a JSON `detail`.
+Bodies over `PARSE_INLINE_BYTES` are parsed in a worker thread, so a large batch does not hold
+the event loop (and the other requests) while it is decoded. A client that hangs up while
+sending its body is one INFO line, not a traceback.
+
+Stopping (`Shutdown`, which `rstar2 sandbox serve --http` triggers on SIGTERM and SIGINT): the
+listener closes, a request arriving on a kept-alive connection gets the overload status with
+`Connection: close`, requests in flight get `drain_s` to finish; whatever still runs then (or
+at once, on a second signal) is cancelled in the sandbox and answered with the overload status
+and Retry-After, so no client sees a dropped connection or an empty 500. Then the executor
+closes (its children die with the zygote) and the command exits 0.
 
 Built on Starlette (routing, requests and responses) served by Hypercorn: both maintained, both
 on anyio/trio as well as asyncio, so the front runs under `anyio.run` on either backend like the
@@ -31,11 +46,12 @@ What it does not do: run anything but Python, or keep sessions.
 from __future__ import annotations
 
 import logging
+import os
 import socket
 import ssl
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Protocol, TypeVar
 
 import anyio
 import anyio.abc
@@ -46,24 +62,30 @@ import sniffio
 from hypercorn.config import Config as HypercornConfig
 from starlette.applications import Starlette
 from starlette.datastructures import Headers
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from rstar2.config import require
+from rstar2.config import UsageError, require
 from rstar2.sandbox import code_judge, sandbox_fusion
 from rstar2.sandbox.config import SandboxConfig
-from rstar2.sandbox.executor import ExecutorStats, open_executor
+from rstar2.sandbox.executor import RETRY_LATER, ExecutorStats, open_executor
 from rstar2.sandbox.http_gate import Admission, Refusal, authorized, check_bind
 from rstar2.wire import ExecRequest, ExecResult
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 CODE_JUDGE, SANDBOX_FUSION = "code-judge", "sandbox-fusion"
 OVERLOAD_STATUS = {CODE_JUDGE: 503, SANDBOX_FUSION: 504}
 """The status an overloaded front answers, per API: 503 is HTTP's "try again later"; verl's
 SandboxFusion client retries a 504 and nothing else."""
+
+PARSE_INLINE_BYTES = 1 << 20
+"""Bodies up to this size are parsed on the event loop; larger ones in a worker thread."""
+
+SHUTTING_DOWN = "the sandbox service is shutting down; retry (another instance, or later)"
 
 
 @dataclass
@@ -89,6 +111,10 @@ class HttpConfig:
     retry_after_s: int = 1
     """The Retry-After an overloaded front suggests."""
 
+    drain_s: float = 5.0
+    """On shutdown, how long requests in flight get to finish before they are answered with
+    the overload status (and cancelled in the sandbox)."""
+
     certfile: str | None = None
     """TLS certificate (PEM) to serve HTTPS; with `keyfile`."""
 
@@ -100,6 +126,7 @@ class HttpConfig:
         for key in ("max_items", "max_pending_mb", "max_body_mb", "retry_after_s"):
             value = getattr(self, key)
             require(value >= 1, key, value, "an integer >= 1")
+        require(self.drain_s >= 0, "drain_s", self.drain_s, "a number of seconds >= 0")
         require(
             self.max_body_mb <= self.max_pending_mb,
             "max_body_mb",
@@ -137,6 +164,25 @@ def refusal_response(refusal: Refusal, api: str, retry_after_s: int) -> Response
     return _json({"detail": refusal.message}, refusal.status)
 
 
+def api_of(path: str) -> str:
+    """The API a route belongs to (for its overload status)."""
+    return SANDBOX_FUSION if path.startswith(("/run_code", "/v1/")) else CODE_JUDGE
+
+
+class Shutdown:
+    """Asks a served front to stop: the first `request()` drains (`HttpConfig.drain_s`), a
+    second one answers whatever is still running at once."""
+
+    def __init__(self) -> None:
+        self.requested = anyio.Event()
+        self.hurry = anyio.Event()
+
+    def request(self) -> None:
+        if self.requested.is_set():
+            self.hurry.set()
+        self.requested.set()
+
+
 class _Held:
     """What one request holds in the admission, given back when it is answered."""
 
@@ -151,6 +197,32 @@ class Front:
     def __init__(self, ex: Runner, http: HttpConfig) -> None:
         self.ex, self.http = ex, http
         self.admission = Admission(http.max_items, http.max_pending_mb << 20)
+        self.draining = False
+        """Set on shutdown: new requests are refused with the overload status."""
+        self.in_flight = 0
+        """Requests inside a route now."""
+        self._abort: anyio.Event | None = None
+
+    @property
+    def abort(self) -> anyio.Event:
+        """Set when the drain time is up: the runs still going are cancelled and answered."""
+        if self._abort is None:
+            self._abort = anyio.Event()
+        return self._abort
+
+    async def drain(self, seconds: float, hurry: anyio.Event | None = None) -> None:
+        """Refuse new requests, give those in flight `seconds` (less if `hurry` is set) to be
+        answered, then answer the rest with the overload status; returns when none is left."""
+        self.draining = True
+        with anyio.move_on_after(seconds):
+            while self.in_flight and not (hurry is not None and hurry.is_set()):
+                await anyio.sleep(0.02)
+        if self.in_flight:
+            log.warning("drain time up: answering %d request(s) still running", self.in_flight)
+        self.abort.set()
+        with anyio.move_on_after(5.0):
+            while self.in_flight:
+                await anyio.sleep(0.02)
 
     def app(self) -> ASGIApp:
         cj = self._code_judge
@@ -166,32 +238,50 @@ class Front:
             Route("/v1/ping", _pong, methods=["GET"]),
             Route("/status", self.status, methods=["GET"]),
         ]
-        return _TokenCheck(Starlette(routes=routes), self.http.token)
+        return _TokenCheck(_Gate(Starlette(routes=routes), self), self.http.token)
 
     async def status(self, request: Request) -> Response:
         stats = self.ex.stats()
         return _json({"queue": stats.outstanding, "num_workers": self.ex.cfg.concurrency})
 
-    async def _body(self, request: Request, held: _Held) -> bytes | Refusal:
-        """The body, read within `max_body_mb` and the admission's byte budget."""
+    async def _body(self, request: Request, held: _Held) -> bytes | Refusal | None:
+        """The body, read within `max_body_mb` and the admission's byte budget; None when the
+        client hung up before sending all of it."""
         limit = self.http.max_body_mb << 20
         too_large = Refusal(413, f"the body exceeds {self.http.max_body_mb} MiB")
         declared = request.headers.get("content-length", "")
         if declared.isdigit() and int(declared) > limit:
             return too_large
         chunks: list[bytes] = []
-        async for chunk in request.stream():
-            if held.bytes + len(chunk) > limit:
-                return too_large
-            if not self.admission.take_bytes(len(chunk)):
-                return Refusal(503, "overloaded: too many request bytes in flight, retry later")
-            held.bytes += len(chunk)
-            chunks.append(chunk)
+        try:
+            async for chunk in request.stream():
+                if held.bytes + len(chunk) > limit:
+                    return too_large
+                if not self.admission.take_bytes(len(chunk)):
+                    return Refusal(503, "overloaded: too many request bytes in flight, retry later")
+                held.bytes += len(chunk)
+                chunks.append(chunk)
+        except ClientDisconnect:
+            client = request.client
+            who = f"{client.host}:{client.port}" if client else "a client"
+            log.info(
+                "%s hung up while sending %s (%d bytes read)", who, request.url.path, held.bytes
+            )
+            return None
         return b"".join(chunks)
 
-    async def _run_all(self, request: Request, runs: list[ExecRequest]) -> list[ExecResult] | None:
-        """The results of `runs` (run concurrently), or None when the client hung up first:
-        its runs are then cancelled in the sandbox rather than left to their time limits."""
+    async def _parse(self, parse: Callable[[bytes, SandboxConfig], T], body: bytes) -> T:
+        """`parse(body)`, in a worker thread for a body over `PARSE_INLINE_BYTES`."""
+        if len(body) <= PARSE_INLINE_BYTES:
+            return parse(body, self.ex.cfg)
+        return await anyio.to_thread.run_sync(parse, body, self.ex.cfg)
+
+    async def _run_all(
+        self, request: Request, runs: list[ExecRequest]
+    ) -> list[ExecResult] | Refusal | None:
+        """The results of `runs` (run concurrently); None when the client hung up first (its
+        runs are then cancelled in the sandbox rather than left to their time limits); a 503
+        `Refusal` when the service stopped them at the end of its drain."""
         results: list[ExecResult | None] = [None] * len(runs)
 
         async def one(i: int, run: ExecRequest) -> None:
@@ -203,14 +293,21 @@ class Front:
                 pass
             scope.cancel()
 
+        async def stop(scope: anyio.CancelScope) -> None:
+            await self.abort.wait()
+            scope.cancel()
+
         async with anyio.create_task_group() as outer:
             outer.start_soon(watch, outer.cancel_scope)
+            outer.start_soon(stop, outer.cancel_scope)
             async with anyio.create_task_group() as tg:
                 for i, run in enumerate(runs):
                     tg.start_soon(one, i, run)
             outer.cancel_scope.cancel()
         done = [r for r in results if r is not None]
-        return done if len(done) == len(runs) else None
+        if len(done) == len(runs):
+            return done
+        return Refusal(503, SHUTTING_DOWN) if self.abort.is_set() else None
 
     def _code_judge(self, *, batch: bool, judge: bool) -> Callable[[Request], Awaitable[Response]]:
         to_result = code_judge.judge_result if judge else code_judge.run_result
@@ -233,12 +330,12 @@ class Front:
     ) -> Response:
         retry = self.http.retry_after_s
         body = await self._body(request, held)
+        if body is None:
+            return _json({"detail": "the client hung up"}, 499)  # nobody reads it
         if isinstance(body, Refusal):
             return refusal_response(body, CODE_JUDGE, retry)
-        cfg = self.ex.cfg
-        parsed = (
-            code_judge.parse_batch(body, cfg) if batch else code_judge.parse_submission(body, cfg)
-        )
+        parse = code_judge.parse_batch if batch else code_judge.parse_submission
+        parsed = await self._parse(parse, body)
         if isinstance(parsed, Refusal):
             return refusal_response(parsed, CODE_JUDGE, retry)
         subs = parsed.submissions if isinstance(parsed, code_judge.BatchSubmission) else [parsed]
@@ -249,6 +346,11 @@ class Front:
         results = await self._run_all(request, [code_judge.exec_request(s) for s in subs])
         if results is None:
             return _json({"detail": "the client hung up"}, 499)  # nobody reads it
+        if isinstance(results, Refusal):
+            return refusal_response(results, CODE_JUDGE, retry)
+        if not batch and results[0].infra in RETRY_LATER:
+            refusal = Refusal(503, f"overloaded: {results[0].stderr}, retry later")
+            return refusal_response(refusal, CODE_JUDGE, retry)
         answers = [to_result(s, r) for s, r in zip(subs, results, strict=True)]
         if isinstance(parsed, code_judge.BatchSubmission):
             assert parsed.sub_id is not None
@@ -260,9 +362,11 @@ class Front:
         retry = self.http.retry_after_s
         try:
             body = await self._body(request, held)
+            if body is None:
+                return _json({"detail": "the client hung up"}, 499)  # nobody reads it
             if isinstance(body, Refusal):
                 return refusal_response(body, SANDBOX_FUSION, retry)
-            parsed = sandbox_fusion.parse_run_code(body, self.ex.cfg)
+            parsed = await self._parse(sandbox_fusion.parse_run_code, body)
             if isinstance(parsed, Refusal):
                 return refusal_response(parsed, SANDBOX_FUSION, retry)
             refusal = self.admission.take_items(1)
@@ -274,8 +378,10 @@ class Front:
             )
             if results is None:
                 return _json({"detail": "the client hung up"}, 499)  # nobody reads it
+            if isinstance(results, Refusal):
+                return refusal_response(results, SANDBOX_FUSION, retry)
             result = results[0]
-            if result.infra == "queue_full":
+            if result.infra in RETRY_LATER:
                 refusal = Refusal(503, f"overloaded: {result.stderr}, retry later")
                 return refusal_response(refusal, SANDBOX_FUSION, retry)
             return _json(sandbox_fusion.run_code_response(result))
@@ -285,6 +391,30 @@ class Front:
 
 async def _pong(request: Request) -> Response:
     return JSONResponse("pong")
+
+
+class _Gate:
+    """ASGI middleware: counts the requests in flight (for the drain) and, once the front is
+    draining, refuses new ones with the overload status and `Connection: close`."""
+
+    def __init__(self, app: ASGIApp, front: Front) -> None:
+        self.app, self.front = app, front
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        if self.front.draining:
+            retry = self.front.http.retry_after_s
+            response = refusal_response(Refusal(503, SHUTTING_DOWN), api_of(scope["path"]), retry)
+            response.headers["Connection"] = "close"
+            await response(scope, receive, send)
+            return
+        self.front.in_flight += 1
+        try:
+            await self.app(scope, receive, send)
+        finally:
+            self.front.in_flight -= 1
 
 
 class _TokenCheck:
@@ -308,9 +438,14 @@ class _TokenCheck:
 
 
 def bind_socket(host: str, port: int) -> socket.socket:
-    """A listening TCP socket on (host, port); port 0 picks a free one."""
+    """A listening TCP socket on (host, port); port 0 picks a free one. An address that cannot
+    be bound (in use, not this host's, a privileged port) is a one-line `UsageError`."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    return socket.create_server((host.strip("[]"), port), family=family, backlog=2048)
+    try:
+        return socket.create_server((host.strip("[]"), port), family=family, backlog=2048)
+    except OSError as e:
+        reason = os.strerror(e.errno) if e.errno else str(e)
+        raise UsageError(f"--http {host}:{port}: cannot listen there: {reason}") from e
 
 
 def hypercorn_config(sock: socket.socket, http: HttpConfig) -> HypercornConfig:
@@ -319,7 +454,7 @@ def hypercorn_config(sock: socket.socket, http: HttpConfig) -> HypercornConfig:
     hc.bind = [f"fd://{sock.detach()}"]
     hc.accesslog = None
     hc.errorlog = logging.getLogger("rstar2.sandbox.hypercorn")
-    hc.graceful_timeout = 5.0
+    hc.graceful_timeout = http.drain_s + 5.0  # the drain answers everything by drain_s
     hc.keep_alive_timeout = 60.0
     if http.certfile is not None:
         hc.certfile, hc.keyfile = http.certfile, http.keyfile
@@ -327,14 +462,15 @@ def hypercorn_config(sock: socket.socket, http: HttpConfig) -> HypercornConfig:
 
 
 async def serve_front(
-    app: ASGIApp,
+    front: Front,
     sock: socket.socket,
     http: HttpConfig,
     *,
+    shutdown: Shutdown | None = None,
     task_status: anyio.abc.TaskStatus[int] = anyio.TASK_STATUS_IGNORED,
 ) -> None:
-    """Serve `app` on the bound `sock` with Hypercorn, on whichever backend runs us, until
-    cancelled; then stop gracefully (in-flight requests get `graceful_timeout`)."""
+    """Serve `front` on the bound `sock` with Hypercorn, on whichever backend runs us, until
+    `shutdown` is requested or we are cancelled; then drain (`Front.drain`) and return."""
     port = sock.getsockname()[1]
     hc = hypercorn_config(sock, http)
     serve = (
@@ -346,7 +482,7 @@ async def serve_front(
 
     async def run() -> None:
         with anyio.CancelScope(shield=True):
-            await serve(app, hc, shutdown_trigger=stop.wait)  # type: ignore[arg-type]
+            await serve(front.app(), hc, shutdown_trigger=stop.wait)  # type: ignore[arg-type]
 
     async with anyio.create_task_group() as tg:
         tg.start_soon(run)
@@ -354,26 +490,38 @@ async def serve_front(
         log.info("sandbox HTTP front listening on %s://%s:%d", scheme, http.host, port)
         task_status.started(port)
         try:
-            await anyio.sleep_forever()
+            if shutdown is None:
+                await anyio.sleep_forever()
+            else:
+                await shutdown.requested.wait()
         finally:
-            stop.set()
+            with anyio.CancelScope(shield=True):
+                log.info("sandbox HTTP front stopping: %d request(s) in flight", front.in_flight)
+                stop.set()  # the listener closes; requests in flight go on
+                await front.drain(http.drain_s, None if shutdown is None else shutdown.hurry)
 
 
 async def serve_http(
     cfg: SandboxConfig,
     http: HttpConfig,
     *,
+    sock: socket.socket | None = None,
+    shutdown: Shutdown | None = None,
     task_status: anyio.abc.TaskStatus[int] = anyio.TASK_STATUS_IGNORED,
 ) -> None:
-    """Serve `cfg`'s executor over HTTP until cancelled; `task_status` gets the bound port."""
+    """Serve `cfg`'s executor over HTTP until `shutdown` is requested or we are cancelled,
+    then drain; `task_status` gets the bound port. `sock`: already bound (`bind_socket`),
+    else bound here on `http.host:http.port`."""
     http.validate()
     if http.certfile is not None:
         ssl.create_default_context(ssl.Purpose.CLIENT_AUTH).load_cert_chain(
             http.certfile, http.keyfile
         )  # fail here, at start-up, on an unreadable certificate or key
-    sock = bind_socket(http.host, http.port)
+    if sock is None:
+        sock = bind_socket(http.host, http.port)
     try:
         async with open_executor(cfg) as ex:
-            await serve_front(Front(ex, http).app(), sock, http, task_status=task_status)
+            front = Front(ex, http)
+            await serve_front(front, sock, http, shutdown=shutdown, task_status=task_status)
     finally:
         sock.close()  # a no-op once Hypercorn owns it (detached)

@@ -23,8 +23,9 @@ This module decides, without I/O:
   `error`, `memory`, `output_limit` and a `killed` that is the code's own are "Failed" with a
   "Finished" run and its non-zero return code; `timeout` is "Failed" with "TimeLimitExceeded";
   a failure of the sandbox itself (`infra` set) is "SandboxError" with an "Error" run and the
-  reason in `message`. A result the executor could not queue ("queue_full") never gets here:
-  the front answers it with the overload status instead.
+  reason in `message`; `output_limit` says in `message` that the output cap was hit. A result
+  to retry later (`executor.RETRY_LATER`: "queue_full", "unavailable") never gets here: the
+  front answers it with the overload status instead.
 
 What it does not do: other languages, `/run_jupyter`, files, or SandboxFusion's dataset routes.
 """
@@ -33,7 +34,7 @@ from __future__ import annotations
 
 import msgspec
 
-from rstar2.sandbox.code_judge import SCRIPT_END, as_script
+from rstar2.sandbox.code_judge import SCRIPT_END, as_script, decode_body
 from rstar2.sandbox.config import SandboxConfig
 from rstar2.sandbox.http_gate import Refusal
 from rstar2.wire import ExecRequest, ExecResult
@@ -69,12 +70,9 @@ class RunCodeResponse(msgspec.Struct):
 
 def parse_run_code(body: bytes, cfg: SandboxConfig) -> RunCodeRequest | Refusal:
     """The body of `/run_code`, or why it is refused."""
-    try:
-        req = msgspec.json.decode(body, type=RunCodeRequest)
-    except msgspec.ValidationError as e:
-        return Refusal(422, f"invalid request: {e}")
-    except msgspec.DecodeError as e:
-        return Refusal(400, f"the body is not valid JSON: {e}")
+    req = decode_body(body, RunCodeRequest)
+    if isinstance(req, Refusal):
+        return req
     if req.language != "python":
         return Refusal(
             422, f'language "{req.language}" is not served: this sandbox runs Python only'
@@ -104,7 +102,7 @@ def exec_request(req: RunCodeRequest, request_id: str) -> ExecRequest:
 
 
 def run_code_response(result: ExecResult) -> RunCodeResponse:
-    """SandboxFusion's answer for an executor result (not for "queue_full": see above)."""
+    """SandboxFusion's answer for an executor result (not for `RETRY_LATER`: see above)."""
     if result.infra:
         run = CommandRunResult("Error", result.wall_s, None, result.stdout, result.stderr)
         message = f"{result.infra}: {result.stderr}".rstrip(": ")
@@ -121,4 +119,10 @@ def run_code_response(result: ExecResult) -> RunCodeResponse:
     # but was still judged a failure, e.g. killed for its output size after exiting)
     code = result.exit_code if result.exit_code != 0 else 1
     run = CommandRunResult("Finished", result.wall_s, code, result.stdout, result.stderr)
-    return RunCodeResponse("Failed", "", None, run)
+    message = ""
+    if result.status == "output_limit":
+        message = (
+            "output limit hit: the code wrote more than the sandbox's max_output_bytes and was "
+            "stopped; stdout and stderr are cut there"
+        )
+    return RunCodeResponse("Failed", message, None, run)

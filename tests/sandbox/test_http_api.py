@@ -307,3 +307,21 @@ def test_code_runs_as_a_script_within_the_size_limit() -> None:
     assert isinstance(
         sandbox_fusion.parse_run_code(verl_payload(code=fits), CFG), sandbox_fusion.RunCodeRequest
     )
+
+
+def test_run_code_says_when_the_output_limit_stopped_the_run() -> None:
+    flood = ExecResult(
+        id="f", status="output_limit", stdout="x" * 100, exit_code=-9, truncated=True
+    )
+    resp = sandbox_fusion.run_code_response(flood)
+    assert resp.status == "Failed" and "output limit" in resp.message
+    assert resp.run_result is not None and resp.run_result.return_code == -9
+    plain = ExecResult(id="e", status="error", stderr="ZeroDivisionError", exit_code=1)
+    assert sandbox_fusion.run_code_response(plain).message == ""
+
+
+def test_unavailable_is_code_judges_retry_reason() -> None:
+    down = ExecResult(id="u", status="rejected", stderr="restarting", infra="unavailable")
+    assert code_judge.reason(down) == "queue_timeout"
+    died = ExecResult(id="d", status="killed", infra="sandbox_died")
+    assert code_judge.reason(died) == "internal_error"

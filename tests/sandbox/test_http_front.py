@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import json
+import logging
 import shutil
 import ssl
 import subprocess
@@ -369,3 +370,103 @@ async def test_a_requests_own_limits_are_capped_as_on_the_zeromq_service(
         tg.cancel_scope.cancel()
     assert (resp["status"], resp["run_result"]["status"]) == ("Failed", "TimeLimitExceeded")
     assert 1.0 < resp["run_result"]["execution_time"] < 4.0
+
+
+# -- issue 35: bad bytes, restarts, hang-ups, large bodies, draining -------------------------
+
+
+async def test_bytes_that_are_not_utf8_are_a_400_with_a_json_detail(small: InProcess) -> None:
+    c = small.client
+    bad = b'{"type": "python", "solution": "print(1)\xff"}'
+    bad_batch = b'{"submissions": [{"type": "python", "solution": "\xc3("}]}'
+    bad_fusion = b'{"code": "\xff", "language": "python"}'
+    for path, body in (
+        ("/run", bad),
+        ("/judge", bad),
+        ("/run/batch", bad_batch),
+        ("/judge/long-batch", bad_batch),
+        ("/run_code", bad_fusion),
+    ):
+        response = await c.post(path, content=body)
+        assert response.status_code == 400, (path, response.text)
+        assert "UTF-8" in response.json()["detail"]
+    assert small.front.admission.items == small.front.admission.bytes == 0
+
+
+async def test_a_restarting_sandbox_reads_as_each_apis_retry_signal(small: InProcess) -> None:
+    c, fake = small.client, small.fake
+    down = ExecResult(id="u", status="rejected", stderr="sandbox restarting", infra="unavailable")
+    fake.answers["u"] = down
+    for path in ("/run", "/judge"):
+        got = await c.post(path, json=sub("u"))
+        assert got.status_code == 503 and got.headers["retry-after"] == "3"
+        assert "restarting" in got.json()["detail"]
+    sf = await c.post("/run_code", json=run_code("u"))
+    assert sf.status_code == 504 and sf.headers["retry-after"] == "3"
+    batch = (await c.post("/run/long-batch", json={"submissions": [sub("u"), sub("ok")]})).json()
+    assert [r["reason"] for r in batch["results"]] == ["queue_timeout", ""]
+
+
+async def test_a_large_body_is_parsed_off_the_event_loop(
+    small: InProcess, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import threading
+
+    from rstar2.sandbox import code_judge, http_front
+
+    where: list[str] = []
+    real = code_judge.parse_batch
+
+    def spy(body: bytes, cfg: SandboxConfig) -> object:
+        where.append(threading.current_thread().name)
+        return real(body, cfg)
+
+    monkeypatch.setattr(code_judge, "parse_batch", spy)
+    monkeypatch.setattr(http_front, "PARSE_INLINE_BYTES", 1000)
+    small.front.http.max_body_mb = small.front.http.max_pending_mb = 8
+    small.front.admission.max_bytes = 8 << 20
+    small.front.admission.max_items = 100
+    small_batch = {"submissions": [sub("a")]}
+    large_batch = {"submissions": [sub("b" * 100)] * 50}
+    for body in (small_batch, large_batch):
+        assert (await small.client.post("/run/batch", json=body)).status_code == 200
+    main = threading.main_thread().name
+    assert where[0] == main and where[1] != main, where
+
+
+async def test_while_draining_a_new_request_is_refused_and_its_connection_closed(
+    small: InProcess,
+) -> None:
+    small.front.draining = True
+    got = await small.client.post("/run", json=sub("a"))
+    assert got.status_code == 503 and got.headers["connection"] == "close"
+    assert got.headers["retry-after"] == "3" and "shutting down" in got.json()["detail"]
+    assert (await small.client.post("/run_code", json=run_code("a"))).status_code == 504
+
+
+async def test_a_client_hanging_up_mid_body_is_one_info_line(
+    anyio_backend: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    async with anyio.create_task_group() as tg:
+        port = await tg.start(serve_http, LIGHT, HttpConfig(port=0))
+        with caplog.at_level("INFO"):
+            for path in ("/run", "/run_code"):
+                stream = await anyio.connect_tcp("127.0.0.1", port)
+                head = (
+                    f"POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                    "Content-Length: 100000\r\n\r\n"
+                )
+                await stream.send(head.encode() + b'{"type": "python", "solu')
+                await anyio.sleep(0.2)
+                await stream.aclose()
+            async with httpx2.AsyncClient(timeout=10) as client:  # and the service goes on
+                got = await client.post(f"http://127.0.0.1:{port}/run", json=sub("print(3)"))
+                assert got.json()["stdout"] == "3\n"
+            with anyio.fail_after(5):
+                while caplog.text.count("hung up while sending") < 2:
+                    await anyio.sleep(0.05)
+        tg.cancel_scope.cancel()
+    hangups = [r for r in caplog.records if "hung up" in r.getMessage()]
+    assert [r.levelname for r in hangups] == ["INFO", "INFO"]
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR], caplog.text
+    assert "Traceback" not in caplog.text and "ClientDisconnect" not in caplog.text

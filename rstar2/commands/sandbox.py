@@ -6,9 +6,14 @@
   status `rejected` and a message, and processing goes on. docs/usage.md lists the fields.
 - `bench [--json]`: executor vs fresh-subprocess baseline on three workloads, plus a burst;
   `bench --http [URL]`: the same workloads through an HTTP service (`rstar2.sandbox.http_bench`).
+- `soak`: the HTTP service in its own process under load while its zygote and children are
+  killed on a schedule; reports answered, correct, crossed, errors by kind and recovery times
+  (`rstar2.sandbox.soak`); exit 1 when the service failed it.
 - `serve --bind ADDR`: the executor as a ZeroMQ service (see `rstar2.sandbox.service`);
   `serve --http HOST:PORT`: as an HTTP service speaking code-judge's and SandboxFusion's APIs
-  (see `rstar2.sandbox.http_front`); a non-loopback HOST needs a token.
+  (see `rstar2.sandbox.http_front`); a non-loopback HOST needs a token. SIGTERM or SIGINT
+  drains it (`--drain-s`; a second signal cuts the drain short) and exits 0; `--bind` stops its
+  executor on either signal and exits 0.
 """
 
 from __future__ import annotations
@@ -17,6 +22,8 @@ import argparse
 import json
 import logging
 import os
+import signal
+import socket
 import sys
 from pathlib import Path
 from typing import Any
@@ -27,6 +34,7 @@ import msgspec
 from rstar2.actors.sockets import CurveKeys
 from rstar2.commands.arguments import (
     int_list,
+    nonnegative_float,
     nonnegative_int,
     positive_float,
     positive_int,
@@ -37,14 +45,26 @@ from rstar2.sandbox.bench import WORKLOADS, run_bench
 from rstar2.sandbox.config import SandboxConfig
 from rstar2.sandbox.executor import Executor, open_executor
 from rstar2.sandbox.http_bench import APIS, run_http_bench
-from rstar2.sandbox.http_front import HttpConfig, serve_http
+from rstar2.sandbox.http_front import HttpConfig, Shutdown, bind_socket, serve_http
 from rstar2.sandbox.http_gate import load_token
 from rstar2.sandbox.service import serve_sandbox
+from rstar2.sandbox.soak import SoakConfig, passed, run_soak
 from rstar2.wire import ExecRequest, ExecResult
 
 HELP = "the isolated Python code executor (exec, serve, bench)"
 TOKEN_ENV = "RSTAR2_SANDBOX_TOKEN"
 log = logging.getLogger(__name__)
+
+
+def probability(text: str) -> float:
+    """A number in [0, 1]."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0 <= value <= 1:
+        raise argparse.ArgumentTypeError(f"expected a number in [0, 1], got {text!r}")
+    return value
 
 
 def host_port(text: str) -> tuple[str, int]:
@@ -62,7 +82,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "bench", help="throughput/latency vs a subprocess-per-request baseline"
     )
     p_serve = sub.add_parser("serve", help="serve the executor on a ZeroMQ address")
-    for p in (p_exec, p_bench, p_serve):
+    p_soak = sub.add_parser(
+        "soak", help="the HTTP service under load while its zygote and children are killed"
+    )
+    for p in (p_exec, p_bench, p_serve, p_soak):
         p.add_argument("--config", type=Path, help="TOML file with a [sandbox] table")
         p.add_argument("--concurrency", type=positive_int, help="children running at once")
         p.add_argument("--preload", help="comma-separated modules to pre-import ('' for none)")
@@ -83,6 +106,29 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     p_bench.add_argument(
         "--api", choices=[*APIS, "both"], default="both", help="with --http: the API to call"
     )
+    defaults = SoakConfig()
+    p_soak.add_argument("--requests", type=positive_int, default=defaults.requests)
+    p_soak.add_argument(
+        "--in-flight", type=positive_int, default=defaults.in_flight, help="requests at once"
+    )
+    p_soak.add_argument(
+        "--zygote-kill-every", type=nonnegative_float, default=defaults.zygote_kill_every_s,
+        help="mean seconds between zygote kills (0: none)",
+    )  # fmt: skip
+    p_soak.add_argument(
+        "--double-kill-share", type=probability, default=defaults.double_kill_share,
+        help="share of zygote kills whose replacement is killed again while it starts",
+    )  # fmt: skip
+    p_soak.add_argument(
+        "--child-kill-every", type=nonnegative_float, default=defaults.child_kill_every_s,
+        help="mean seconds between kills of a request's child (0: none)",
+    )  # fmt: skip
+    p_soak.add_argument(
+        "--deadline", type=positive_float, default=defaults.deadline_s,
+        help="seconds one request may take, retries included, before it counts as unanswered",
+    )  # fmt: skip
+    p_soak.add_argument("--seed", type=nonnegative_int, default=defaults.seed)
+    p_soak.add_argument("--json", action="store_true", help="print one JSON object")
     where = p_serve.add_mutually_exclusive_group(required=True)
     where.add_argument(
         "--bind", type=zmq_endpoint, help="ZeroMQ: e.g. ipc:///tmp/sbx.sock, tcp://*:5555"
@@ -96,6 +142,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     p_serve.add_argument(
         "--max-body-mb", type=positive_int, default=64, help="--http: largest request body"
+    )
+    p_serve.add_argument(
+        "--drain-s",
+        type=nonnegative_float,
+        default=5.0,
+        help="--http: on SIGTERM/SIGINT, seconds requests in flight get before a 503",
     )
     p_serve.add_argument("--tls-cert", type=Path, help="--http: serve HTTPS with this PEM cert")
     p_serve.add_argument("--tls-key", type=Path, help="--http: the PEM key of --tls-cert")
@@ -250,6 +302,7 @@ def http_config(args: argparse.Namespace) -> HttpConfig:
         max_items=args.max_items,
         max_body_mb=args.max_body_mb,
         max_pending_mb=max(512, args.max_body_mb),
+        drain_s=args.drain_s,
         certfile=str(args.tls_cert) if args.tls_cert else None,
         keyfile=str(args.tls_key) if args.tls_key else None,
     )
@@ -289,16 +342,85 @@ def _bench(args: argparse.Namespace, cfg: SandboxConfig) -> int:
     return 0
 
 
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+
+async def _serve_http_until_signalled(
+    cfg: SandboxConfig, http: HttpConfig, sock: socket.socket
+) -> None:
+    """`serve_http` until SIGTERM or SIGINT, then a drain; a second signal hurries it."""
+    shutdown = Shutdown()
+
+    async def on_signals() -> None:
+        with anyio.open_signal_receiver(*STOP_SIGNALS) as signals:
+            async for signum in signals:
+                name = signal.Signals(signum).name
+                if shutdown.requested.is_set():
+                    log.warning("%s again: answering the requests still running now", name)
+                else:
+                    log.warning("%s: draining (up to %.1f s), then exiting", name, http.drain_s)
+                shutdown.request()
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(on_signals)
+        await serve_http(cfg, http, sock=sock, shutdown=shutdown)
+        tg.cancel_scope.cancel()
+    log.info("sandbox HTTP service stopped")
+
+
+async def _serve_zmq_until_signalled(
+    cfg: SandboxConfig, bind: str, curve: CurveKeys | None
+) -> None:
+    """`serve_sandbox` until SIGTERM or SIGINT; its executor then closes (children killed)."""
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(lambda: serve_sandbox(cfg, bind, curve=curve))
+        with anyio.open_signal_receiver(*STOP_SIGNALS) as signals:
+            async for signum in signals:
+                log.warning("%s: stopping the sandbox service", signal.Signals(signum).name)
+                break
+        tg.cancel_scope.cancel()
+
+
 def run(args: argparse.Namespace) -> int:
     cfg = load_config(args)
     if args.action == "exec":
         return anyio.run(_exec, cfg)
     if args.action == "serve" and args.http is not None:
         http = http_config(args)
-        anyio.run(lambda: serve_http(cfg, http))
+        sock = bind_socket(http.host, http.port)  # an address in use: one line, exit 2
+        anyio.run(_serve_http_until_signalled, cfg, http, sock)
         return 0
     if args.action == "serve":
         curve = _curve(args.curve_keys)
-        anyio.run(lambda: serve_sandbox(cfg, args.bind, curve=curve))
+        anyio.run(_serve_zmq_until_signalled, cfg, args.bind, curve)
         return 0
+    if args.action == "soak":
+        return _soak(args, cfg)
     return _bench(args, cfg)
+
+
+def _soak(args: argparse.Namespace, cfg: SandboxConfig) -> int:
+    soak = SoakConfig(
+        requests=args.requests,
+        in_flight=args.in_flight,
+        zygote_kill_every_s=args.zygote_kill_every,
+        double_kill_share=args.double_kill_share,
+        child_kill_every_s=args.child_kill_every,
+        deadline_s=args.deadline,
+        seed=args.seed,
+    )
+    report = anyio.run(run_soak, cfg, soak, lambda line: log.info("soak %s", line))
+    if args.json:
+        print(json.dumps(report, indent=2))
+    else:
+        width = max(len(k) for k in report)
+        for key, value in report.items():
+            print(f"{key:<{width}}  {value}")
+    if passed(report):
+        return 0
+    print(
+        "rstar2 sandbox soak: FAILED: the service lost, crossed or mis-answered requests, "
+        "or did not survive the faults (see above)",
+        file=sys.stderr,
+    )
+    return 1

@@ -1,0 +1,435 @@
+"""`rstar2 sandbox soak`: the HTTP service under load while its zygote and children are killed.
+
+The soak starts `rstar2 sandbox serve --http 127.0.0.1:0` as its own process (the real service:
+its event loop, its signal handling, its exit), then sends `requests` requests with at most
+`in_flight` at a time, alternating code-judge's `POST /run` and SandboxFusion's `POST
+/run_code`. Each request prints a marker unique to it (some first compute, some first sleep
+0.3 s so that children are alive to be killed), so an answer is checked, not just counted:
+- correct: the run succeeded and printed exactly its own marker;
+- crossed: the output holds another request's marker (an answer delivered to the wrong caller);
+- wrong: the run succeeded with any other output;
+- an error, by kind: the API's own failure reason (code-judge's `reason`, SandboxFusion's
+  `status`), "run_failed" (the child was killed under the run), or `http_<status>`;
+- unanswered: no final answer within `deadline_s` (a 503/504 with Retry-After is retried after
+  the time it names; a refused or dropped connection is counted and retried too).
+
+Meanwhile a fault schedule SIGKILLs, every `zygote_kill_every_s` (jittered), the zygote, and
+for a `double_kill_share` of those also its replacement 0-300 ms after it appears (a third
+within 50 ms: inside its start-up), and every `child_kill_every_s` a random request child. After
+each zygote kill a probe measures the recovery time: until a fresh request is answered
+correctly. At the end the service must still answer; then it gets SIGTERM, must drain and exit
+0, and no process of its must be left.
+
+`run_soak` returns one JSON-able report; `passed(report)` says whether it shows what the
+service promises (0 wrong, crossed or unanswered, up at the end, exit 0, nothing left behind).
+
+What it does not do: measure throughput for comparison (`rstar2 sandbox bench --http` does);
+faults slow the service down on purpose.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import random
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import anyio
+import httpx2
+
+from rstar2.config import to_dict
+from rstar2.sandbox.config import SandboxConfig
+
+LISTENING = re.compile(r"listening on http://[^:]+:(\d+)")
+MARKER = re.compile(r"soak-\d+-[0-9a-f]{6}")
+
+
+@dataclass
+class SoakConfig:
+    requests: int = 2000
+    """Requests to send (each answered, retried while the service says "retry")."""
+
+    in_flight: int = 50
+    """Requests outstanding at once."""
+
+    zygote_kill_every_s: float = 3.0
+    """Mean time between two zygote kills (0: never)."""
+
+    double_kill_share: float = 0.5
+    """Share of zygote kills whose replacement is killed again while it starts."""
+
+    child_kill_every_s: float = 0.5
+    """Mean time between two kills of a random request child (0: never)."""
+
+    deadline_s: float = 60.0
+    """How long one request may take, retries included, before it counts as unanswered."""
+
+    drain_s: float = 5.0
+    """The served process's `--drain-s`, checked by the SIGTERM at the end."""
+
+    seed: int = 0
+
+
+@dataclass
+class _Tally:
+    outcomes: Counter[str] = field(default_factory=Counter)
+    errors: Counter[str] = field(default_factory=Counter)
+    retried: int = 0
+    connection_errors: int = 0
+    recovery_s: list[float] = field(default_factory=list)
+    zygote_kills: int = 0
+    start_kills: int = 0
+    start_kills_within_50ms: int = 0
+    child_kills: int = 0
+
+
+class ServedProcess:
+    """`rstar2 sandbox serve --http 127.0.0.1:0` in its own process; its log kept in memory."""
+
+    def __init__(self, cfg: SandboxConfig, drain_s: float, workdir: Path) -> None:
+        config = workdir / "sandbox.yaml"  # JSON is YAML: no TOML writer needed
+        config.write_text(json.dumps({"sandbox": to_dict(cfg)}))
+        argv = [sys.executable, "-m", "rstar2.cli", "sandbox", "serve", "--config", str(config)]
+        argv += ["--http", "127.0.0.1:0", "--drain-s", str(drain_s)]
+        self.proc = subprocess.Popen(
+            argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, cwd=workdir
+        )
+        self.log: list[str] = []
+        self._port: int | None = None
+        self._ready = threading.Event()
+        threading.Thread(target=self._read_log, daemon=True).start()
+
+    def _read_log(self) -> None:
+        assert self.proc.stderr is not None
+        for line in self.proc.stderr:
+            self.log.append(line.rstrip("\n"))
+            found = LISTENING.search(line)
+            if found and self._port is None:
+                self._port = int(found.group(1))
+                self._ready.set()
+        self._ready.set()  # it exited
+
+    def port(self, timeout_s: float = 120.0) -> int:
+        """The bound port, once the service listens; raises if it exits or takes too long."""
+        self._ready.wait(timeout_s)
+        if self._port is None:
+            tail = "\n".join(self.log[-20:])
+            raise RuntimeError(f"the sandbox service did not start:\n{tail}")
+        return self._port
+
+    def zygote(self) -> int | None:
+        """The zygote's pid (the `zygote.py` process whose parent is not one)."""
+        tree = _tree(self.proc.pid)
+        for pid, (parent, is_zygote) in tree.items():
+            if is_zygote and not tree.get(parent, (0, False))[1]:
+                return pid
+        return None
+
+    def children(self) -> list[int]:
+        """The request children: `zygote.py` processes forked by the zygote."""
+        tree = _tree(self.proc.pid)
+        return [
+            pid
+            for pid, (parent, is_zygote) in tree.items()
+            if is_zygote and tree.get(parent, (0, False))[1]
+        ]
+
+    def descendants(self) -> list[int]:
+        return list(_tree(self.proc.pid))
+
+    def stop(self, signum: int, timeout_s: float) -> int:
+        """Send `signum`, wait for the exit; its code (-9 if it had to be killed)."""
+        self.proc.send_signal(signum)
+        try:
+            return self.proc.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+            return -9
+
+
+def _tree(root: int) -> dict[int, tuple[int, bool]]:
+    """Every live process below `root`: pid -> (parent, is it a zygote.py process)."""
+    parents: dict[int, int] = {}
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            try:
+                with open(f"/proc/{name}/stat", "rb") as f:
+                    stat = f.read()
+            except OSError:
+                continue
+            parents[int(name)] = int(stat[stat.rfind(b")") + 2 :].split()[1])
+    below: dict[int, tuple[int, bool]] = {}
+    frontier = [root]
+    while frontier:
+        parent = frontier.pop()
+        for pid, p in parents.items():
+            if p == parent and pid not in below:
+                try:
+                    with open(f"/proc/{pid}/cmdline", "rb") as f:
+                        is_zygote = b"zygote.py" in f.read()
+                except OSError:
+                    continue
+                below[pid] = (parent, is_zygote)
+                frontier.append(pid)
+    return below
+
+
+def request_for(i: int, rng: random.Random) -> tuple[str, str, dict[str, object]]:
+    """Request `i`: its marker, route and JSON body."""
+    marker = f"soak-{i}-{rng.getrandbits(24):06x}"
+    body = rng.choice(
+        [
+            f"print('{marker}')",
+            f"x = sum(k * k for k in range(20000))\nprint('{marker}')",
+            f"import time\ntime.sleep(0.3)\nprint('{marker}')",
+        ]
+    )
+    if i % 2 == 0:
+        return marker, "/run", {"type": "python", "solution": body}
+    return marker, "/run_code", {"code": body, "language": "python", "run_timeout": 10}
+
+
+def classify(marker: str, route: str, status: int, answer: Any) -> str:
+    """ "correct", "crossed", "wrong", or an error kind, for one final answer."""
+    if status != 200 or not isinstance(answer, dict):
+        return f"http_{status}"
+    if route == "/run":
+        stdout, ok, kind = answer.get("stdout") or "", answer.get("run_success"), answer["reason"]
+    else:
+        run = answer.get("run_result") or {}
+        stdout, ok = run.get("stdout") or "", answer.get("status") == "Success"
+        kind = "" if answer.get("status") == "Failed" else answer.get("status", "")
+        answer = run
+    if any(m != marker for m in MARKER.findall(stdout + str(answer.get("stderr") or ""))):
+        return "crossed"
+    if ok:
+        return "correct" if stdout == f"{marker}\n" else "wrong"
+    return kind or "run_failed"
+
+
+async def _one(client: httpx2.AsyncClient, i: int, cfg: SoakConfig, tally: _Tally) -> None:
+    marker, route, body = request_for(i, random.Random(cfg.seed * 1_000_003 + i))
+    deadline = time.monotonic() + cfg.deadline_s
+    while time.monotonic() < deadline:
+        try:
+            response = await client.post(route, json=body)
+        except httpx2.TransportError:
+            tally.connection_errors += 1
+            await anyio.sleep(0.1)
+            continue
+        if response.status_code in (503, 504) and "retry-after" in response.headers:
+            tally.retried += 1
+            await anyio.sleep(min(float(response.headers["retry-after"]), 1.0))
+            continue
+        try:
+            answer = response.json()
+        except ValueError:
+            answer = None
+        outcome = classify(marker, route, response.status_code, answer)
+        if outcome in ("correct", "crossed", "wrong"):
+            tally.outcomes[outcome] += 1
+        else:
+            tally.outcomes["error"] += 1
+            tally.errors[outcome] += 1
+        return
+    tally.outcomes["unanswered"] += 1
+
+
+async def _probe(client: httpx2.AsyncClient, since: float, tally: _Tally) -> None:
+    """Time from a kill at `since` until a fresh request is answered correctly."""
+    for k in range(10_000):
+        marker = f"soak-{10**9 + k}-{k % 0xFFFFFF:06x}"
+        try:
+            r = await client.post("/run", json={"type": "python", "solution": f"print('{marker}')"})
+            if r.status_code == 200 and r.json().get("stdout") == f"{marker}\n":
+                tally.recovery_s.append(time.monotonic() - since)
+                return
+        except (httpx2.TransportError, ValueError):
+            pass
+        await anyio.sleep(0.01)
+
+
+def _alive(pid: int) -> bool:
+    """`pid` is running (a zombie has exited: only its parent has not reaped it yet)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+    except OSError:
+        return False
+    return stat[stat.rfind(b")") + 2 :].split()[0] != b"Z"
+
+
+def _kill(pid: int | None) -> bool:
+    if pid is None:
+        return False
+    try:
+        os.kill(pid, signal.SIGKILL)
+        return True
+    except ProcessLookupError:
+        return False
+
+
+async def _faults(
+    served: ServedProcess,
+    client: httpx2.AsyncClient,
+    cfg: SoakConfig,
+    rng: random.Random,
+    tally: _Tally,
+    tg: anyio.abc.TaskGroup,
+) -> None:
+    async def zygotes() -> None:
+        while True:
+            await anyio.sleep(cfg.zygote_kill_every_s * rng.uniform(0.5, 1.5))
+            old = served.zygote()
+            if not _kill(old):
+                continue
+            tally.zygote_kills += 1
+            tg.start_soon(_probe, client, time.monotonic(), tally)
+            if rng.random() >= cfg.double_kill_share:
+                continue
+            with anyio.move_on_after(10):  # its replacement, as soon as it appears
+                new = served.zygote()
+                while new is None or new == old:
+                    await anyio.sleep(0.005)
+                    new = served.zygote()
+                delay = rng.uniform(0, 0.05) if rng.random() < 1 / 3 else rng.uniform(0, 0.3)
+                await anyio.sleep(delay)
+                if _kill(new):
+                    tally.start_kills += 1
+                    tally.start_kills_within_50ms += delay < 0.05
+
+    async def children() -> None:
+        while True:
+            await anyio.sleep(cfg.child_kill_every_s * rng.uniform(0.5, 1.5))
+            alive = served.children()
+            if alive and _kill(rng.choice(alive)):
+                tally.child_kills += 1
+
+    async with anyio.create_task_group() as faults:
+        if cfg.zygote_kill_every_s > 0:
+            faults.start_soon(zygotes)
+        if cfg.child_kill_every_s > 0:
+            faults.start_soon(children)
+
+
+async def _still_up(client: httpx2.AsyncClient) -> bool:
+    """The service answers a request correctly within 15 s."""
+    with anyio.move_on_after(15):
+        while True:
+            try:
+                r = await client.post("/run", json={"type": "python", "solution": "print(6*7)"})
+                if r.status_code == 200 and r.json().get("stdout") == "42\n":
+                    return True
+            except (httpx2.TransportError, ValueError):
+                pass
+            await anyio.sleep(0.1)
+    return False
+
+
+def _summary(values: list[float]) -> dict[str, float | int]:
+    if not values:
+        return {"n": 0}
+    ordered = sorted(values)
+    return {
+        "n": len(ordered),
+        "p50": round(ordered[len(ordered) // 2], 3),
+        "max": round(ordered[-1], 3),
+    }
+
+
+async def run_soak(
+    sandbox: SandboxConfig, cfg: SoakConfig, progress: Callable[[str], None]
+) -> dict[str, Any]:
+    """Everything `rstar2 sandbox soak` reports, as one JSON-able object."""
+    rng = random.Random(cfg.seed)
+    tally = _Tally()
+    logging.getLogger("httpx2").setLevel(logging.WARNING)  # not a line per request
+    with tempfile.TemporaryDirectory(prefix="rstar2-soak-") as workdir:
+        served = ServedProcess(sandbox, cfg.drain_s, Path(workdir))
+        try:
+            port = await anyio.to_thread.run_sync(served.port)
+            base = f"http://127.0.0.1:{port}"
+            limits = httpx2.Limits(max_connections=cfg.in_flight + 4)
+            start = time.monotonic()
+            async with httpx2.AsyncClient(base_url=base, limits=limits, timeout=30.0) as client:
+                async with anyio.create_task_group() as tg:
+                    fault_scope = anyio.CancelScope()
+
+                    async def faults() -> None:
+                        with fault_scope:
+                            await _faults(served, client, cfg, rng, tally, tg)
+
+                    tg.start_soon(faults)
+                    slots = anyio.Semaphore(cfg.in_flight)
+
+                    async def one(i: int) -> None:
+                        async with slots:
+                            await _one(client, i, cfg, tally)
+
+                    async with anyio.create_task_group() as requests:
+                        for i in range(cfg.requests):
+                            await slots.acquire()  # no more than in_flight tasks exist
+                            slots.release()
+                            requests.start_soon(one, i)
+                            if (i + 1) % max(1, cfg.requests // 10) == 0:
+                                progress(f"{i + 1}/{cfg.requests} sent; {dict(tally.outcomes)}")
+                    fault_scope.cancel()
+                wall_s = time.monotonic() - start
+                up = await _still_up(client)
+            leftover_before = served.descendants()
+            exit_code = await anyio.to_thread.run_sync(
+                served.stop, signal.SIGTERM, cfg.drain_s + 30
+            )
+            leftover = [p for p in leftover_before if _alive(p)]
+        finally:
+            if served.proc.poll() is None:
+                served.proc.kill()
+                served.proc.wait()
+    answered = cfg.requests - tally.outcomes["unanswered"]
+    return {
+        "requests": cfg.requests,
+        "in_flight": cfg.in_flight,
+        "answered": answered,
+        "correct": tally.outcomes["correct"],
+        "crossed": tally.outcomes["crossed"],
+        "wrong": tally.outcomes["wrong"],
+        "unanswered": tally.outcomes["unanswered"],
+        "errors": dict(sorted(tally.errors.items())),
+        "retried_503_504": tally.retried,
+        "connection_errors": tally.connection_errors,
+        "zygote_kills": tally.zygote_kills,
+        "kills_during_start": tally.start_kills,
+        "kills_within_50ms_of_start": tally.start_kills_within_50ms,
+        "child_kills": tally.child_kills,
+        "recovery_s": _summary(tally.recovery_s),
+        "wall_s": round(wall_s, 1),
+        "up_at_end": up,
+        "sigterm_exit_code": exit_code,
+        "processes_left": len(leftover),
+        "tracebacks_logged": sum(
+            "Traceback (most recent call last)" in line for line in served.log
+        ),
+    }
+
+
+def passed(report: dict[str, Any]) -> bool:
+    """The service kept its promises under the faults."""
+    return (
+        report["crossed"] == report["wrong"] == report["unanswered"] == 0
+        and report["up_at_end"]
+        and report["sigterm_exit_code"] == 0
+        and report["processes_left"] == 0
+    )

@@ -14,10 +14,12 @@ processes, nowhere else.
   `SystemExit("message")`, which prints the message);
 - 2: bad input: a bad command line (argparse: an unknown flag, a value of the wrong type or
   out of range, named by its flag), a bad config key or value (`ConfigError`), a bad
-  combination of flags (`UsageError`), a user-given path that is missing, of the wrong kind or
-  not readable (`FileNotFoundError`, `IsADirectoryError`, `NotADirectoryError`,
-  `PermissionError`, `FileExistsError`), or a user file that does not decode (JSON, TOML,
-  YAML, msgspec, UTF-8); `-v` adds the traceback of such an error, for reporting;
+  combination of flags (`UsageError`), a user-given path that is missing, of the wrong kind,
+  not readable or not writable (`FileNotFoundError`, `IsADirectoryError`,
+  `NotADirectoryError`, `PermissionError`, `FileExistsError`, and an `OSError` of a read-only
+  file system, a full disk or an exceeded quota), or a user file that does not decode (JSON,
+  TOML, YAML, msgspec, UTF-8); an exception group (a task group's) of one such error counts as
+  that error; `-v` adds the traceback of such an error, for reporting;
 - 130: interrupted (Ctrl-C, `KeyboardInterrupt`);
 - 141: stdout was closed early (`rstar2 sim ... | head -1`): the rest of the output is dropped
   without a message, as a process killed by SIGPIPE would (128 + 13).
@@ -26,6 +28,7 @@ processes, nowhere else.
 from __future__ import annotations
 
 import argparse
+import errno
 import importlib
 import importlib.metadata
 import importlib.util
@@ -85,6 +88,8 @@ _PATH_ERRORS = (
     PermissionError,
     FileExistsError,
 )
+# where the user asked for output that cannot be written: read-only, full, over quota
+_WRITE_ERRNOS = (errno.EROFS, errno.ENOSPC, errno.EDQUOT)
 # user files that do not decode; yaml and msgspec are matched by name (see _decode_error)
 _DECODE_ERRORS = (json.JSONDecodeError, tomllib.TOMLDecodeError, UnicodeDecodeError)
 
@@ -184,9 +189,12 @@ def run_command(args: argparse.Namespace) -> int:
 def bad_input_message(e: BaseException) -> str | None:
     """The one-line message of an error that is bad input (see the module docstring), None
     for any other error."""
+    if isinstance(e, BaseExceptionGroup):
+        leaves = _leaves(e)
+        return bad_input_message(leaves[0]) if len(leaves) == 1 else None
     if isinstance(e, ConfigError | UsageError):
         return str(e)
-    if isinstance(e, _PATH_ERRORS):
+    if isinstance(e, _PATH_ERRORS) or (isinstance(e, OSError) and e.errno in _WRITE_ERRNOS):
         if e.filename is None:
             return str(e)
         where = f"{e.filename} -> {e.filename2}" if e.filename2 else str(e.filename)
@@ -194,6 +202,14 @@ def bad_input_message(e: BaseException) -> str | None:
     if isinstance(e, _DECODE_ERRORS) or _decode_error(e):
         return " ".join(f"{type(e).__name__}: {e}".split())  # YAML's messages span lines
     return None
+
+
+def _leaves(group: BaseExceptionGroup) -> list[BaseException]:
+    """The exceptions of a (nested) exception group that are not groups themselves."""
+    out: list[BaseException] = []
+    for e in group.exceptions:
+        out.extend(_leaves(e) if isinstance(e, BaseExceptionGroup) else [e])
+    return out
 
 
 def _decode_error(e: BaseException) -> bool:

@@ -9,6 +9,7 @@ It does not run simulations.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -16,6 +17,7 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402 - the backend must be chosen first
+from matplotlib.figure import Figure  # noqa: E402
 from matplotlib.ticker import MaxNLocator  # noqa: E402
 
 from sim.simulator import SimResult  # noqa: E402
@@ -84,6 +86,18 @@ def run_table(summary: Mapping[object, object]) -> str:
     return f"{key_value_table(summary)}\n\n{RUN_LEGEND}"
 
 
+def _save(fig: Figure, path: Path, dpi: int) -> None:
+    """Save `fig` to `path` whole or not at all: into a temporary file renamed over `path` (a
+    full disk leaves no half-written PNG), then close it."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    try:
+        fig.savefig(tmp, dpi=dpi, format="png")
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+        plt.close(fig)
+
+
 def _downsample(line: list[tuple[float, int]], points: int = 400) -> tuple[list[float], list[int]]:
     step = max(1, len(line) // points)
     sampled = line[::step] + [line[-1]]
@@ -107,8 +121,7 @@ def plot_kv(results: Sequence[SimResult], path: Path) -> None:
         ax.axis("off")
     fig.suptitle("KV use per engine over time")
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    _save(fig, path, dpi=110)
 
 
 def plot_idle(results: Sequence[SimResult], path: Path) -> None:
@@ -121,8 +134,7 @@ def plot_idle(results: Sequence[SimResult], path: Path) -> None:
     ax.set_title("Idle fraction per engine")
     ax.legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    _save(fig, path, dpi=110)
 
 
 def plot_makespan(results: Sequence[SimResult], path: Path) -> None:
@@ -135,8 +147,7 @@ def plot_makespan(results: Sequence[SimResult], path: Path) -> None:
     ax.tick_params(axis="x", labelsize=8)
     ax.legend()
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    _save(fig, path, dpi=110)
 
 
 def write_plots(results: Sequence[SimResult], out_dir: str | Path) -> list[Path]:
@@ -193,6 +204,5 @@ def write_staleness_plot(results: Sequence[RunResult], out_dir: str | Path) -> P
                  f"{'colocated' if results[0].colocated else 'separate'}")  # fmt: skip
     fig.tight_layout()
     path = out / "staleness.png"
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+    _save(fig, path, dpi=100)
     return path

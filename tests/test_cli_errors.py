@@ -6,14 +6,18 @@ bug. Commands run in this process (`rstar2.cli.main`), except the closed pipe.""
 from __future__ import annotations
 
 import argparse
+import errno
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
+from matplotlib.figure import Figure
 
 from rstar2 import cli
 from rstar2.cli import main
+from rstar2.commands import sim as sim_command
 
 # placeholders in argv: {missing} a path that does not exist, {dir} an empty directory, {file} a
 # text file, {bad_yaml}/{bad_toml}/{bad_jsonl}/{bad_json} files that do not parse, {q_jsonl}
@@ -181,6 +185,9 @@ WORDING: list[tuple[str, list[str]]] = [
     ("eval --model {model} --data {dir}", ["argument --data:", "(Is a directory"]),
     ("launch {empty_graph}", ["config key 'graph.actors' is missing: expected a list of tables"]),
     ("train --processes 0", ["argument --processes"]),
+    ("sim compare --out-dir {file}", ["argument --out-dir: not a directory"]),  # row 9
+    ("sim compare-staleness --out-dir {file}/x", ["argument --out-dir: cannot write"]),
+    ("sim compare --out-dir /sys/rstar2-sim", ["argument --out-dir: cannot write"]),  # row 8
 ]  # fmt: skip
 
 
@@ -204,6 +211,52 @@ def test_a_bad_training_file_leaves_no_run_directory(
         == 2
     )
     assert not os.path.exists(run_dir)
+
+
+def test_sim_checks_its_out_dir_before_simulating(
+    paths: dict[str, str], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # issue 34 row 9: compare simulated every policy first, then failed on "File exists"
+    def no_simulation(*args: object) -> None:
+        raise AssertionError("simulated before checking --out-dir")
+
+    monkeypatch.setattr(sim_command, "simulate", no_simulation)
+    monkeypatch.setattr(sim_command, "simulate_run", no_simulation)
+    for action in ("compare", "compare-staleness"):
+        assert _run(["-q", "sim", action, "--out-dir", paths["file"]]) == 2
+        assert "not a directory" in capsys.readouterr().err
+
+
+def test_a_full_disk_is_one_line_and_leaves_no_half_written_plot(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # issue 34 row 8
+    def full(self: Figure, path: object, **kwargs: object) -> None:
+        Path(str(path)).write_bytes(b"\x89PNG half")
+        raise OSError(errno.ENOSPC, "No space left on device", str(path))
+
+    monkeypatch.setattr(Figure, "savefig", full)
+    argv = ["-q", "sim", "compare", "--out-dir", str(tmp_path / "out"), "--scenario",
+            "short-uniform", "--prompts", "2", "--rollouts", "2", "--gpus", "2"]  # fmt: skip
+    assert _run(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("rstar2 sim: error: No space left on device: ") and err.count("\n") == 1
+    assert list((tmp_path / "out").iterdir()) == []
+
+
+def test_a_task_groups_one_bad_input_error_is_that_error(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # issue 34 row 8: a full disk under eval's task group printed a 117-line ExceptionGroup
+    full = OSError(errno.ENOSPC, "No space left on device", "out.jsonl")
+    group = ExceptionGroup("unhandled", [ExceptionGroup("inner", [full])])
+    monkeypatch.setattr(cli, "_load", lambda name: _Raising(group))
+    assert cli.run_command(argparse.Namespace(command="eval")) == 2
+    assert capsys.readouterr().err == "rstar2 eval: error: No space left on device: out.jsonl\n"
+    two = ExceptionGroup("two", [full, RuntimeError("a bug")])
+    monkeypatch.setattr(cli, "_load", lambda name: _Raising(two))
+    with pytest.raises(ExceptionGroup):
+        cli.run_command(argparse.Namespace(command="eval"))
 
 
 def test_ctrl_c_is_exit_code_130(

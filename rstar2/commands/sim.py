@@ -35,8 +35,10 @@ import importlib
 import json
 import logging
 import sys
+import tempfile
 import time
 from dataclasses import replace
+from pathlib import Path
 
 from rstar2.commands.arguments import (
     model_directory,
@@ -324,6 +326,8 @@ def run(args: argparse.Namespace) -> int:
         summary = run_result.summary()
         print(json.dumps(summary, indent=2) if args.json else run_table(summary))
         return 0
+    if args.action == "compare":
+        check_out_dir(args.out_dir)
     policies = list(COMPARED) if args.action == "compare" else [args.policy]
     results = [simulate(args, p) for p in policies]
     if args.json:
@@ -351,7 +355,22 @@ def simulate_run(args: argparse.Namespace, max_staleness: int) -> RunResult:
         raise UsageError(str(e)) from None
 
 
+def check_out_dir(path: str) -> None:
+    """--out-dir, before any simulation: a file there, or a directory that cannot be made or
+    written (read-only, no permission), is one line now, not after minutes of work."""
+    out = Path(path)
+    if out.exists() and not out.is_dir():
+        raise UsageError(f"argument --out-dir: not a directory: {out}")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=out):
+            pass
+    except OSError as e:
+        raise UsageError(f"argument --out-dir: cannot write to {out} ({e.strerror})") from None
+
+
 def _compare_staleness(args: argparse.Namespace) -> int:
+    check_out_dir(args.out_dir)
     results = [simulate_run(args, k) for k in range(args.max_k + 1)]
     if args.json:
         print(json.dumps([r.summary() for r in results], indent=2))

@@ -117,6 +117,7 @@ CASES: list[tuple[str, int]] = [
     # top, launch
     ("top --interval 0 --once", 2),
     ("top --endpoint garbage --once", 2),
+    ("top --once --interval 0.01 --endpoint ipc://{missing}/stats.sock", 2),  # issue 34 row 13
     ("launch {missing}.toml", 2),
     ("launch {dir}", 2),
     ("launch {bad_yaml}", 2),

@@ -7,7 +7,9 @@ command line): input and output messages/s, busy / blocked / idle share of each 
 time over the interval (together at most 100%, see `rstar2.profile.live_view`), the share spent
 waiting on replies to its own requests (which overlaps the others), the queue depth the actor
 sees, messages handled so far. `--once` prints one table after one interval and exits; `--json`
-prints that as JSON (for scripts and tests). Exit code 1 when no graph runs.
+prints that as JSON (for scripts and tests). No graph running, or none answering at
+`--endpoint`, is one line and exit code 2 (as for any path that names nothing); a graph that
+stops while `top` watches it ends `top` with exit code 0.
 
 Before it looks for graphs it removes the temp folders that killed runs left behind
 (`rstar2.actors.graph_dirs`): polling their dead sockets made each refresh wait seconds.
@@ -26,7 +28,8 @@ import time
 
 from rstar2.actors.graph import stats_endpoints
 from rstar2.actors.graph_dirs import parse_graph_dir, sweep_stale_dirs
-from rstar2.commands.arguments import zmq_endpoint
+from rstar2.commands.arguments import positive_float, zmq_endpoint
+from rstar2.config import UsageError
 from rstar2.profile.live_view import (
     LiveRow,
     StatsUnavailable,
@@ -50,7 +53,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="stats endpoint, e.g. ipc:///tmp/rstar2-graph-.../stats.sock (default: every "
         "running graph)",
     )
-    parser.add_argument("--interval", type=float, default=1.0, help="seconds between refreshes")
+    parser.add_argument(
+        "--interval", type=positive_float, default=1.0, help="seconds between refreshes"
+    )
     parser.add_argument("--once", action="store_true", help="one table after one interval")
     parser.add_argument("--json", action="store_true", help="like --once, printed as JSON")
 
@@ -88,20 +93,24 @@ def graph_title(endpoint: str) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    if args.interval <= 0:
-        print(f"rstar2 top: --interval must be > 0, got {args.interval}", file=sys.stderr)
-        return 2
     if not args.endpoint:
         sweep_stale_dirs()
     endpoints = [args.endpoint] if args.endpoint else stats_endpoints()
     if not endpoints:
-        print("rstar2 top: no running graph found on this machine", file=sys.stderr)
-        return 1
+        raise UsageError(
+            "no running graph found on this machine (start one, e.g. rstar2 train, or name one "
+            "with --endpoint)"
+        )
+    first = True
     while True:
         sampled = _sample(endpoints, args.interval)
+        if not sampled and first:
+            where = f"at --endpoint {args.endpoint}" if args.endpoint else "on this machine"
+            raise UsageError(f"no graph answered {where} (did it stop?)")
         if not sampled:
-            print("rstar2 top: no graph answered (did it stop?)", file=sys.stderr)
-            return 1
+            print("rstar2 top: the graph stopped", file=sys.stderr)
+            return 0
+        first = False
         if args.json:
             doc = {ep: [dataclasses.asdict(r) for r in rows] for ep, rows in sampled.items()}
             print(json.dumps(doc))

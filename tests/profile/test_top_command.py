@@ -11,6 +11,7 @@ import pytest
 
 from rstar2.actors.graph import run_graph_blocking, stats_endpoints
 from rstar2.cli import main
+from rstar2.commands import top as top_command
 from rstar2.commands.top import SHARES
 from rstar2.profile.live_view import format_rows, graph_name, live_rows
 from rstar2.profile.synthetic import synthetic_graph
@@ -132,9 +133,20 @@ def test_top_titles_each_graph_with_its_pid_and_run_directory(
         runner.join(timeout=20)
 
 
-def test_top_without_graphs_or_with_bad_interval(capsys: pytest.CaptureFixture[str]) -> None:
-    assert (
-        main(["top", "--once", "--endpoint", "ipc:///nonexistent/stats.sock", "--interval", "0.01"])
-        == 1
+def test_top_without_graphs_or_with_bad_interval(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # issue 34 row 13: exit 1 is a bug's; a graph that is not there is exit 2, one line
+    argv = ["top", "--once", "--endpoint", "ipc:///nonexistent/stats.sock", "--interval", "0.01"]
+    assert main(argv) == 2
+    assert capsys.readouterr().err == (
+        "rstar2 top: error: no graph answered at --endpoint ipc:///nonexistent/stats.sock "
+        "(did it stop?)\n"
     )
-    assert main(["top", "--interval", "0"]) == 2
+    monkeypatch.setattr(top_command, "stats_endpoints", lambda: [])
+    monkeypatch.setattr(top_command, "sweep_stale_dirs", lambda: None)
+    assert main(["top", "--once"]) == 2
+    assert "error: no running graph found on this machine" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as info:
+        main(["top", "--interval", "0"])
+    assert info.value.code == 2

@@ -18,6 +18,7 @@ from matplotlib.figure import Figure
 from rstar2 import cli
 from rstar2.cli import main
 from rstar2.commands import sim as sim_command
+from rstar2.commands.arguments import HelpFormatter
 
 # placeholders in argv: {missing} a path that does not exist, {dir} an empty directory, {file} a
 # text file, {bad_yaml}/{bad_toml}/{bad_jsonl}/{bad_json} files that do not parse, {q_jsonl}
@@ -317,6 +318,44 @@ def test_help_is_the_commands_own_and_shows_defaults_without_none(
     out = capsys.readouterr().out
     assert out.startswith(f"usage: rstar2 {command} ")
     assert "(default: None)" not in out
+
+
+LIGHT_REFUSALS = [
+    "eval --model {model} --data {file} --samples -3",
+    "eval --model {model} --data {file} --concurrency 0",
+    "eval --model {model} --data {missing}",
+    "eval --model {model} --data {q_jsonl} --problem-field q --answer-field sol --out {dir}",
+    "chat --model {model} --max-turns 0 hi",
+    "chat --model {model} --temperature -1 hi",
+]
+
+
+@pytest.mark.parametrize("line", LIGHT_REFUSALS)
+def test_eval_and_chat_refuse_bad_input_before_the_heavy_imports(
+    line: str, paths: dict[str, str]
+) -> None:
+    # issue 34 row 11: `--samples -3` was refused only after 5-7 s of importing torch
+    argv = ["-q", *line.format(**paths).split()]
+    code = (
+        "import sys; from rstar2.cli import main\n"
+        f"try:\n    code = main({argv!r})\nexcept SystemExit as e:\n    code = e.code\n"
+        "print(code, 'torch' in sys.modules, 'transformers' in sys.modules)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.stdout.splitlines()[-1] == "2 False False", out.stderr
+    assert len(out.stderr.strip().splitlines()) == 1, out.stderr
+
+
+@pytest.mark.parametrize("command", ["eval", "chat"])
+def test_every_option_of_eval_and_chat_shows_its_default(command: str) -> None:
+    # issue 34 row 16: --max-tokens, --max-turns, --temperature, --tool-timeout showed none
+    parser = cli.build_parser(command)
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    formatter = HelpFormatter(command)
+    for action in sub.choices[command]._actions:
+        if action.option_strings and action.nargs != 0 and not action.required:
+            text = formatter._get_help_string(action) or ""
+            assert "default" in text, action.option_strings
 
 
 def test_sim_help_shows_defaults(capsys: pytest.CaptureFixture[str]) -> None:

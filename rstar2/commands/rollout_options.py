@@ -8,46 +8,37 @@ model that a training run wrote (`RUN/model-rl`, `RUN/model-sft`,
 `RUN/checkpoints/step-N/model`: a directory up to three levels below a run's
 `config.json`) is rolled out with that run's `[rollout]` table, so the tool output format
 (`tool_show_time`, `tool_output_chars`) and the budgets are the ones it was trained with.
-Whatever is resolved is logged once at start.
+Whatever is resolved is logged once at start (`rollout_settings.resolve_settings`).
 
-What it does not do: open engines, sandboxes or reward pools (the commands do).
+This module is the light half: the flags and the run's config lookup, importing nothing heavy, so
+that a bad flag is refused before torch loads. What it does not do: resolve the settings
+(`rollout_settings`, which imports the engine's config) or open engines, sandboxes or reward
+pools (the commands do).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import logging
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from rstar2.commands.arguments import model_directory
-from rstar2.config import from_dict, load_file, override, to_dict
-from rstar2.engine.config import EngineConfig
-from rstar2.reward import RewardConfig
+from rstar2.commands.arguments import (
+    model_directory,
+    nonnegative_float,
+    positive_float,
+    positive_int,
+)
 from rstar2.rollout.config import RolloutConfig
-from rstar2.sandbox.config import SandboxConfig
 
-log = logging.getLogger(__name__)
-
-# flag dest -> rollout config key
-_FLAG_KEYS = {
+FLAG_KEYS = {
     "max_tokens": "max_response_tokens",
     "max_turns": "max_turns",
     "temperature": "temperature",
     "tool_timeout": "tool_timeout_s",
 }
-
-
-@dataclass
-class RunSettings:
-    """The resolved settings of one eval or chat run."""
-
-    rollout: RolloutConfig
-    engine: EngineConfig
-    sandbox: SandboxConfig
-    reward: RewardConfig
+"""Flag dest -> the `[rollout]` key it overrides."""
+RUN_DEFAULT = "or the training run's [rollout], or --config's"
 
 
 def add_rollout_arguments(parser: argparse.ArgumentParser) -> None:
@@ -61,16 +52,28 @@ def add_rollout_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--config", metavar="FILE",
-        help="TOML with [rollout], [engine], [sandbox], [reward] tables",
+        help="TOML with [rollout], [engine], [sandbox], [reward] tables (default: none: the "
+        "training run's [rollout] when --model is one's, else the built-in settings)",
     )  # fmt: skip
     parser.add_argument(
-        "--max-tokens", type=int, metavar="N",
-        help="token budget per trajectory, tool tokens included (rollout.max_response_tokens)",
+        "--max-tokens", type=positive_int, metavar="N",
+        help="token budget per trajectory, tool tokens included (rollout.max_response_tokens) "
+        f"(default: {RolloutConfig.max_response_tokens}, {RUN_DEFAULT})",
     )  # fmt: skip
-    parser.add_argument("--max-turns", type=int, metavar="N", help="assistant turn limit")
-    parser.add_argument("--temperature", type=float, help="sampling temperature (0 = greedy)")
-    parser.add_argument("--tool-timeout", type=float, metavar="S", help="seconds per tool call")
-    parser.add_argument("--seed", type=int, default=0, help="sampling seed (default 0)")
+    parser.add_argument(
+        "--max-turns", type=positive_int, metavar="N",
+        help=f"assistant turn limit (default: {RolloutConfig.max_turns}, {RUN_DEFAULT})",
+    )  # fmt: skip
+    parser.add_argument(
+        "--temperature", type=nonnegative_float,
+        help=f"sampling temperature, 0 = greedy (default: {RolloutConfig.temperature}, "
+        f"{RUN_DEFAULT})",
+    )  # fmt: skip
+    parser.add_argument(
+        "--tool-timeout", type=positive_float, metavar="S",
+        help=f"seconds per tool call (default: {RolloutConfig.tool_timeout_s}, {RUN_DEFAULT})",
+    )  # fmt: skip
+    parser.add_argument("--seed", type=int, default=0, help="sampling seed")
 
 
 def training_run_config(
@@ -88,28 +91,3 @@ def training_run_config(
         if isinstance(data, dict) and "rollout" in data and "stages" in data:
             return path, data
     return None
-
-
-def resolve_settings(args: argparse.Namespace) -> RunSettings:
-    """Config file tables (or the training run's `[rollout]`), then flags; every value
-    validated (ConfigError names the key)."""
-    data: dict[str, Any] = load_file(args.config) if args.config else {}
-    if not args.config and getattr(args, "model", None):
-        run_config = training_run_config(args.model)
-        if run_config is not None:
-            path, run = run_config
-            data = {"rollout": run["rollout"]}
-            log.info("rollout settings of the training run %s (--config overrides)", path)
-    rollout = from_dict(RolloutConfig, data.get("rollout", {}), "rollout")
-    for dest, key in _FLAG_KEYS.items():
-        value = getattr(args, dest, None)
-        if value is not None:
-            rollout = override(rollout, key, value)
-    settings = RunSettings(
-        rollout=rollout,
-        engine=from_dict(EngineConfig, data.get("engine", {}), "engine"),
-        sandbox=from_dict(SandboxConfig, data.get("sandbox", {}), "sandbox"),
-        reward=from_dict(RewardConfig, data.get("reward", {}), "reward"),
-    )
-    log.info("settings: %s", to_dict(settings))
-    return settings

@@ -9,11 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from rstar2.commands.rollout_options import (
-    add_rollout_arguments,
-    resolve_settings,
-    training_run_config,
-)
+from rstar2.commands.rollout_options import add_rollout_arguments, training_run_config
+from rstar2.commands.rollout_settings import resolve_settings
 from rstar2.config import ConfigError
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import io
 
-from rstar2.commands.chat import EventPrinter, print_summary
+from rstar2.commands.chat_run import EventPrinter, print_summary
 from rstar2.rollout.agent_loop import ToolCallEvent, ToolResultEvent, TurnEvent
 from rstar2.rollout.tool_call import MalformedCall, ToolCall
 from rstar2.rollout.trajectory import Trajectory, TurnStop

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from rstar2.commands.eval import ProgressBar, load_problem_set, print_table, trajectory_record
+from rstar2.commands.eval import load_problem_set
+from rstar2.commands.eval_run import ProgressBar, print_table, trajectory_record
 from rstar2.config import ConfigError
 from rstar2.rollout.evaluation import EvalItem, EvalSummary
 from rstar2.rollout.trajectory import Trajectory

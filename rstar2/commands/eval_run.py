@@ -1,0 +1,140 @@
+"""The heavy half of `rstar2 eval` (see `rstar2.commands.eval`, which checks the input first):
+load the model, run and score the rollouts, write every trajectory, print the summary.
+
+What it does not do: check flags or read the problem file (the light half does).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import logging
+import sys
+from pathlib import Path
+from typing import TextIO
+
+import anyio
+
+from rstar2.commands.rollout_settings import RunSettings, resolve_settings
+from rstar2.data import Problem
+from rstar2.engine.async_engine import open_engine
+from rstar2.model import load_model, render_prompt
+from rstar2.reward import open_reward_pool
+from rstar2.rollout.evaluation import EvalItem, EvalSummary, evaluate, summarize
+from rstar2.rollout.token_codec import TokenCodec
+from rstar2.rollout.trajectory import Trajectory
+from rstar2.sandbox.executor import open_executor
+
+log = logging.getLogger(__name__)
+
+
+def run_eval(args: argparse.Namespace, problems: list[Problem]) -> int:
+    settings = resolve_settings(args)
+    summary = anyio.run(_evaluate, args, settings, problems)
+    if args.json:
+        print(json.dumps({**dataclasses.asdict(summary), "trajectories_file": args.out}))
+    else:
+        print_table(summary, args.out, sys.stdout)
+    return 0
+
+
+async def _evaluate(
+    args: argparse.Namespace, settings: RunSettings, problems: list[Problem]
+) -> EvalSummary:
+    model, tok = load_model(args.model)
+    codec = TokenCodec(tok)
+    items = [EvalItem(p.id, render_prompt(tok, p.problem, args.system), p.answer) for p in problems]
+    out_path = Path(args.out)
+    out_path.parent.mkdir(parents=True, exist_ok=True)
+    bar = ProgressBar(len(items) * args.samples, sys.stderr)
+    with out_path.open("w") as out:
+        async with (
+            open_engine(model, settings.engine, seed=args.seed) as engine,
+            open_executor(settings.sandbox) as executor,
+            open_reward_pool(settings.reward) as scorer,
+        ):
+
+            def on_done(traj: Trajectory, item: EvalItem) -> None:
+                if traj.finish_reason == "prompt_too_long" and traj.sample == 0:
+                    warn_too_long(traj, args.data, engine.core.max_model_len)
+                out.write(json.dumps(trajectory_record(traj, item)) + "\n")
+                bar.advance(traj.reward)
+
+            trajs = await evaluate(
+                engine, executor, scorer, codec, items, settings.rollout,
+                samples=args.samples, seed=args.seed, concurrency=args.concurrency,
+                on_done=on_done, context_limit=engine.core.max_model_len,
+            )  # fmt: skip
+    bar.close()
+    log.info("wrote %d trajectories to %s", len(trajs), out_path)
+    return summarize(trajs, args.samples)
+
+
+def warn_too_long(traj: Trajectory, data: str, context_limit: int) -> None:
+    """Name a problem whose prompt does not fit (once per problem: its sample 0)."""
+    log.warning(
+        "problem %s of %s: its prompt of %d tokens does not fit the model's context of %d "
+        "tokens; scored 0 (finish reason prompt_too_long)",
+        traj.prompt_id, data, traj.prompt_len, context_limit,
+    )  # fmt: skip
+
+
+def trajectory_record(traj: Trajectory, item: EvalItem) -> dict[str, object]:
+    """One JSONL line: the trajectory's fields plus the reference answer."""
+    return {**dataclasses.asdict(traj), "reference": item.reference}
+
+
+class ProgressBar:
+    """A one-line progress bar (redrawn in place on a terminal, every 10% otherwise)."""
+
+    WIDTH = 30
+
+    def __init__(self, total: int, out: TextIO) -> None:
+        self.total = total
+        self.out = out
+        self.done = 0
+        self.reward = 0.0
+        self.tty = out.isatty()
+        self._last_decile = -1
+
+    def advance(self, reward: float) -> None:
+        self.done += 1
+        self.reward += reward
+        decile = 10 * self.done // self.total
+        if self.tty:
+            self.out.write("\r" + self.line())
+        elif decile != self._last_decile:
+            self.out.write(self.line() + "\n")
+        self._last_decile = decile
+        self.out.flush()
+
+    def line(self) -> str:
+        filled = self.WIDTH * self.done // self.total
+        mean = self.reward / self.done if self.done else 0.0
+        bar = "#" * filled + "-" * (self.WIDTH - filled)
+        return f"eval [{bar}] {self.done}/{self.total} mean reward {mean:.3f}"
+
+    def close(self) -> None:
+        if self.tty:
+            self.out.write("\n")
+            self.out.flush()
+
+
+def print_table(summary: EvalSummary, out_file: str, out: TextIO) -> None:
+    rows = [
+        ("pass@1 (avg over samples)", f"{summary.pass_at_1:.4f}"),
+        ("problems", str(summary.problems)),
+        ("samples per problem", str(summary.samples)),
+        ("mean response tokens", f"{summary.mean_response_tokens:.1f}"),
+        ("tool calls per problem", f"{summary.tool_calls_per_problem:.2f}"),
+        ("tool error rate", f"{summary.tool_error_rate:.3f}"),
+        ("prompts too long (scored 0)", str(summary.prompts_too_long)),
+        (
+            "finish reasons",
+            ", ".join(f"{k} {v}" for k, v in sorted(summary.finish_reasons.items())),
+        ),
+        ("trajectories", out_file),
+    ]
+    for name, value in rows:
+        out.write(f"{name:<28}{value}\n")

@@ -49,6 +49,8 @@ CASES: list[tuple[str, int]] = [
     ("chat --model {dir}", 2),
     ("eval --model {model} --data {q_jsonl}", 2),
     ("eval --model {model} --data {dir}", 2),  # issue 34 row 10
+    ("eval --model {model} --data {q_jsonl} --problem-field q --answer-field sol", 2),  # row 6
+    ("chat --model {model} hi", 2),  # a config.json only (tests/model/test_loader.py: the rest)
     # analyze
     ("analyze {file}", 2),
     ("analyze {file} --model {dir}", 2),

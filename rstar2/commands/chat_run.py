@@ -10,9 +10,9 @@ from typing import TextIO
 
 import anyio
 
-from rstar2.commands.rollout_settings import RunSettings, resolve_settings
+from rstar2.commands.rollout_settings import RunSettings, load_model_of, resolve_settings
 from rstar2.engine.async_engine import open_engine
-from rstar2.model import load_model, render_prompt
+from rstar2.model import render_prompt
 from rstar2.reward import extract_answer
 from rstar2.rollout.agent_loop import (
     RolloutEvent,
@@ -34,7 +34,7 @@ def run_chat(args: argparse.Namespace) -> int:
 
 
 async def _chat(args: argparse.Namespace, settings: RunSettings) -> Trajectory:
-    model, tok = load_model(args.model)
+    model, tok = load_model_of(args)
     prompt_ids = render_prompt(tok, args.question, args.system)
     printer = EventPrinter(sys.stdout)
     async with (

@@ -16,10 +16,10 @@ from typing import TextIO
 
 import anyio
 
-from rstar2.commands.rollout_settings import RunSettings, resolve_settings
+from rstar2.commands.rollout_settings import RunSettings, load_model_of, resolve_settings
 from rstar2.data import Problem
 from rstar2.engine.async_engine import open_engine
-from rstar2.model import load_model, render_prompt
+from rstar2.model import render_prompt
 from rstar2.reward import open_reward_pool
 from rstar2.rollout.evaluation import EvalItem, EvalSummary, evaluate, summarize
 from rstar2.rollout.token_codec import TokenCodec
@@ -42,7 +42,7 @@ def run_eval(args: argparse.Namespace, problems: list[Problem]) -> int:
 async def _evaluate(
     args: argparse.Namespace, settings: RunSettings, problems: list[Problem]
 ) -> EvalSummary:
-    model, tok = load_model(args.model)
+    model, tok = load_model_of(args)
     codec = TokenCodec(tok)
     items = [EvalItem(p.id, render_prompt(tok, p.problem, args.system), p.answer) for p in problems]
     out_path = Path(args.out)

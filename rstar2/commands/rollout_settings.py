@@ -1,6 +1,7 @@
 """The resolved settings of one `rstar2 eval` or `rstar2 chat` run (`resolve_settings`): the
 config file's tables (or the training run's `[rollout]`, `rollout_options.training_run_config`),
-then the flags; every value validated, the result logged once.
+then the flags; every value validated, the result logged once. `load_model_of(args)` loads
+`--model`, a directory whose files do not load being one line naming the flag.
 
 It imports the engine's config (and so torch): the commands load it only once their flags and
 files have been checked (`rollout_options` is the light half).
@@ -14,8 +15,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from rstar2.commands.rollout_options import FLAG_KEYS, training_run_config
-from rstar2.config import from_dict, load_file, override, to_dict
+from rstar2.config import ConfigError, from_dict, load_file, override, to_dict
 from rstar2.engine.config import EngineConfig
+from rstar2.model import ModelFileError, load_model
 from rstar2.reward import RewardConfig
 from rstar2.rollout.config import RolloutConfig
 from rstar2.sandbox.config import SandboxConfig
@@ -56,3 +58,12 @@ def resolve_settings(args: argparse.Namespace) -> RunSettings:
     )
     log.info("settings: %s", to_dict(settings))
     return settings
+
+
+def load_model_of(args: argparse.Namespace) -> tuple[Any, Any]:
+    """The model and tokenizer of `--model`; files that do not load (a broken config.json, no
+    or truncated weights) are a ConfigError naming the flag, not a traceback."""
+    try:
+        return load_model(args.model)
+    except ModelFileError as e:
+        raise ConfigError("--model", args.model, f"a model directory that loads ({e})") from None

@@ -8,13 +8,14 @@ from rstar2.model.chat_format import (
     tool_response_ids,
 )
 from rstar2.model.chat_template import CHAT_TEMPLATE, DEFAULT_SYSTEM_PROMPT
-from rstar2.model.loader import load_model, load_tokenizer
+from rstar2.model.loader import ModelFileError, load_model, load_tokenizer
 from rstar2.model.tiny import TinyModelConfig, build_model, init_model, tokenizer_corpus
 from rstar2.model.tokenizer import SPECIAL_TOKENS, SpecialTokens, special_token_ids, train_tokenizer
 
 __all__ = [
     "CHAT_TEMPLATE",
     "DEFAULT_SYSTEM_PROMPT",
+    "ModelFileError",
     "SPECIAL_TOKENS",
     "TOOL_RESPONSE_CLOSE",
     "TOOL_RESPONSE_OPEN",

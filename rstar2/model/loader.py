@@ -10,6 +10,10 @@ would instead pick the model type's class (`Qwen2Tokenizer` for a `qwen2` config
 transformers 5 rebuilds its own pre-tokenizer around the saved vocabulary and so tokenizes
 numbers differently from training. Other checkpoints (Qwen3, ...) go through `AutoTokenizer`.
 
+A directory whose files do not load - a `config.json` that is not JSON, no weights file, a
+truncated or corrupt safetensors file, a broken tokenizer - raises `ModelFileError` naming the
+directory and the loader's reason (the commands report it as one line naming `--model`).
+
 `weight_bytes(path)` reads only the safetensors headers: the sizes of the largest weight tensor
 (the unit the trainer's weight pushes cannot split) and of all of them, in float32.
 
@@ -23,7 +27,7 @@ import logging
 from pathlib import Path
 
 import torch
-from safetensors import safe_open
+from safetensors import SafetensorError, safe_open
 from transformers import (
     AutoModelForCausalLM,
     AutoTokenizer,
@@ -32,6 +36,10 @@ from transformers import (
 )
 
 log = logging.getLogger(__name__)
+
+
+class ModelFileError(ValueError):
+    """A model directory's files do not load; the message names the directory and why."""
 
 
 _PLAIN_FAST = ("TokenizersBackend", "PreTrainedTokenizerFast")
@@ -60,10 +68,14 @@ def load_model(
         raise FileNotFoundError(f"model directory {path} does not exist")
     if not (path / "config.json").is_file():
         raise FileNotFoundError(f"{path} has no config.json: not a Hugging Face model directory")
-    tokenizer = load_tokenizer(path)
-    if not getattr(tokenizer, "is_fast", False):
-        raise TypeError(f"{path}: expected a fast tokenizer, got {type(tokenizer).__name__}")
-    model = AutoModelForCausalLM.from_pretrained(path, local_files_only=True, dtype=dtype)
+    try:
+        tokenizer = load_tokenizer(path)
+        if not getattr(tokenizer, "is_fast", False):
+            raise TypeError(f"{path}: expected a fast tokenizer, got {type(tokenizer).__name__}")
+        model = AutoModelForCausalLM.from_pretrained(path, local_files_only=True, dtype=dtype)
+    except (OSError, ValueError, SafetensorError) as e:  # what transformers/safetensors raise
+        reason = " ".join(str(e).split()) or type(e).__name__
+        raise ModelFileError(f"{path}: the model does not load ({reason})") from e
     model.eval()
     log.debug("loaded %s (%s, %s)", path, type(model).__name__, dtype)
     return model, tokenizer

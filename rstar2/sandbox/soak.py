@@ -11,7 +11,9 @@ its event loop, its signal handling, its exit), then sends `requests` requests w
 - an error, by kind: the API's own failure reason (code-judge's `reason`, SandboxFusion's
   `status`), "run_failed" (the child was killed under the run), or `http_<status>`;
 - unanswered: no final answer within `deadline_s` (a 503/504 with Retry-After is retried after
-  the time it names; a refused or dropped connection is counted and retried too).
+  the time it names; a refused or dropped connection is counted and retried too);
+  `unanswered_told_to_retry` counts those whose last answer was such a 503/504: the service
+  was up but had no zygote (killed faster than it starts), not a lost request.
 
 Meanwhile a fault schedule SIGKILLs, every `zygote_kill_every_s` (jittered), the zygote, and
 for a `double_kill_share` of those also its replacement 0-300 ms after it appears (a third
@@ -161,7 +163,8 @@ class ServedProcess:
 
 
 def _tree(root: int) -> dict[int, tuple[int, bool]]:
-    """Every live process below `root`: pid -> (parent, is it a zygote.py process)."""
+    """Every live process below `root`: pid -> (parent, is it a Python running zygote.py: the
+    zygote or one of its request children)."""
     parents: dict[int, int] = {}
     for name in os.listdir("/proc"):
         if name.isdigit():
@@ -179,9 +182,13 @@ def _tree(root: int) -> dict[int, tuple[int, bool]]:
             if p == parent and pid not in below:
                 try:
                     with open(f"/proc/{pid}/cmdline", "rb") as f:
-                        is_zygote = b"zygote.py" in f.read()
+                        argv = f.read().split(b"\0")
                 except OSError:
                     continue
+                # bubblewrap's own command line names zygote.py too: only the Python counts
+                is_zygote = not argv[0].endswith(b"bwrap") and any(
+                    a.endswith(b"zygote.py") for a in argv
+                )
                 below[pid] = (parent, is_zygote)
                 frontier.append(pid)
     return below
@@ -223,14 +230,17 @@ def classify(marker: str, route: str, status: int, answer: Any) -> str:
 async def _one(client: httpx2.AsyncClient, i: int, cfg: SoakConfig, tally: _Tally) -> None:
     marker, route, body = request_for(i, random.Random(cfg.seed * 1_000_003 + i))
     deadline = time.monotonic() + cfg.deadline_s
+    told_to_retry = False
     while time.monotonic() < deadline:
         try:
             response = await client.post(route, json=body)
         except httpx2.TransportError:
             tally.connection_errors += 1
+            told_to_retry = False
             await anyio.sleep(0.1)
             continue
-        if response.status_code in (503, 504) and "retry-after" in response.headers:
+        told_to_retry = response.status_code in (503, 504) and "retry-after" in response.headers
+        if told_to_retry:
             tally.retried += 1
             await anyio.sleep(min(float(response.headers["retry-after"]), 1.0))
             continue
@@ -246,6 +256,7 @@ async def _one(client: httpx2.AsyncClient, i: int, cfg: SoakConfig, tally: _Tall
             tally.errors[outcome] += 1
         return
     tally.outcomes["unanswered"] += 1
+    tally.outcomes["unanswered_told_to_retry"] += told_to_retry
 
 
 async def _probe(client: httpx2.AsyncClient, since: float, tally: _Tally) -> None:
@@ -399,7 +410,7 @@ async def run_soak(
                 served.proc.kill()
                 served.proc.wait()
     answered = cfg.requests - tally.outcomes["unanswered"]
-    return {
+    report = {
         "requests": cfg.requests,
         "in_flight": cfg.in_flight,
         "answered": answered,
@@ -407,6 +418,7 @@ async def run_soak(
         "crossed": tally.outcomes["crossed"],
         "wrong": tally.outcomes["wrong"],
         "unanswered": tally.outcomes["unanswered"],
+        "unanswered_told_to_retry": tally.outcomes["unanswered_told_to_retry"],
         "errors": dict(sorted(tally.errors.items())),
         "retried_503_504": tally.retried,
         "connection_errors": tally.connection_errors,
@@ -423,6 +435,9 @@ async def run_soak(
             "Traceback (most recent call last)" in line for line in served.log
         ),
     }
+    if not passed(report):
+        report["service_log_tail"] = served.log[-15:]
+    return report
 
 
 def passed(report: dict[str, Any]) -> bool:

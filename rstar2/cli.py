@@ -17,8 +17,8 @@ processes, nowhere else.
   combination of flags (`UsageError`), a user-given path that is missing, of the wrong kind,
   not readable or not writable (`FileNotFoundError`, `IsADirectoryError`,
   `NotADirectoryError`, `PermissionError`, `FileExistsError`, and an `OSError` of a read-only
-  file system, a full disk or an exceeded quota), or a user file that does not decode (JSON,
-  TOML, YAML, msgspec, UTF-8); an exception group (a task group's) of one such error counts as
+  file system, a full disk, an exceeded quota or file size limit), or a user file that does
+  not decode (JSON, TOML, YAML, msgspec, UTF-8); an exception group (a task group's) of one such error counts as
   that error; `-v` adds the traceback of such an error, for reporting;
 - 130: interrupted (Ctrl-C, `KeyboardInterrupt`);
 - 141: stdout was closed early (`rstar2 sim ... | head -1`): the rest of the output is dropped
@@ -88,8 +88,9 @@ _PATH_ERRORS = (
     PermissionError,
     FileExistsError,
 )
-# where the user asked for output that cannot be written: read-only, full, over quota
-_WRITE_ERRNOS = (errno.EROFS, errno.ENOSPC, errno.EDQUOT)
+# where the user asked for output that cannot be written: read-only, full, over quota or over
+# the file size limit (ulimit -f)
+_WRITE_ERRNOS = (errno.EROFS, errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
 # user files that do not decode; yaml and msgspec are matched by name (see _decode_error)
 _DECODE_ERRORS = (json.JSONDecodeError, tomllib.TOMLDecodeError, UnicodeDecodeError)
 

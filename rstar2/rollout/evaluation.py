@@ -1,9 +1,12 @@
 """Evaluation: K rollouts per problem, scored, and the summary figures of `rstar2 eval`.
 
-`evaluate` runs every (problem, sample) rollout as its own task over one engine and one tool
-executor (at most `concurrency` at once), scores each finished rollout with the reward scorer
-(a truncated rollout is scored 0 without asking it) and reports each one as it finishes.
-`summarize` is the pure aggregation:
+`evaluate` runs the (problem, sample) rollouts over one engine and one tool executor with a
+fixed pool of `concurrency` workers, each pulling the next (problem, sample) from one shared
+iterator, so the work in flight, and the memory, stay bounded by `concurrency` whatever the
+count (10^6 samples start as many tasks as 10 do). Each worker scores its finished rollout with
+the reward scorer (a truncated rollout is scored 0 without asking it), adds it to the running
+`EvalTally` and reports it (`on_done`, e.g. to write it out); no trajectory is kept after that.
+The figures, from the tally (`summarize` is the same over a list):
 
 - pass_at_1:              mean over problems of the mean reward of its samples (avg pass@1);
 - mean_response_tokens:   mean tokens after the prompt (model and tool tokens);
@@ -14,13 +17,16 @@ executor (at most `concurrency` at once), scores each finished rollout with the 
                           are kept in every figure above, scored 0 with no response (finish
                           reason "prompt_too_long"), so pass@1 stays over all the problems.
 
+The tally keeps two numbers per problem and a few counters, so its memory grows with the
+problems (already in memory as the problem set), not with the samples.
+
 What it does not do: load models, data or sandboxes (the `eval` command does), or write files.
 """
 
 from __future__ import annotations
 
-from collections import Counter, defaultdict
-from collections.abc import Callable, Sequence
+from collections import Counter
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -70,30 +76,57 @@ class EvalSummary:
     prompts_too_long: int = 0
 
 
-def summarize(trajectories: Sequence[Trajectory], samples: int) -> EvalSummary:
+class EvalTally:
+    """The running sums behind `EvalSummary`: `add` one scored trajectory at a time, `summary`
+    at any point. Keeps (reward sum, rollouts) per problem and a few counters, never the
+    trajectories."""
+
+    def __init__(self) -> None:
+        self.rollouts = 0
+        self.response_tokens = 0
+        self.tool_calls = 0
+        self.failed_tool_calls = 0
+        self.finish_reasons: Counter[str] = Counter()
+        self.reward_by_problem: dict[str, list[float]] = {}  # prompt_id -> [sum, rollouts]
+        self.too_long: set[str] = set()
+
+    def add(self, t: Trajectory) -> None:
+        self.rollouts += 1
+        self.response_tokens += t.response_tokens
+        self.tool_calls += t.tool_calls
+        self.failed_tool_calls += t.failed_tool_calls
+        self.finish_reasons[t.finish_reason] += 1
+        sums = self.reward_by_problem.setdefault(t.prompt_id, [0.0, 0])
+        sums[0] += t.reward
+        sums[1] += 1
+        if t.finish_reason == "prompt_too_long":
+            self.too_long.add(t.prompt_id)
+
+    def summary(self, samples: int) -> EvalSummary:
+        if samples < 1:
+            raise ValueError(f"samples must be >= 1, got {samples}")
+        if not self.rollouts:
+            raise ValueError("no trajectories to summarize")
+        problems = self.reward_by_problem.values()
+        n, calls = self.rollouts, self.tool_calls
+        return EvalSummary(
+            pass_at_1=sum(total / count for total, count in problems) / len(problems),
+            samples=samples,
+            problems=len(problems),
+            mean_response_tokens=self.response_tokens / n,
+            tool_calls_per_problem=calls / n,
+            tool_error_rate=self.failed_tool_calls / calls if calls else 0.0,
+            finish_reasons=dict(self.finish_reasons),
+            prompts_too_long=len(self.too_long),
+        )
+
+
+def summarize(trajectories: Iterable[Trajectory], samples: int) -> EvalSummary:
     """Aggregate scored trajectories (rewards already set) into the eval figures."""
-    if samples < 1:
-        raise ValueError(f"samples must be >= 1, got {samples}")
-    if not trajectories:
-        raise ValueError("no trajectories to summarize")
-    by_problem: dict[str, list[float]] = defaultdict(list)
+    tally = EvalTally()
     for t in trajectories:
-        by_problem[t.prompt_id].append(t.reward)
-    n = len(trajectories)
-    calls = sum(t.tool_calls for t in trajectories)
-    errors = sum(t.failed_tool_calls for t in trajectories)
-    return EvalSummary(
-        pass_at_1=sum(sum(r) / len(r) for r in by_problem.values()) / len(by_problem),
-        samples=samples,
-        problems=len(by_problem),
-        mean_response_tokens=sum(t.response_tokens for t in trajectories) / n,
-        tool_calls_per_problem=calls / n,
-        tool_error_rate=errors / calls if calls else 0.0,
-        finish_reasons=dict(Counter(t.finish_reason for t in trajectories)),
-        prompts_too_long=len(
-            {t.prompt_id for t in trajectories if t.finish_reason == "prompt_too_long"}
-        ),
-    )
+        tally.add(t)
+    return tally.summary(samples)
 
 
 async def evaluate(
@@ -109,35 +142,37 @@ async def evaluate(
     concurrency: int = 64,
     context_limit: int | None = None,
     on_done: Callable[[Trajectory, EvalItem], None] | None = None,
-) -> list[Trajectory]:
-    """Roll out and score `samples` trajectories per item; returns them in (item, sample) order.
+) -> EvalTally:
+    """Roll out and score `samples` trajectories per item with `concurrency` workers; each
+    finished one goes to `on_done` (in the order they finish) and into the returned tally.
 
-    `context_limit`: the engine's longest sequence, passed on to `run_trajectory`.
+    Rollout `sample` of item `i` uses the seed `seed + i * samples + sample`, whichever worker
+    runs it. `context_limit`: the engine's longest sequence, passed on to `run_trajectory`.
     """
     if samples < 1:
         raise ValueError(f"samples must be >= 1, got {samples}")
     if concurrency < 1:
         raise ValueError(f"concurrency must be >= 1, got {concurrency}")
-    limiter = anyio.CapacityLimiter(concurrency)
-    results: list[Trajectory | None] = [None] * (len(items) * samples)
+    # one iterator shared by the workers: next() never awaits, so each item goes to one worker
+    work = ((i * samples + k, item, k) for i, item in enumerate(items) for k in range(samples))
+    tally = EvalTally()
 
-    async def one(index: int, item: EvalItem, sample: int) -> None:
-        async with limiter:
+    async def worker() -> None:
+        for index, item, sample in work:
             traj = await run_trajectory(
                 engine, tools, codec, item.prompt_ids, cfg,
                 prompt_id=item.prompt_id, sample=sample, seed=seed + index,
                 context_limit=context_limit,
             )  # fmt: skip
-        await score_trajectory(scorer, traj, item.reference)
-        results[index] = traj
-        if on_done is not None:
-            on_done(traj, item)
+            await score_trajectory(scorer, traj, item.reference)
+            tally.add(traj)
+            if on_done is not None:
+                on_done(traj, item)
 
     async with anyio.create_task_group() as tg:
-        for i, item in enumerate(items):
-            for k in range(samples):
-                tg.start_soon(one, i * samples + k, item, k)
-    return [t for t in results if t is not None]
+        for _ in range(min(concurrency, len(items) * samples)):
+            tg.start_soon(worker)
+    return tally
 
 
 async def score_trajectory(scorer: Scorer, traj: Trajectory, reference: str) -> None:

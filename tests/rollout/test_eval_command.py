@@ -6,8 +6,11 @@ The model is untrained, so these check structure (keys, counts, masks, limits), 
 from __future__ import annotations
 
 import json
+import resource
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -87,6 +90,72 @@ def test_eval_scores_and_counts_a_problem_over_the_context(model_dir: Path, tmp_
     long = [r for r in records if r["prompt_id"] == "2"]
     assert [r["finish_reason"] for r in long] == ["prompt_too_long"] * 2
     assert all(r["reward"] == 0.0 and r["turns"] == 0 and r["prompt_len"] > 1024 for r in long)
+
+
+def vm_rss_mb(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    raise AssertionError(f"no VmRSS for {pid}")
+
+
+def test_eval_of_a_million_samples_keeps_its_memory_and_stops_on_ctrl_c(
+    model_dir: Path, tmp_path: Path
+):
+    """Issue 34 row 2: with --samples 1000000 nothing was written, the memory grew ~80 MB/s and
+    SIGINT was ignored for over a minute. Now trajectories stream to --out, the memory stays
+    flat while they do, and one SIGINT ends the run within 5 s, exit code 130, whole lines."""
+    data = write_jsonl(generate_problems(TaskConfig(), "heldout")[:2], tmp_path / "p.jsonl")
+    out = tmp_path / "trajs.jsonl"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "rstar2.cli", "-q", "eval", "--model", str(model_dir),
+         "--data", str(data), "--samples", "1000000", "--max-tokens", "16",
+         "--concurrency", "16", "--out", str(out)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 45
+        while not (out.exists() and out.stat().st_size) and time.monotonic() < deadline:
+            assert proc.poll() is None, proc.communicate()[1]
+            time.sleep(0.2)
+        assert out.stat().st_size, "no trajectory written in 45 s"
+        first, rss = out.stat().st_size, []
+        for _ in range(8):  # ~4 s of rollouts
+            rss.append(vm_rss_mb(proc.pid))
+            time.sleep(0.5)
+        assert out.stat().st_size > first  # written as they finish
+        proc.send_signal(signal.SIGINT)
+        stopped = time.monotonic()
+        _, err = proc.communicate(timeout=30)
+        took = time.monotonic() - stopped
+    finally:
+        proc.kill()
+    assert max(rss) - rss[0] < 40, rss  # it grew ~80 MB/s
+    assert proc.returncode == 130 and took < 5, (proc.returncode, took, err[-2000:])
+    text = out.read_text()
+    assert text.endswith("\n") and all(json.loads(line) for line in text.splitlines())
+    assert f"eval stopped: {out} holds the {len(text.splitlines())} of 2000000" in err
+
+
+def test_eval_out_past_the_file_size_limit_is_one_line_and_whole_lines(
+    model_dir: Path, tmp_path: Path
+):
+    """Issue 34 row 8: --out on a full disk mid-run gave a nested ExceptionGroup and left a cut
+    line. A file size limit of 100 kB (ulimit -f: EFBIG, as ENOSPC) stands for the full disk."""
+    data = write_jsonl(generate_problems(TaskConfig(), "heldout")[:2], tmp_path / "p.jsonl")
+    out = tmp_path / "trajs.jsonl"
+    proc = subprocess.run(
+        [sys.executable, "-m", "rstar2.cli", "eval", "--model", str(model_dir),
+         "--data", str(data), "--samples", "100", "--max-tokens", "16", "--out", str(out)],
+        capture_output=True, text=True, timeout=240, cwd=tmp_path,
+        preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_FSIZE, (100_000, 100_000)),
+    )  # fmt: skip
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    errors = [line for line in proc.stderr.splitlines() if "error" in line]
+    assert errors == [f"rstar2 eval: error: File too large: {out}"]
+    text = out.read_text()
+    assert text.endswith("\n") and all(json.loads(line) for line in text.splitlines())
+    assert f"eval stopped: {out} holds the {len(text.splitlines())} of 200" in proc.stderr
 
 
 def test_chat_on_the_tiny_model(model_dir: Path, tmp_path: Path):

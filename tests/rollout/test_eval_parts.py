@@ -57,7 +57,19 @@ def test_progress_bar_off_a_terminal_prints_every_tenth():
     bar.close()
     lines = out.getvalue().splitlines()
     assert len(lines) == 11  # the first rollout, then each further tenth
-    assert lines[-1] == "eval [" + "#" * 30 + "] 20/20 mean reward 0.500"
+    assert lines[-1].startswith("eval [" + "#" * 30 + "] 20/20 mean reward 0.500 ")
+
+
+def test_progress_bar_of_a_long_run_prints_a_line_every_interval():
+    # issue 34 row 2: with 10^6 samples a tenth takes hours; a line every 10 s says it is alive
+    out, now = NotATerminal(), [0.0]
+    bar = ProgressBar(10**6, out, interval_s=10.0, clock=lambda: now[0])
+    for _ in range(100):  # a rollout every 0.5 s for 50 s
+        now[0] += 0.5
+        bar.advance(1.0)
+    lines = out.getvalue().splitlines()
+    assert len(lines) == 1 + 4  # the first rollout, then at 10.5, 20.5, 30.5, 40.5 s
+    assert lines[-1] == "eval [" + "-" * 30 + "] 81/1000000 mean reward 1.000 2.0/s"
 
 
 def test_record_and_table():

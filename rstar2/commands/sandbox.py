@@ -3,7 +3,9 @@
 - `exec`: JSON lines `{"id", "code", "stdin"?, "timeout_s"?, "memory_mb"?}` on stdin (`input`,
   the tool protocol's name, is an alias of `stdin`; giving both is rejected); exactly one JSON
   result line per input line on stdout, in completion order. A bad line gets a result with
-  status `rejected` and a message, and processing goes on. docs/usage.md lists the fields.
+  status `rejected` and a message, and processing goes on. At most 4 x `concurrency`
+  requests are in flight; the next line is read when one finishes, so the memory stays bounded
+  however many lines come. docs/usage.md lists the fields.
 - `bench [--json]`: executor vs fresh-subprocess baseline on three workloads, plus a burst;
   `bench --http [URL]`: the same workloads through an HTTP service (`rstar2.sandbox.http_bench`).
 - `soak`: the HTTP service in its own process under load while its zygote and children are
@@ -232,9 +234,19 @@ def _emit(result: ExecResult) -> None:
     sys.stdout.flush()
 
 
+EXEC_IN_FLIGHT_PER_CHILD = 4
+"""`exec` reads the next line only while fewer than this many requests per child
+(`concurrency`) are in flight: the memory stays bounded however long stdin is."""
+
+
 async def _exec(cfg: SandboxConfig) -> int:
+    in_flight = anyio.Semaphore(EXEC_IN_FLIGHT_PER_CHILD * cfg.concurrency)
+
     async def one(ex: Executor, request: ExecRequest) -> None:
-        _emit(await ex.run(request))
+        try:
+            _emit(await ex.run(request))
+        finally:
+            in_flight.release()
 
     async with open_executor(cfg) as ex, anyio.create_task_group() as tg:
         lineno = 0
@@ -246,6 +258,7 @@ async def _exec(cfg: SandboxConfig) -> int:
             if isinstance(parsed, ExecResult):
                 _emit(parsed)
             else:
+                await in_flight.acquire()
                 tg.start_soon(one, ex, parsed)
     return 0
 

@@ -1,0 +1,68 @@
+"""Commands fed a user-sized count keep their memory bounded by the work in flight (issue 34,
+"beyond the rows"): `sandbox exec` given 10^6 lines on stdin. (`eval --samples 1000000` is in
+tests/rollout/test_eval_command.py.)"""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.slow
+
+LINES = 10**6
+
+
+def vm_rss_mb(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    raise AssertionError(f"no VmRSS for {pid}")
+
+
+def test_sandbox_exec_of_a_million_lines_keeps_its_memory_and_stops_on_ctrl_c() -> None:
+    # every line became a waiting task at once: the memory grew ~10 MB/s while stdin was read
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "rstar2.cli", "-q", "sandbox", "exec"],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    )  # fmt: skip
+    assert proc.stdin is not None and proc.stdout is not None
+    results: list[bytes] = []
+
+    def feed() -> None:
+        batch = b'{"id": "x", "code": "print(1)"}\n' * 1000
+        try:
+            for _ in range(LINES // 1000):
+                proc.stdin.write(batch)  # type: ignore[union-attr]
+        except (BrokenPipeError, ValueError, OSError):
+            pass  # stopped
+
+    def drain() -> None:
+        results.extend(proc.stdout)  # type: ignore[arg-type]
+
+    threading.Thread(target=feed, daemon=True).start()
+    threading.Thread(target=drain, daemon=True).start()
+    try:
+        deadline = time.monotonic() + 60
+        while not results and time.monotonic() < deadline:
+            assert proc.poll() is None
+            time.sleep(0.1)
+        assert results, "no result in 60 s"
+        rss = []
+        for _ in range(10):  # 5 s of reading and running
+            rss.append(vm_rss_mb(proc.pid))
+            time.sleep(0.5)
+        proc.send_signal(signal.SIGINT)
+        stopped = time.monotonic()
+        proc.wait(timeout=30)
+        took = time.monotonic() - stopped
+    finally:
+        proc.kill()
+    assert max(rss) - rss[0] < 10, rss
+    assert proc.returncode == 130 and took < 5, (proc.returncode, took)
+    assert len(results) < LINES

@@ -100,9 +100,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--top-tokens", type=positive_int, default=15, metavar="N",
         help="most frequent high-entropy tokens listed per kind",
     )  # fmt: skip
-    parser.add_argument("--limit", type=positive_int, metavar="N", help="first N trajectories")
     parser.add_argument(
-        "--step", type=positive_int, metavar="N", help="only RL step N's (a rollout trace)"
+        "--limit",
+        type=positive_int,
+        metavar="N",
+        help="only the first N trajectories (default: all)",
+    )
+    parser.add_argument(
+        "--step",
+        type=positive_int,
+        metavar="N",
+        help="only RL step N's (a rollout trace) (default: every step)",
     )
     parser.add_argument(
         "--batch-tokens", type=positive_int, default=4096, metavar="N",

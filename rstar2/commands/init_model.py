@@ -34,7 +34,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="TOML file with a [model] table of TinyModelConfig keys, or a train config "
         "(its [model.tiny])",
     )
-    parser.add_argument("--seed", type=int, default=None, help="override model.seed")
+    parser.add_argument(
+        "--seed", type=int, default=None, help="override model.seed (default: --config's, else 0)"
+    )
     parser.add_argument(
         "--force", action="store_true", help="write into DIR even if it exists and is not empty"
     )

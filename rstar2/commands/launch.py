@@ -42,7 +42,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=int,
         default=None,
         metavar="K",
-        help="start only node K's actors (K-th host of graph.hosts placing actors; 0 coordinates)",
+        help="start only node K's actors (K-th host of graph.hosts placing actors; 0 coordinates) "
+        "(default: every node's, on this machine)",
     )
     parser.add_argument("--json", action="store_true", help="print the result as one JSON object")
 

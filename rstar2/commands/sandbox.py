@@ -87,10 +87,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     p_soak = sub.add_parser(
         "soak", help="the HTTP service under load while its zygote and children are killed"
     )
+    sandbox = SandboxConfig()
     for p in (p_exec, p_bench, p_serve, p_soak):
         p.add_argument("--config", type=Path, help="TOML file with a [sandbox] table")
-        p.add_argument("--concurrency", type=positive_int, help="children running at once")
-        p.add_argument("--preload", help="comma-separated modules to pre-import ('' for none)")
+        p.add_argument(
+            "--concurrency", type=positive_int,
+            help=f"children running at once (default: [sandbox] concurrency, {sandbox.concurrency})",
+        )  # fmt: skip
+        p.add_argument(
+            "--preload",
+            help="comma-separated modules to pre-import ('' for none) (default: [sandbox] "
+            f"preload, {','.join(sandbox.preload)})",
+        )
         p.add_argument("--no-bwrap", action="store_true", help="do not use bubblewrap")
         p.add_argument(
             "--require-isolation", action="store_true", help="refuse to start with a layer off"

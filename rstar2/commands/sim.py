@@ -140,11 +140,17 @@ def _add_run_options(parser: argparse.ArgumentParser, suppress: bool) -> None:
     add("--mean-response", type=positive_float, help="mean response tokens (default 4000)")
     add("--sigma", type=nonnegative_float, help="lognormal sigma (default 1.0)")
     add("--max-response", type=positive_int, help="response budget (default 12288)")
-    add("--tool-calls", type=nonnegative_float, help="mean tool calls per trajectory")
+    add(
+        "--tool-calls", type=nonnegative_float,
+        help="mean tool calls per trajectory (default 5.0, or the --scenario's)",
+    )  # fmt: skip
     add("--tool-latency", type=nonnegative_float, help="mean tool latency in s (default 0.3)")
     add("--trace", help="replay a JSONL trace (e.g. RUN/rollout_trace.jsonl) instead of generating")
     add("--trace-step", type=int, help="with a trace of several steps: which (default: the last)")
-    add("--reservation", choices=["max", "predicted"], help="kv_aware reservation")
+    add(
+        "--reservation", choices=["max", "predicted"],
+        help="kv_aware reservation (default predicted; kv_aware_max: max)",
+    )  # fmt: skip
     add(
         "--cold-predictor",
         action="store_true",
@@ -180,8 +186,16 @@ def _add_run_options(parser: argparse.ArgumentParser, suppress: bool) -> None:
     add("--train-fraction", type=positive_float, default=0.5, help="share of tokens trained")
     add("--push-bandwidth", type=positive_float, default=8.6, help="weight push GB/s")
     add("--push-latency", type=nonnegative_float, default=0.1, help="fixed s of every push")
-    add("--update-s", type=nonnegative_float, help="every update takes this many s")
-    add("--push-s", type=nonnegative_float, help="every push takes this many s")
+    add(
+        "--update-s", type=nonnegative_float,
+        help="every update takes this many s (default: the FLOPs model's, or the fit to "
+        "--learner-metrics)",
+    )  # fmt: skip
+    add(
+        "--push-s", type=nonnegative_float,
+        help="every push takes this many s (default: the weights' bytes / --push-bandwidth "
+        "+ --push-latency, or the fit to --learner-metrics)",
+    )  # fmt: skip
     add("--learner-metrics", help="fit update and push costs to RUN/metrics.jsonl (with --trace)")
     add("--json", action="store_true", default=False, help="machine-readable output")
 

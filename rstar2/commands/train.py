@@ -48,9 +48,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "cluster.learner_ranks, eval/checkpoint cadence, stages.N.steps, a new stage), "
         "--processes and --backend",
     )
-    parser.add_argument("--processes", type=int, help="spread the actors over N local processes")
-    parser.add_argument("--backend", choices=["asyncio", "trio"], help="event loop of the graph")
-    parser.add_argument("--seed", type=int, help="override the seed")
+    parser.add_argument(
+        "--processes", type=int,
+        help="spread the actors over N local processes (default: the config's graph.processes)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--backend", choices=["asyncio", "trio"],
+        help="event loop of the graph (default: the config's graph.backend)",
+    )  # fmt: skip
+    parser.add_argument("--seed", type=int, help="override the seed (default: the config's seed)")
     parser.add_argument(
         "--set",
         action="append",

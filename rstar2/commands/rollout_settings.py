@@ -56,7 +56,13 @@ def resolve_settings(args: argparse.Namespace) -> RunSettings:
         sandbox=from_dict(SandboxConfig, data.get("sandbox", {}), "sandbox"),
         reward=from_dict(RewardConfig, data.get("reward", {}), "reward"),
     )
-    log.info("settings: %s", to_dict(settings))
+    r = settings.rollout
+    log.info(
+        "settings: max_response_tokens %d, max_turns %d, temperature %g, tool_timeout_s %g "
+        "(-v logs every setting)",
+        r.max_response_tokens, r.max_turns, r.temperature, r.tool_timeout_s,
+    )  # fmt: skip
+    log.debug("settings: %s", to_dict(settings))
     return settings
 
 

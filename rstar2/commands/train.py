@@ -129,6 +129,18 @@ def _resumed(args: argparse.Namespace, sets: list[str]) -> Plan:
     return Plan(resumed_config(run_dir, sets, done), run_dir, True, checkpoint, done)
 
 
+def log_config(cfg: TrainConfig, run_dir: Path) -> None:
+    """The config in one short INFO line; the whole resolved config (several KB) goes to
+    RUN/config.json (`run_training` writes it) and, with -v, to the log at DEBUG."""
+    stages = ", ".join(f"{s.name} {s.steps} steps" for s in cfg.stages)
+    log.info(
+        "config: seed %d, %d prompts x %d rollouts a step, RL stages %s (resolved in full in "
+        "%s; -v logs it)",
+        cfg.seed, cfg.prompts_per_step, cfg.rollouts_per_prompt, stages, run_dir / "config.json",
+    )  # fmt: skip
+    log.debug("resolved config: %s", json.dumps(redact(config_dict(cfg))))
+
+
 def run(args: argparse.Namespace) -> int:
     plan = resolve(args)
     cfg, run_dir = plan.cfg, plan.run_dir
@@ -148,7 +160,7 @@ def run(args: argparse.Namespace) -> int:
     cfg.check_devices(torch.cuda.device_count() if torch.cuda.is_available() else 0)
     _check_writable(run_dir)
     log.info("run directory: %s", run_dir)
-    log.info("resolved config: %s", json.dumps(redact(config_dict(cfg))))
+    log_config(cfg, run_dir)
     try:
         with _sigterm_interrupts():
             summary = run_training(cfg, run_dir, resume=plan.resume, checkpoint=plan.checkpoint)

@@ -543,6 +543,7 @@ class Controller:
         self.progress.evaluations["validation_last"] = {**acc.as_dict(), "step": s.step}
         s.row.update(_accuracy_row("heldout", acc), time_eval_s=finished - started)
         s.last = finished
+        log.info("validation accuracy at step %d: %s", s.step, _text(acc))
         return self._step_done()
 
     def _step_done(self) -> list[Command]:
@@ -576,6 +577,7 @@ class Controller:
             p.last_accuracy = acc.mean
             p.evaluations["validation_final"] = acc.as_dict()
             row.update(_accuracy_row("heldout", acc))
+            log.info("validation accuracy after RL: %s", _text(acc))
             if self.test:
                 return [self._evaluate("final_test", test=True)]
         else:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 from pathlib import Path
 
 import pytest
@@ -60,3 +61,18 @@ def test_a_bad_value_in_the_run_config_names_the_key(tmp_path: Path) -> None:
     model = _run(tmp_path, {"max_turns": -1})
     with pytest.raises(ConfigError, match="rollout.max_turns"):
         resolve_settings(_args("--model", str(model)))
+
+
+def test_the_settings_are_a_short_info_line_and_in_full_at_debug(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # issue 34 row 17: every setting (sandbox, reward, engine) was one long line at INFO
+    model = tmp_path / "plain"
+    model.mkdir()
+    (model / "config.json").write_text(json.dumps({"model_type": "qwen2"}))
+    caplog.set_level(logging.DEBUG, logger="rstar2.commands.rollout_settings")
+    resolve_settings(_args("--model", str(model), "--max-turns", "3"))
+    info = [r.getMessage() for r in caplog.records if r.levelno == logging.INFO]
+    debug = [r.getMessage() for r in caplog.records if r.levelno == logging.DEBUG]
+    assert len(info) == 1 and len(info[0]) < 200 and "max_turns 3" in info[0]
+    assert len(debug) == 1 and "'sandbox'" in debug[0] and "'reward'" in debug[0]

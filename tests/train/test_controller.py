@@ -8,6 +8,7 @@ metrics, a `PushWeights` with fixed byte counts; every command takes one tick of
 
 from __future__ import annotations
 
+import logging
 import pickle
 from collections import deque
 from collections.abc import Callable
@@ -541,3 +542,21 @@ def test_validation_during_training_and_test_only_after_sft_and_at_the_end() -> 
     assert set(finish.summary["evaluations"]) == {
         "validation_sft", "test_sft", "validation_last", "validation_final", "test_final",
     }  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("eval_every", "lines"),
+    [
+        (2, ["after SFT", "at step 2", "after RL"]),  # the last step (3) is not on the cadence
+        (3, ["after SFT", "at step 3"]),  # the last step evaluated: no final evaluation
+    ],
+)
+def test_every_evaluation_is_one_log_line_when_it_happens(
+    caplog: pytest.LogCaptureFixture, eval_every: int, lines: list[str]
+) -> None:
+    # issue 34 row 17: validation after RL showed only in the final summary
+    caplog.set_level(logging.INFO, logger="rstar2.train.controller")
+    cfg = make_config(stages=[{"name": "rl1", "steps": 3}], eval_every=eval_every)
+    run_all(cfg)
+    said = [r.getMessage() for r in caplog.records if "validation accuracy" in r.getMessage()]
+    assert [m.split(": ")[0] for m in said] == [f"validation accuracy {w}" for w in lines]

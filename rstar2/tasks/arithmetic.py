@@ -1,14 +1,20 @@
 """The embedded default task: procedurally generated arithmetic problems with exact integer answers.
 
-Problems are either bare expressions ("What is 4821 * 37 + 905?") or short word problems whose
-operation the model must recognise ("A crate holds 37 bottles. How many bottles are in 482
-crates?"). Operands have several digits, so a tiny model cannot do the arithmetic in its head but
+Problems are either bare expressions ("What is 4821 * 37 + 905?") or word problems whose
+operation the model must recognise: fixed templates ("A crate holds 37 bottles. How many bottles
+are in 482 crates?"), or, with `word_style = "story"`, short stories built from clauses whose
+verbs name the operations ("Ben buys 12 packs of 40 pens. Then Ben loses 7. How many pens does
+Ben have now?" is `12 * 40 - 7`): a base clause (has, buys packs of, shares equally, packs into
+bags and keeps the leftover) and `min_events`..`max_events` events (gets / finds / is given
+more; gives away / loses / sells), so the operation sequence must be inferred from the wording.
+`lexicon = "ood"` draws names, items and event verbs from sets the "train" lexicon never uses,
+for an out-of-distribution test. Operands have several digits, so a tiny model cannot do the arithmetic in its head but
 can learn to copy the numbers into `print(...)` and the tool's output into `\\boxed{}`.
 
 Generation is seeded and reproducible. Train and held-out splits are disjoint by construction:
 a problem's split is decided by a stable hash of its text, so the same text can never land in
-both. The difficulty knob is `TaskConfig` (digits per operand, operands per expression, share of
-word problems).
+both. The difficulty knob is `TaskConfig` (digits per operand, operands per expression, the
+operators of bare expressions, share and style of word problems).
 
 What it does not do: SFT traces (see `rstar2.tasks.traces`), verification of model answers
 (see `rstar2.reward`) or file formats beyond the JSONL writer below.
@@ -28,9 +34,14 @@ from rstar2.config import ConfigError, require
 
 Split = Literal["train", "heldout"]
 
-_OPS = ("+", "-", "*")
+_OPS = {"+": "+", "-": "-", "*": "*", "/": "//", "%": "%"}
+"""`TaskConfig.ops` characters -> the Python operator of bare expressions (/ is floor division)."""
 _NAMES = ("Ana", "Ben", "Chen", "Dara", "Eli", "Femi", "Gus", "Hana", "Ivo", "Jun")
 _ITEMS = ("apples", "coins", "stamps", "cards", "shells", "beads", "books", "pens")
+_OOD_NAMES = ("Kai", "Lena", "Milo", "Nora", "Omar", "Pia", "Quinn", "Rosa")
+_OOD_ITEMS = ("marbles", "stickers", "cookies", "tickets", "pebbles", "buttons")
+WordStyle = Literal["templates", "story"]
+Lexicon = Literal["train", "ood"]
 
 
 @dataclass
@@ -45,8 +56,19 @@ class TaskConfig:
     """Most digits of an operand (the main difficulty knob)."""
     max_operands: int = 3
     """Most operands of a bare expression (2 or more)."""
+    ops: str = "+-*"
+    """Operators of bare expressions, from "+-*/%" ("/" is floor division, "//")."""
     word_fraction: float = 0.5
     """Share of problems stated in words rather than as a bare expression."""
+    word_style: WordStyle = "templates"
+    """Word problems from the fixed templates, or stories of a base clause and events."""
+    min_events: int = 0
+    """Stories: fewest event clauses after the base clause (a story has at least one
+    operation: a base clause without one gets an event)."""
+    max_events: int = 1
+    """Stories: most event clauses after the base clause."""
+    lexicon: Lexicon = "train"
+    """Stories: the names, items and event verbs drawn from ("ood": sets "train" never uses)."""
     heldout_fraction: float = 0.2
     """Share of the problem space (by text hash) reserved for the held-out split."""
     train_size: int = 4000
@@ -64,6 +86,24 @@ class TaskConfig:
         )
         require(2 <= self.max_operands <= 6, "max_operands", self.max_operands, "2..6")
         require(0.0 <= self.word_fraction <= 1.0, "word_fraction", self.word_fraction, "0..1")
+        require(
+            bool(self.ops) and set(self.ops) <= set(_OPS) and len(set(self.ops)) == len(self.ops),
+            "ops",
+            self.ops,
+            'distinct operators from "+-*/%" ("/" is floor division)',
+        )
+        require(
+            self.word_style in ("templates", "story"), "word_style", self.word_style,
+            '"templates" or "story"',
+        )  # fmt: skip
+        require(0 <= self.min_events <= 4, "min_events", self.min_events, "an integer in 0..4")
+        require(
+            self.min_events <= self.max_events <= 4,
+            "max_events",
+            self.max_events,
+            f"an integer in {self.min_events}..4",
+        )
+        require(self.lexicon in ("train", "ood"), "lexicon", self.lexicon, '"train" or "ood"')
         require(
             0.0 < self.heldout_fraction < 1.0,
             "heldout_fraction",
@@ -97,7 +137,11 @@ def _bare(rng: random.Random, cfg: TaskConfig) -> tuple[str, str]:
     n = rng.randint(2, cfg.max_operands)
     parts = [str(_operand(rng, cfg))]
     for _ in range(n - 1):
-        parts += [rng.choice(_OPS), str(_operand(rng, cfg))]
+        op = _OPS[rng.choice(cfg.ops)]
+        right = _operand(rng, cfg)
+        if op in ("//", "%"):  # a divisor smaller than what it divides: a non-trivial answer
+            right = rng.randint(2, max(2, min(right, 99)))
+        parts += [op, str(right)]
     expr = " ".join(parts)
     stem = rng.choice(("What is {e}?", "Compute {e}.", "Evaluate {e}.", "Find {e}."))
     return stem.format(e=expr), expr
@@ -128,6 +172,46 @@ def _word(rng: random.Random, cfg: TaskConfig) -> tuple[str, str]:
     return text.format(**fill), expr.format(**fill)
 
 
+# Stories: a base clause, then events. (text, expression) with {n} name, {i} item, {a} {b}
+# numbers; the base's expression is computed first, events apply left to right, and Python's
+# precedence agrees (* // % only ever appear in the base, + - only in events).
+_BASES: tuple[tuple[str, str], ...] = (
+    ("{n} has {a} {i}.", "{a}"),
+    ("{n} buys {a} packs of {b} {i}.", "{a} * {b}"),
+    ("{a} {i} are shared equally among {b} friends, and {n} gets one share.", "{a} // {b}"),
+    ("{n} packs {a} {i} into bags of {b} and keeps the {i} left over.", "{a} % {b}"),
+)
+_GAINS = {"train": ("gets {c} more", "finds {c} more", "is given {c} more"),
+          "ood": ("wins {c} more", "collects {c} more")}  # fmt: skip
+_LOSSES = {"train": ("gives away {c}", "loses {c}", "sells {c}"),
+           "ood": ("donates {c}", "breaks {c}")}  # fmt: skip
+
+
+def _story(rng: random.Random, cfg: TaskConfig) -> tuple[str, str]:
+    names, items = (_NAMES, _ITEMS) if cfg.lexicon == "train" else (_OOD_NAMES, _OOD_ITEMS)
+    name, item = rng.choice(names), rng.choice(items)
+    base, expr = rng.choice(_BASES)
+    a, b = _operand(rng, cfg), _operand(rng, cfg)
+    if "//" in expr or "%" in expr:
+        b = rng.randint(2, max(2, min(b, 99)))
+        a = max(a, b * rng.randint(2, 9) + rng.randint(1, b - 1))
+    value = evaluate(expr.format(a=a, b=b))
+    sentences = [base.format(n=name, i=item, a=a, b=b)]
+    events = rng.randint(cfg.min_events, cfg.max_events)
+    if expr == "{a}":
+        events = max(events, 1)  # "has a" alone has no operation
+    expr = expr.format(a=a, b=b)
+    for _ in range(events):
+        c = _operand(rng, cfg)
+        if c < value and rng.random() < 0.5:  # never below zero
+            verb, value, expr = rng.choice(_LOSSES[cfg.lexicon]), value - c, f"{expr} - {c}"
+        else:
+            verb, value, expr = rng.choice(_GAINS[cfg.lexicon]), value + c, f"{expr} + {c}"
+        sentences.append(f"Then {name} {verb.format(c=c)}.")
+    sentences.append(f"How many {item} does {name} have now?")
+    return " ".join(sentences), expr
+
+
 def split_of(text: str, heldout_fraction: float) -> Split:
     """The split a problem text belongs to, from a stable hash (never Python's salted hash)."""
     bucket = int.from_bytes(hashlib.sha256(text.encode()).digest()[:8], "big") / 2**64
@@ -152,7 +236,10 @@ def _stream(cfg: TaskConfig, split: Split) -> Iterator[Problem]:
     make: Callable[[random.Random, TaskConfig], tuple[str, str]]
     misses = 0
     while misses < _MAX_MISSES:
-        make = _word if rng.random() < cfg.word_fraction else _bare
+        if rng.random() < cfg.word_fraction:
+            make = _story if cfg.word_style == "story" else _word
+        else:
+            make = _bare
         text, expr = make(rng, cfg)
         if text in seen or split_of(text, cfg.heldout_fraction) != split:
             misses += 1

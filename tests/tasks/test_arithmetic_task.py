@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -81,3 +82,72 @@ def test_asking_for_more_problems_than_the_settings_make_is_a_config_error() -> 
     )
     with pytest.raises(ConfigError, match="task.train_size"):
         generate_problems(tiny, "train")
+
+
+# -- stories, operators and the out-of-distribution lexicon (issue 29) ------------------------
+
+STORY = TaskConfig(word_fraction=1.0, word_style="story", min_events=0, max_events=2)
+
+
+def _verbs_to_ops(text: str) -> list[str]:
+    """The operations a story's wording names, in order (what the policy must infer)."""
+    from rstar2.tasks.arithmetic import _GAINS, _LOSSES
+
+    ops = []
+    for sentence in text.split(". ")[1:]:
+        for lex in ("train", "ood"):
+            if any(v.split(" {c}")[0] in sentence for v in _GAINS[lex]):
+                ops.append("+")
+            if any(v.split(" {c}")[0] in sentence for v in _LOSSES[lex]):
+                ops.append("-")
+    return ops
+
+
+def test_a_story_states_its_operations_in_words_and_its_numbers_in_order() -> None:
+    problems = generate_problems(STORY, "train")[:400]
+    bases = {"buys": "*", "shared equally": "//", "left over": "%", "has": None}
+    seen_bases: set[str] = set()
+    for p in problems:
+        assert p.answer == str(evaluate(p.expression)) and int(p.answer) >= 0, p
+        numbers = [int(t) for t in re.findall(r"\d+", p.problem)]
+        assert numbers == [int(t) for t in re.findall(r"\d+", p.expression)], p
+        first = next(k for k in bases if k in p.problem)
+        seen_bases.add(first)
+        tail = p.expression.split()
+        if bases[first] is not None:
+            assert tail[1] == bases[first], p
+            tail = tail[2:]
+        events = [op for op in tail if op in "+-"]
+        assert events == _verbs_to_ops(p.problem), p
+        assert p.problem.count("Then ") == len(events) <= STORY.max_events
+        assert len(events) >= 1 or bases[first] is not None  # at least one operation
+        assert "+" not in p.problem and "*" not in p.problem  # no symbol gives it away
+    assert seen_bases == set(bases)
+
+
+def test_the_ood_lexicon_shares_no_name_item_or_verb_with_training() -> None:
+    from rstar2.tasks.arithmetic import _GAINS, _ITEMS, _LOSSES, _NAMES
+
+    ood = TaskConfig(word_fraction=1.0, word_style="story", min_events=2, max_events=3,
+                     lexicon="ood")  # fmt: skip
+    words = [*_NAMES, *_ITEMS]
+    verbs = [v.split(" {c}")[0] + r" \d" for v in _GAINS["train"] + _LOSSES["train"]]
+    for p in generate_problems(ood, "heldout"):
+        assert not any(w in p.problem for w in words), p
+        assert not any(re.search(v, p.problem) for v in verbs), p
+        assert p.problem.count("Then ") >= 2
+    for p in generate_problems(STORY, "train")[:200]:
+        assert not any(w in p.problem for w in ("Kai", "marbles", "donates", "wins"))
+
+
+def test_bare_operators_come_from_ops() -> None:
+    divs = generate_problems(TaskConfig(word_fraction=0.0, ops="/%", train_size=300), "train")
+    for p in divs:
+        ops = set(p.expression.split()[1::2])
+        assert ops <= {"//", "%"} and p.answer == str(evaluate(p.expression))
+    assert {"//", "%"} <= {op for p in divs for op in p.expression.split()[1::2]}
+    for bad in ("", "+^", "++", "x"):
+        with pytest.raises(ConfigError, match="ops"):
+            TaskConfig(ops=bad).validate()
+    with pytest.raises(ConfigError, match="max_events"):
+        TaskConfig(min_events=2, max_events=1).validate()

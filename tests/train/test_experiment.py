@@ -41,7 +41,7 @@ def test_plan_runs_refuses_a_control_without_rl_and_repeated_seeds() -> None:
 
 def test_parse_names_keeps_order_drops_repeats_refuses_unknown() -> None:
     assert parse_names("roc, sft,roc", ("sft", "roc"), "--arms") == ["roc", "sft"]
-    with pytest.raises(ConfigError, match="'--arms': got 'sft,ppo'"):
+    with pytest.raises(ConfigError, match="--arms: got 'sft,ppo'"):
         parse_names("sft,ppo", ("sft", "roc"), "--arms")
     with pytest.raises(ConfigError):
         parse_names(" , ", ("sft",), "--arms")

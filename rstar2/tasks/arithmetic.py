@@ -8,7 +8,8 @@ Ben have now?" is `12 * 40 - 7`): a base clause (has, buys packs of, shares equa
 bags and keeps the leftover) and `min_events`..`max_events` events (gets / finds / is given
 more; gives away / loses / sells), so the operation sequence must be inferred from the wording.
 `lexicon = "ood"` draws names, items and event verbs from sets the "train" lexicon never uses,
-for an out-of-distribution test. Operands have several digits, so a tiny model cannot do the arithmetic in its head but
+for an out-of-distribution test. `word_style = "verbal"` names one operation by a word ("the
+quotient when 96 is divided by 7, rounded down"). Operands have several digits, so a tiny model cannot do the arithmetic in its head but
 can learn to copy the numbers into `print(...)` and the tool's output into `\\boxed{}`.
 
 Generation is seeded and reproducible. Train and held-out splits are disjoint by construction:
@@ -40,7 +41,7 @@ _NAMES = ("Ana", "Ben", "Chen", "Dara", "Eli", "Femi", "Gus", "Hana", "Ivo", "Ju
 _ITEMS = ("apples", "coins", "stamps", "cards", "shells", "beads", "books", "pens")
 _OOD_NAMES = ("Kai", "Lena", "Milo", "Nora", "Omar", "Pia", "Quinn", "Rosa")
 _OOD_ITEMS = ("marbles", "stickers", "cookies", "tickets", "pebbles", "buttons")
-WordStyle = Literal["templates", "story"]
+WordStyle = Literal["templates", "story", "verbal"]
 Lexicon = Literal["train", "ood"]
 
 
@@ -61,7 +62,8 @@ class TaskConfig:
     word_fraction: float = 0.5
     """Share of problems stated in words rather than as a bare expression."""
     word_style: WordStyle = "templates"
-    """Word problems from the fixed templates, or stories of a base clause and events."""
+    """Word problems from the fixed templates, stories of a base clause and events, or one
+    operation named by a word ("verbal": "the quotient when a is divided by b")."""
     min_events: int = 0
     """Stories: fewest event clauses after the base clause (a story has at least one
     operation: a base clause without one gets an event)."""
@@ -93,8 +95,8 @@ class TaskConfig:
             'distinct operators from "+-*/%" ("/" is floor division)',
         )
         require(
-            self.word_style in ("templates", "story"), "word_style", self.word_style,
-            '"templates" or "story"',
+            self.word_style in ("templates", "story", "verbal"), "word_style", self.word_style,
+            '"templates", "story" or "verbal"',
         )  # fmt: skip
         require(0 <= self.min_events <= 4, "min_events", self.min_events, "an integer in 0..4")
         require(
@@ -212,6 +214,30 @@ def _story(rng: random.Random, cfg: TaskConfig) -> tuple[str, str]:
     return " ".join(sentences), expr
 
 
+_VERBAL: tuple[tuple[str, str], ...] = (
+    ("What is the sum of {a} and {b}?", "{a} + {b}"),
+    ("Add {a} and {b}. What do you get?", "{a} + {b}"),
+    ("What is the difference between {a} and {b}?", "{a} - {b}"),
+    ("Take {b} away from {a}. What is left?", "{a} - {b}"),
+    ("What is the product of {a} and {b}?", "{a} * {b}"),
+    ("Multiply {a} by {b}. What is the result?", "{a} * {b}"),
+    ("What is the quotient when {a} is divided by {b}, rounded down?", "{a} // {b}"),
+    ("How many whole times does {b} go into {a}?", "{a} // {b}"),
+    ("What is left over when {a} is divided by {b}?", "{a} % {b}"),
+)
+
+
+def _verbal(rng: random.Random, cfg: TaskConfig) -> tuple[str, str]:
+    text, expr = rng.choice(_VERBAL)
+    a, b = _operand(rng, cfg), _operand(rng, cfg)
+    if "//" in expr or "%" in expr:
+        b = rng.randint(2, max(2, min(b, 99)))
+        a = max(a, b * rng.randint(2, 9) + rng.randint(1, b - 1))
+    elif "-" in expr:
+        a, b = max(a, b), min(a, b)
+    return text.format(a=a, b=b), expr.format(a=a, b=b)
+
+
 def split_of(text: str, heldout_fraction: float) -> Split:
     """The split a problem text belongs to, from a stable hash (never Python's salted hash)."""
     bucket = int.from_bytes(hashlib.sha256(text.encode()).digest()[:8], "big") / 2**64
@@ -237,7 +263,7 @@ def _stream(cfg: TaskConfig, split: Split) -> Iterator[Problem]:
     misses = 0
     while misses < _MAX_MISSES:
         if rng.random() < cfg.word_fraction:
-            make = _story if cfg.word_style == "story" else _word
+            make = {"story": _story, "verbal": _verbal}.get(cfg.word_style, _word)
         else:
             make = _bare
         text, expr = make(rng, cfg)

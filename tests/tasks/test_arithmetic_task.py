@@ -151,3 +151,17 @@ def test_bare_operators_come_from_ops() -> None:
             TaskConfig(ops=bad).validate()
     with pytest.raises(ConfigError, match="max_events"):
         TaskConfig(min_events=2, max_events=1).validate()
+
+
+def test_a_verbal_problem_names_its_one_operation_by_a_word() -> None:
+    words = {"sum": "+", "Add": "+", "difference": "-", "away": "-", "product": "*",
+             "Multiply": "*", "quotient": "//", "whole times": "//", "left over": "%"}  # fmt: skip
+    cfg = TaskConfig(word_fraction=1.0, word_style="verbal", train_size=300)
+    seen = set()
+    for p in generate_problems(cfg, "train"):
+        (op,) = p.expression.split()[1::2]
+        named = [o for w, o in words.items() if w in p.problem]
+        assert named == [op], p
+        assert p.answer == str(evaluate(p.expression)) and int(p.answer) >= 0, p
+        seen.add(op)
+    assert seen == {"+", "-", "*", "//", "%"}

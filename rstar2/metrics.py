@@ -38,6 +38,7 @@ TB_TAGS = {
     "response_tokens_mean": "rollout/response_tokens_mean",
     "tool_calls_mean": "rollout/tool_calls_mean",
     "tool_error_ratio_correct": "rollout/tool_error_ratio_correct",
+    "correct_with_failed_call": "rollout/correct_with_failed_call",
     "clip_fraction": "losses/clip_fraction",
     "entropy": "losses/entropy",
     "loss": "losses/policy_loss",

@@ -7,6 +7,8 @@
 - `response_tokens_mean`, `tool_calls_mean` over all rollouts of the step;
 - `tool_error_ratio_correct`: failed (error or timeout) tool calls over all tool calls, counted
   in the correct trajectories only (the paper's Figure 9 quantity, before RoC selection);
+- `correct_with_failed_call`: share of the correct trajectories with at least one failed tool
+  call (what RoC's selection can act on: a correct rollout that recovered from a failure);
 - `mixed_group_fraction`: share of prompts whose rollouts have both rewards (groups with signal);
 - `gen_tokens`: tokens the policy sampled in the step (loss-mask 1), tool and prompt tokens excluded;
 - `moved_turns`: turns generated on another engine than their trajectory's first (the
@@ -58,6 +60,7 @@ def rollout_metrics(trajs: Sequence[Scored]) -> dict[str, float]:
         "response_tokens_mean": _mean([len(t.token_ids) - t.prompt_len for t in trajs]),
         "tool_calls_mean": _mean([t.tool_calls for t in trajs]),
         "tool_error_ratio_correct": failed / calls if calls else 0.0,
+        "correct_with_failed_call": _mean([t.tool_errors + t.tool_timeouts > 0 for t in correct]),
         "mixed_group_fraction": _mean([len(v) > 1 for v in groups.values()]),
         "gen_tokens": float(sum(sum(t.loss_mask) for t in trajs)),
         "moved_turns": float(sum(t.moved_turns for t in trajs)),

@@ -196,7 +196,7 @@ def test_the_step_row_has_the_metrics_and_timings_of_the_learner_actor() -> None
     assert list(first.row) == [
         "step", "stage", "infra_failed",
         "reward_mean", "response_tokens_mean", "tool_calls_mean", "tool_error_ratio_correct",
-        "mixed_group_fraction", "gen_tokens", "moved_turns",
+        "correct_with_failed_call", "mixed_group_fraction", "gen_tokens", "moved_turns",
         "loss", "clip_fraction", "trained_rollouts", "weights_broadcast_bytes", "weights_bus_bytes",
         "time_gen_s", "time_tool_s", "time_reward_s", "time_learner_s", "time_sync_s",
         "staleness_mean", "staleness_max", "staleness_hist", "stale_dropped", "step_s",

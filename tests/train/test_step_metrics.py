@@ -39,6 +39,8 @@ def test_rollout_metrics_exact() -> None:
     assert m["tool_calls_mean"] == pytest.approx(11 / 4)
     # correct trajectories only: (1 + 1) failed of (4 + 2 + 2) calls
     assert m["tool_error_ratio_correct"] == pytest.approx(2 / 8)
+    # two of the three correct trajectories recovered from a failed call
+    assert m["correct_with_failed_call"] == pytest.approx(2 / 3)
     assert m["mixed_group_fraction"] == 0.5
     assert m["gen_tokens"] == 4.0
     assert m["moved_turns"] == 2.0
@@ -57,6 +59,7 @@ def test_infra_failures_are_counted_and_not_judged() -> None:
     # model-quality figures over the two clean rollouts only (prompt "b" has none left)
     assert m["reward_mean"] == 0.5
     assert m["tool_error_ratio_correct"] == 0.5
+    assert m["correct_with_failed_call"] == 1.0
     assert m["mixed_group_fraction"] == 1.0
     # work done counts every rollout
     assert m["tool_calls_mean"] == 2.0

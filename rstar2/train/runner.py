@@ -17,6 +17,7 @@ What it does not do: RL math or actor logic (their own modules); argument parsin
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import shutil
@@ -45,7 +46,7 @@ from rstar2.rollout.worker import RolloutWorker, RolloutWorkerParams
 from rstar2.sandbox.actor import SandboxActor
 from rstar2.scheduler.actor import SchedulerActor, SchedulerParams
 from rstar2.tasks.arithmetic import generate_problems
-from rstar2.tasks.traces import build_traces
+from rstar2.tasks.traces import Message, build_traces
 from rstar2.train.accuracy import eval_splits
 from rstar2.train.config import ClusterConfig, TrainConfig, config_dict
 from rstar2.train.learner_actor import LearnerActor, LearnerParams
@@ -79,12 +80,25 @@ def save_config(cfg: TrainConfig, run_dir: Path) -> None:
     (run_dir / "config.json").write_text(json.dumps(redact(config_dict(cfg)), indent=1))
 
 
-def sft_examples(cfg: TrainConfig, tokenizer: Any) -> list[Any]:
-    """The run's SFT examples: tool-format traces of the first `sft.train_problems` training
-    problems, encoded."""
+def sft_traces(cfg: TrainConfig) -> list[list[Message]]:
+    """The run's demonstrations: tool-format traces of the first `sft.train_problems` training
+    problems (chat messages)."""
     problems = generate_problems(cfg.task, "train")[: cfg.sft.train_problems]
-    traces = build_traces(problems, seed=cfg.sft.seed, mistake_fraction=cfg.sft.mistake_fraction)
-    return encode_examples(tokenizer, traces)
+    return build_traces(problems, seed=cfg.sft.seed, mistake_fraction=cfg.sft.mistake_fraction)
+
+
+def sft_examples(cfg: TrainConfig, tokenizer: Any) -> list[Any]:
+    """The run's SFT examples: `sft_traces`, encoded."""
+    return encode_examples(tokenizer, sft_traces(cfg))
+
+
+def write_demos(traces: list[list[Message]], path: Path) -> dict[str, object]:
+    """Save the demonstrations SFT trained on, one JSON line `{"messages": [...]}` each; their
+    count and the file's sha256 (recorded in `sft.json`, so two runs can be checked to have seen
+    the same set)."""
+    text = "".join(json.dumps({"messages": t}, sort_keys=True) + "\n" for t in traces)
+    path.write_text(text)
+    return {"count": len(traces), "sha256": hashlib.sha256(text.encode()).hexdigest()}
 
 
 def prepare_policy(cfg: TrainConfig, run_dir: Path) -> Path:
@@ -107,7 +121,8 @@ def prepare_policy(cfg: TrainConfig, run_dir: Path) -> Path:
     model, tokenizer = load_model(base)
     device = resolve_device(cfg.learner.device)
     model.to(device)
-    examples = sft_examples(cfg, tokenizer)
+    traces = sft_traces(cfg)
+    examples = encode_examples(tokenizer, traces)
     log.info("SFT: %d traces, %d steps on %s", len(examples), cfg.sft.steps, device)
     start = time.perf_counter()
     result = train_sft(
@@ -124,6 +139,7 @@ def prepare_policy(cfg: TrainConfig, run_dir: Path) -> Path:
         "steps": cfg.sft.steps,
         "seconds": time.perf_counter() - start,
         "final_loss": result.losses[-1] if result.losses else None,
+        "demos": write_demos(traces, tmp / "demos.jsonl"),
     }
     (tmp / "sft.json").write_text(json.dumps(info))
     shutil.rmtree(sft_dir, ignore_errors=True)

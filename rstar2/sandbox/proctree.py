@@ -9,26 +9,32 @@ from __future__ import annotations
 import os
 
 
-def _parent_map() -> dict[int, int]:
-    parents: dict[int, int] = {}
+def _stat_fields(pid: int | str) -> list[bytes] | None:
+    """The fields of /proc/PID/stat after the command name (state, ppid, ...); None once the
+    process is gone."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+    except OSError:
+        return None  # exited while we looked
+    # the command name may contain spaces and parentheses: fields follow the last ')'
+    return stat[stat.rfind(b")") + 2 :].split()
+
+
+def parents() -> dict[int, int]:
+    """Every live process's parent: pid -> ppid."""
+    out: dict[int, int] = {}
     for name in os.listdir("/proc"):
-        if not name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{name}/stat", "rb") as f:
-                stat = f.read()
-        except OSError:
-            continue  # exited while we looked
-        # the command name may contain spaces and parentheses: fields follow the last ')'
-        fields = stat[stat.rfind(b")") + 2 :].split()
-        parents[int(name)] = int(fields[1])
-    return parents
+        if name.isdigit() and (fields := _stat_fields(name)) is not None:
+            out[int(name)] = int(fields[1])
+    return out
 
 
-def descendants(pid: int) -> list[int]:
-    """Every live process below `pid` (not `pid` itself), parents before children."""
+def descendants(pid: int, parent_of: dict[int, int] | None = None) -> list[int]:
+    """Every live process below `pid` (not `pid` itself), parents before children; `parent_of`:
+    a `parents()` already read, else read here."""
     children: dict[int, list[int]] = {}
-    for child, parent in _parent_map().items():
+    for child, parent in (parents() if parent_of is None else parent_of).items():
         children.setdefault(parent, []).append(child)
     out: list[int] = []
     stack = list(children.get(pid, []))
@@ -37,6 +43,12 @@ def descendants(pid: int) -> list[int]:
         out.append(p)
         stack.extend(children.get(p, []))
     return out
+
+
+def running(pid: int) -> bool:
+    """`pid` exists and has not exited (a zombie has: only its parent has not reaped it)."""
+    fields = _stat_fields(pid)
+    return fields is not None and fields[0] != b"Z"
 
 
 def rss_bytes(pids: list[int]) -> int:

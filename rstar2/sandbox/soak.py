@@ -52,6 +52,7 @@ import anyio
 import httpx2
 
 from rstar2.config import to_dict
+from rstar2.sandbox import proctree
 from rstar2.sandbox.config import SandboxConfig
 
 LISTENING = re.compile(r"listening on http://[^:]+:(\d+)")
@@ -165,32 +166,17 @@ class ServedProcess:
 def _tree(root: int) -> dict[int, tuple[int, bool]]:
     """Every live process below `root`: pid -> (parent, is it a Python running zygote.py: the
     zygote or one of its request children)."""
-    parents: dict[int, int] = {}
-    for name in os.listdir("/proc"):
-        if name.isdigit():
-            try:
-                with open(f"/proc/{name}/stat", "rb") as f:
-                    stat = f.read()
-            except OSError:
-                continue
-            parents[int(name)] = int(stat[stat.rfind(b")") + 2 :].split()[1])
+    parent_of = proctree.parents()
     below: dict[int, tuple[int, bool]] = {}
-    frontier = [root]
-    while frontier:
-        parent = frontier.pop()
-        for pid, p in parents.items():
-            if p == parent and pid not in below:
-                try:
-                    with open(f"/proc/{pid}/cmdline", "rb") as f:
-                        argv = f.read().split(b"\0")
-                except OSError:
-                    continue
-                # bubblewrap's own command line names zygote.py too: only the Python counts
-                is_zygote = not argv[0].endswith(b"bwrap") and any(
-                    a.endswith(b"zygote.py") for a in argv
-                )
-                below[pid] = (parent, is_zygote)
-                frontier.append(pid)
+    for pid in proctree.descendants(root, parent_of):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                argv = f.read().split(b"\0")
+        except OSError:
+            continue  # exited while we looked
+        # bubblewrap's own command line names zygote.py too: only the Python counts
+        is_zygote = not argv[0].endswith(b"bwrap") and any(a.endswith(b"zygote.py") for a in argv)
+        below[pid] = (parent_of[pid], is_zygote)
     return below
 
 
@@ -259,28 +245,22 @@ async def _one(client: httpx2.AsyncClient, i: int, cfg: SoakConfig, tally: _Tall
     tally.outcomes["unanswered_told_to_retry"] += told_to_retry
 
 
+async def _prints(client: httpx2.AsyncClient, text: str) -> bool:
+    """One `/run` of `print(text)`: did the service answer it correctly?"""
+    try:
+        r = await client.post("/run", json={"type": "python", "solution": f"print('{text}')"})
+        return r.status_code == 200 and r.json().get("stdout") == f"{text}\n"
+    except (httpx2.TransportError, ValueError):
+        return False
+
+
 async def _probe(client: httpx2.AsyncClient, since: float, tally: _Tally) -> None:
     """Time from a kill at `since` until a fresh request is answered correctly."""
     for k in range(10_000):
-        marker = f"soak-{10**9 + k}-{k % 0xFFFFFF:06x}"
-        try:
-            r = await client.post("/run", json={"type": "python", "solution": f"print('{marker}')"})
-            if r.status_code == 200 and r.json().get("stdout") == f"{marker}\n":
-                tally.recovery_s.append(time.monotonic() - since)
-                return
-        except (httpx2.TransportError, ValueError):
-            pass
+        if await _prints(client, f"soak-{10**9 + k}-{k % 0xFFFFFF:06x}"):
+            tally.recovery_s.append(time.monotonic() - since)
+            return
         await anyio.sleep(0.01)
-
-
-def _alive(pid: int) -> bool:
-    """`pid` is running (a zombie has exited: only its parent has not reaped it yet)."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            stat = f.read()
-    except OSError:
-        return False
-    return stat[stat.rfind(b")") + 2 :].split()[0] != b"Z"
 
 
 def _kill(pid: int | None) -> bool:
@@ -339,14 +319,9 @@ async def _faults(
 async def _still_up(client: httpx2.AsyncClient) -> bool:
     """The service answers a request correctly within 15 s."""
     with anyio.move_on_after(15):
-        while True:
-            try:
-                r = await client.post("/run", json={"type": "python", "solution": "print(6*7)"})
-                if r.status_code == 200 and r.json().get("stdout") == "42\n":
-                    return True
-            except (httpx2.TransportError, ValueError):
-                pass
+        while not await _prints(client, "still up"):
             await anyio.sleep(0.1)
+        return True
     return False
 
 
@@ -404,7 +379,7 @@ async def run_soak(
             exit_code = await anyio.to_thread.run_sync(
                 served.stop, signal.SIGTERM, cfg.drain_s + 30
             )
-            leftover = [p for p in leftover_before if _alive(p)]
+            leftover = [p for p in leftover_before if proctree.running(p)]
         finally:
             if served.proc.poll() is None:
                 served.proc.kill()

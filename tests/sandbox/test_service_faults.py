@@ -12,7 +12,8 @@ import httpx2
 import pytest
 
 from rstar2.sandbox.config import SandboxConfig
-from rstar2.sandbox.soak import ServedProcess, SoakConfig, _alive, classify, passed, run_soak
+from rstar2.sandbox.proctree import running
+from rstar2.sandbox.soak import ServedProcess, SoakConfig, classify, passed, run_soak
 
 LIGHT = SandboxConfig(concurrency=8, preload=[], warmup=False, timeout_s=30.0)
 
@@ -103,7 +104,7 @@ def test_a_stop_signal_drains_requests_in_flight_and_exits_0(
         got = answers[name]
         assert got.status_code == status and got.headers["retry-after"] == "1", got.text
         assert "shutting down" in got.json()["detail"]
-    assert not [p for p in pids if _alive(p)]
+    assert not [p for p in pids if running(p)]
     log = "\n".join(served.log)
     assert signal.Signals(signum).name in log and "Traceback" not in log
     assert "CancelledError" not in log

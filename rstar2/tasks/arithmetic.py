@@ -135,6 +135,18 @@ def _operand(rng: random.Random, cfg: TaskConfig) -> int:
     return rng.randint(10 ** (digits - 1), 10**digits - 1)
 
 
+def _divisor(rng: random.Random, b: int) -> int:
+    """A divisor for `//` or `%` drawn in 2..min(b, 99), so the answers are not trivial."""
+    return rng.randint(2, max(2, min(b, 99)))
+
+
+def _division(rng: random.Random, a: int, b: int) -> tuple[int, int]:
+    """(dividend, divisor) from two operands: the dividend at least twice the divisor and not
+    a multiple of it."""
+    b = _divisor(rng, b)
+    return max(a, b * rng.randint(2, 9) + rng.randint(1, b - 1)), b
+
+
 def _bare(rng: random.Random, cfg: TaskConfig) -> tuple[str, str]:
     n = rng.randint(2, cfg.max_operands)
     parts = [str(_operand(rng, cfg))]
@@ -142,7 +154,7 @@ def _bare(rng: random.Random, cfg: TaskConfig) -> tuple[str, str]:
         op = _OPS[rng.choice(cfg.ops)]
         right = _operand(rng, cfg)
         if op in ("//", "%"):  # a divisor smaller than what it divides: a non-trivial answer
-            right = rng.randint(2, max(2, min(right, 99)))
+            right = _divisor(rng, right)
         parts += [op, str(right)]
     expr = " ".join(parts)
     stem = rng.choice(("What is {e}?", "Compute {e}.", "Evaluate {e}.", "Find {e}."))
@@ -195,8 +207,7 @@ def _story(rng: random.Random, cfg: TaskConfig) -> tuple[str, str]:
     base, expr = rng.choice(_BASES)
     a, b = _operand(rng, cfg), _operand(rng, cfg)
     if "//" in expr or "%" in expr:
-        b = rng.randint(2, max(2, min(b, 99)))
-        a = max(a, b * rng.randint(2, 9) + rng.randint(1, b - 1))
+        a, b = _division(rng, a, b)
     value = evaluate(expr.format(a=a, b=b))
     sentences = [base.format(n=name, i=item, a=a, b=b)]
     events = rng.randint(cfg.min_events, cfg.max_events)
@@ -231,8 +242,7 @@ def _verbal(rng: random.Random, cfg: TaskConfig) -> tuple[str, str]:
     text, expr = rng.choice(_VERBAL)
     a, b = _operand(rng, cfg), _operand(rng, cfg)
     if "//" in expr or "%" in expr:
-        b = rng.randint(2, max(2, min(b, 99)))
-        a = max(a, b * rng.randint(2, 9) + rng.randint(1, b - 1))
+        a, b = _division(rng, a, b)
     elif "-" in expr:
         a, b = max(a, b), min(a, b)
     return text.format(a=a, b=b), expr.format(a=a, b=b)

@@ -87,6 +87,11 @@ class LearnerConfig:
     reference computation). Other models always take the padded path."""
     head_chunk: int = 1024
     """Positions per chunk of the chunked LM head (its memory: a few chunk x vocab buffers)."""
+    compile_head: bool = False
+    """torch.compile the chunked LM head's element-wise work (forward: log-sum-exp, the sampled
+    token's log-prob, the entropy; backward: the logits' gradient), the matmuls left to cuBLAS;
+    the first update pays the compilation. Off until measured on a GPU, where those float32
+    passes over chunk x vocab logits are memory-bound (docs/production.md)."""
     mini_batches: int = 1
     """Optimizer steps per pass: the batch is split into this many mini-batches."""
     epochs: int = 1
@@ -488,8 +493,13 @@ def prepare_model(model: nn.Module, cfg: LearnerConfig) -> nn.Module:
     """Ready a learner's model for `update_policy` (in place, before FSDP2 wraps it): the
     chunked LM head and packed attention when `cfg.packed` and the model supports both,
     activation checkpointing of every `cfg.checkpoint_every`-th decoder layer, and compiled
-    decoder layers with `cfg.compile` (by default on a GPU: call after moving the model)."""
-    if cfg.packed and hasattr(model, "config") and install_head(model, cfg.head_chunk):
+    decoder layers with `cfg.compile` (by default on a GPU: call after moving the model); the
+    head's element-wise work compiled with `cfg.compile_head`."""
+    if (
+        cfg.packed
+        and hasattr(model, "config")
+        and install_head(model, cfg.head_chunk, cfg.compile_head)
+    ):
         use_packed_attention(model)
     layers = getattr(getattr(model, "model", None), "layers", None)
     if cfg.activation_checkpointing:

@@ -15,6 +15,8 @@ from rstar2 import devices
 from rstar2.config import require
 from rstar2.devices import DEVICES
 
+DECODE_PATHS = ("auto", "fixed", "dynamic")
+
 
 @dataclass
 class EngineConfig:
@@ -38,6 +40,15 @@ class EngineConfig:
     engine start on a machine where torch sees no GPU; ROCm builds count as "cuda") or "auto"
     (cuda when torch sees a GPU, else cpu). Resolved where the engine starts (`resolve_device`),
     not where the config is read."""
+    decode: str = "auto"
+    """How decode steps run: "dynamic" (one forward over the step's tokens, attention per
+    length bucket: the CPU's fastest), "fixed" (one-token requests padded to fixed shapes,
+    sampled on the device, captured as CUDA graphs on a GPU: `decode_graphs.py`) or "auto"
+    (fixed on a GPU, dynamic elsewhere). The two sample differently: "fixed" draws from a
+    counter-based hash of (seed, token index), "dynamic" from per-request generators."""
+    cuda_graphs: bool = True
+    """With fixed decode on a GPU: capture each shape as a CUDA graph (false: run the same
+    fixed-shape code eagerly, to tell the graphs' gain from the rest)."""
 
     def validate(self) -> None:
         require(
@@ -68,6 +79,16 @@ class EngineConfig:
         )
         require(self.num_threads >= 0, "num_threads", self.num_threads, "an integer >= 0")
         require(self.device in DEVICES, "device", self.device, " or ".join(map(repr, DEVICES)))
+        require(
+            self.decode in DECODE_PATHS,
+            "decode",
+            self.decode,
+            " or ".join(map(repr, DECODE_PATHS)),
+        )
+
+    def fixed_decode(self, device: torch.device) -> bool:
+        """Whether decode steps take the fixed-shape path on `device`."""
+        return self.decode == "fixed" or (self.decode == "auto" and device.type == "cuda")
 
     @property
     def num_blocks(self) -> int:

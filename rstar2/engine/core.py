@@ -17,6 +17,7 @@ What it does not do: tokenisation, stop strings, streaming of partial outputs.
 from __future__ import annotations
 
 import logging
+import random
 from pathlib import Path
 
 import torch
@@ -24,6 +25,7 @@ from torch import nn
 from transformers import AutoModelForCausalLM
 
 from rstar2.engine.config import EngineConfig, resolve_device
+from rstar2.engine.decode_graphs import FixedDecoder
 from rstar2.engine.kv_cache import KVCache
 from rstar2.engine.protocol import GenerationOutput, SamplingParams
 from rstar2.engine.request import Request
@@ -88,13 +90,22 @@ class EngineCore:
         self._requests: dict[str, Request] = {}
         self._arrivals = 0
         self._shared_generator = torch.Generator(self.device).manual_seed(seed)
+        self._seeds = random.Random(seed)  # seeds of unseeded requests on the fixed path
+        self.fixed: FixedDecoder | None = None
+        if cfg.fixed_decode(self.device):
+            self.fixed = FixedDecoder(
+                t, self.cache, cfg.max_num_seqs, self.max_model_len, cfg.cuda_graphs
+            )
         log.info(
-            "engine on %s: %d KV tokens in %d blocks, max_model_len %d, max_num_seqs %d",
+            "engine on %s: %d KV tokens in %d blocks, max_model_len %d, max_num_seqs %d, %s decode",
             self.device,
             capacity,
             cfg.num_blocks,
             self.max_model_len,
             cfg.max_num_seqs,
+            "dynamic"
+            if self.fixed is None
+            else "fixed" + (" (CUDA graphs)" if self.fixed.graphs else ""),
         )
 
     def check_request(self, request_id: str, prompt_ids: list[int], params: SamplingParams) -> None:
@@ -124,7 +135,8 @@ class EngineCore:
             # on the engine's device: a seed gives the same draws on every run of one device
             # type, not the same draws on CPU and CUDA (their generators differ)
             generator = torch.Generator(self.device).manual_seed(params.seed)
-        req = Request(request_id, list(prompt_ids), params, self._arrivals, generator)
+        seed = params.seed if params.seed is not None else self._seeds.getrandbits(63)
+        req = Request(request_id, list(prompt_ids), params, self._arrivals, generator, seed)
         self._arrivals += 1
         self._requests[request_id] = req
         self.scheduler.add(req)
@@ -145,13 +157,38 @@ class EngineCore:
         result = self.scheduler.schedule()
         if not result.scheduled:
             return []
-        batch = build_step_batch(result.scheduled, self.cache)
-        logits = self.transformer.forward(batch, self.cache)
-        tokens, logprobs = sample(logits, [r for r, _ in batch.requests], self._shared_generator)
-        finished = self.scheduler.update(batch.requests, tokens, logprobs)
+        if self.fixed is None:
+            batch = build_step_batch(result.scheduled, self.cache)
+            logits = self.transformer.forward(batch, self.cache)
+            reqs = [r for r, _ in batch.requests]
+            tokens, logprobs = sample(logits, reqs, self._shared_generator)
+            scheduled = batch.requests
+        else:
+            scheduled, tokens, logprobs = self._fixed_step(result.scheduled, self.fixed)
+        finished = self.scheduler.update(scheduled, tokens, logprobs)
         for req in finished:
             del self._requests[req.request_id]
         return [req.to_output() for req in finished]
+
+    def _fixed_step(
+        self, scheduled: list[tuple[Request, int]], fixed: FixedDecoder
+    ) -> tuple[list[tuple[Request, int]], list[int], list[float]]:
+        """One step with the one-token requests on the fixed-shape path and the others (new
+        prompts, continuations) on the dynamic one; one device-to-host transfer."""
+        decode = [r for r, n in scheduled if n == 1]
+        prefill = [(r, n) for r, n in scheduled if n != 1]
+        parts, order = [], []
+        if prefill:
+            batch = build_step_batch(prefill, self.cache)
+            logits = self.transformer.forward(batch, self.cache)
+            reqs = [r for r, _ in batch.requests]
+            parts.append(fixed.sample(logits, reqs, [r.seed for r in reqs]))
+            order.extend(batch.requests)
+        if decode:
+            parts.append(fixed.decode(decode, [r.seed for r in decode]))
+            order.extend((r, 1) for r in decode)
+        drawn = (parts[0] if len(parts) == 1 else torch.cat(parts, dim=1)).tolist()
+        return order, [int(t) for t in drawn[0]], drawn[1]
 
     def stats(self) -> EngineLoad:
         s = self.scheduler

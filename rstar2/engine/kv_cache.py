@@ -4,7 +4,9 @@ Layout, per layer: `[num_kv_heads * (num_blocks + 1) * block_size, head_dim]`, h
 block then position. Gathering whole blocks (`block_size * head_dim` contiguous values each) for
 a batch of sequences yields `[batch, heads, blocks * block_size, head_dim]` with no transpose,
 ready for batched matmul, and copies far fewer, larger pieces than a per-token gather. The
-extra last block of every head pads short block tables. Positions past a sequence's length
+extra block after the pool (`pad_block`) pads short block tables, and one more
+(`scratch_block`) takes the writes of a fixed-shape decode step's padding rows
+(`decode_graphs.py`), so the pad block is never written. Positions past a sequence's length
 (the padding block, the unwritten tail of its last block) are masked out of the softmax, but
 their values still enter the matmuls, so the storage starts zeroed: masked scores must be
 finite and masked values must not be NaN (0 * NaN is NaN).
@@ -35,7 +37,8 @@ class KVCache:
         self.head_dim = head_dim
         self.block_size = block_size
         self.pad_block = num_blocks
-        self._blocks_per_head = num_blocks + 1
+        self.scratch_block = num_blocks + 1
+        self._blocks_per_head = num_blocks + 2
         rows = num_kv_heads * self._blocks_per_head * block_size
         dev = self.device
         self.k = [torch.zeros(rows, head_dim, dtype=dtype, device=dev) for _ in range(num_layers)]
@@ -60,6 +63,10 @@ class KVCache:
             [b[:num_blocks] + [self.pad_block] * (num_blocks - len(b)) for b in blocks],
             device=self.device,
         )
+        return self.table_rows(table)
+
+    def table_rows(self, table: torch.Tensor) -> torch.Tensor:
+        """`block_rows` of a block table already on the device (`[batch, num_blocks]`)."""
         return (table.unsqueeze(1) + self._head_offsets.view(1, -1, 1)).reshape(-1)
 
     def gather(

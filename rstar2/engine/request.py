@@ -22,6 +22,9 @@ class Request:
     """Order of arrival (ties broken by nothing else: the counter is unique per engine)."""
     generator: torch.Generator | None = None
     """Seeded per-request RNG (None for greedy or unseeded requests)."""
+    seed: int = 0
+    """The seed of fixed-shape sampling (`sampler.sample_fixed`): the request's own, or one
+    the engine drew for it."""
     output_ids: list[int] = field(default_factory=list)
     logprobs: list[float] = field(default_factory=list)
     blocks: list[int] = field(default_factory=list)

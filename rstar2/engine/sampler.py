@@ -56,3 +56,73 @@ def sample(
         tokens[rows] = (scaled + gumbel).argmax(dim=-1)
     chosen = logprobs.gather(1, tokens.view(-1, 1)).view(-1)
     return tokens.tolist(), chosen.tolist()
+
+
+# Fixed-shape sampling (`decode_graphs.py`): every input a tensor, no host synchronisation, so
+# the call can sit inside a CUDA graph. A row's draw is one uniform from a counter-based hash of
+# (its request's seed, the index of the token being drawn), turned into a token by inverse
+# transform sampling over the row's (nucleus-filtered) distribution: the same request draws the
+# same token at the same index whatever shares the batch, after a preemption too, on any
+# device (floating-point sums aside). The draws differ from `sample`'s generator-based ones.
+
+_M32 = 0xFFFFFFFF
+
+
+def _mul32(x: torch.Tensor, c: int) -> torch.Tensor:
+    """`x * c mod 2**32` for `x` in [0, 2**32) held in int64, without int64 overflow."""
+    lo, hi = x & 0xFFFF, x >> 16
+    return (lo * c + (((hi * c) & 0xFFFF) << 16)) & _M32
+
+
+def mix32(x: torch.Tensor) -> torch.Tensor:
+    """A bijective 32-bit integer hash (Wellons' lowbias32) of int64 values in [0, 2**32)."""
+    x = x ^ (x >> 16)
+    x = _mul32(x, 0x7FEB352D)
+    x = x ^ (x >> 15)
+    x = _mul32(x, 0x846CA68B)
+    return x ^ (x >> 16)
+
+
+def counter_uniform(
+    seed_lo: torch.Tensor, seed_hi: torch.Tensor, counter: torch.Tensor
+) -> torch.Tensor:
+    """One float64 uniform in (0, 1) per row from int64 `seed_lo`, `seed_hi` (the seed's two
+    32-bit halves) and `counter` (in [0, 2**32))."""
+    h = mix32(mix32(mix32(seed_lo) ^ seed_hi) ^ counter)
+    return (h.double() + 0.5) / 2.0**32
+
+
+def sample_fixed(
+    logits: torch.Tensor,
+    temperature: torch.Tensor,
+    top_p: torch.Tensor,
+    seed_lo: torch.Tensor,
+    seed_hi: torch.Tensor,
+    counter: torch.Tensor,
+    nucleus: bool,
+) -> torch.Tensor:
+    """float64 `[2, B]`: each row's token and its temperature-1 log-prob under the model.
+
+    Rows with temperature 0 take the argmax; the others sample from softmax(logits / T),
+    restricted to the nucleus of mass `top_p` when `nucleus` is set (a sort over the
+    vocabulary, skipped when no row needs it)."""
+    x = logits.to(torch.promote_types(logits.dtype, torch.float32))
+    logprobs = torch.log_softmax(x, dim=-1)
+    greedy = x.argmax(dim=-1)
+    hot = temperature > 0.0
+    probs = torch.softmax(x / torch.where(hot, temperature, 1.0).view(-1, 1), dim=-1)
+    u = counter_uniform(seed_lo, seed_hi, counter).view(-1, 1)
+    if nucleus:
+        sorted_probs, order = probs.sort(dim=-1, descending=True)
+        mass_before = sorted_probs.cumsum(dim=-1) - sorted_probs
+        limit = torch.where(top_p >= 1.0, torch.inf, top_p).view(-1, 1)
+        cdf = (sorted_probs * (mass_before < limit)).cumsum(dim=-1)
+        index = torch.searchsorted(cdf, (u * cdf[:, -1:].double()).to(cdf.dtype))
+        drawn = order.gather(1, index.clamp_(max=x.shape[-1] - 1)).view(-1)
+    else:
+        cdf = probs.cumsum(dim=-1)
+        index = torch.searchsorted(cdf, (u * cdf[:, -1:].double()).to(cdf.dtype))
+        drawn = index.clamp_(max=x.shape[-1] - 1).view(-1)
+    tokens = torch.where(hot, drawn, greedy)
+    chosen = logprobs.gather(1, tokens.view(-1, 1)).view(-1)
+    return torch.stack([tokens.double(), chosen.double()])

@@ -14,6 +14,7 @@ activation other than SiLU; such models are rejected with a ValueError.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -76,10 +77,50 @@ class Transformer:
     @torch.inference_mode()
     def forward(self, batch: StepBatch, cache: KVCache) -> torch.Tensor:
         """Logits `[num_requests, vocab]` at each request's last scheduled token."""
-        n = batch.input_ids.shape[0]
-        x = self.model.model.embed_tokens.weight[batch.input_ids]
-        cos = self.cos[batch.positions].unsqueeze(1)
-        sin = self.sin[batch.positions].unsqueeze(1)
+
+        def attend(layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+            return self._attention(layer, q, k, v, batch, cache)
+
+        x = self._layers(batch.input_ids, batch.positions, batch.write_rows, cache, attend)
+        return self._logits(x[batch.last_index])
+
+    def decode_fixed(
+        self,
+        input_ids: torch.Tensor,
+        positions: torch.Tensor,
+        write_rows: torch.Tensor,
+        block_rows: torch.Tensor,
+        mask: torch.Tensor,
+        cache: KVCache,
+    ) -> torch.Tensor:
+        """Logits `[B, vocab]` of B requests decoding one token each, every tensor of a fixed
+        shape (so the call can be captured in a CUDA graph): `block_rows` the KV rows of W
+        blocks per request (`KVCache.block_rows`), `mask` bool `[B, 1, 1, W * block_size]`.
+        One batched attention call per layer; the caller runs it under inference mode."""
+        n = input_ids.shape[0]
+        hq, hkv, d = self.num_heads, self.num_kv_heads, self.head_dim
+
+        def attend(layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+            kk, vv = cache.gather(layer, block_rows, n)
+            out = F.scaled_dot_product_attention(q.view(n, hkv, hq // hkv, d), kk, vv, mask)
+            return out.reshape(n, hq * d)
+
+        return self._logits(self._layers(input_ids, positions, write_rows, cache, attend))
+
+    def _layers(
+        self,
+        input_ids: torch.Tensor,
+        positions: torch.Tensor,
+        write_rows: torch.Tensor,
+        cache: KVCache,
+        attend: Callable[[int, torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor],
+    ) -> torch.Tensor:
+        """The decoder layers over every token of the step (K/V written to the cache at
+        `write_rows` before `attend` reads them); hidden states before the final norm."""
+        n = input_ids.shape[0]
+        x = self.model.model.embed_tokens.weight[input_ids]
+        cos = self.cos[positions].unsqueeze(1)
+        sin = self.sin[positions].unsqueeze(1)
         for i, w in enumerate(self.layers):
             h = _rms_norm(x, w.input_norm, self.eps)
             q = F.linear(h, w.q.weight, w.q.bias).view(n, self.num_heads, self.head_dim)
@@ -90,11 +131,14 @@ class Transformer:
                 k = _rms_norm(k, w.k_norm, self.eps)
             q = _rotate(q, cos, sin)
             k = _rotate(k, cos, sin)
-            cache.write(i, batch.write_rows, k, v)
-            x = x + F.linear(self._attention(i, q, k, v, batch, cache), w.o.weight, w.o.bias)
+            cache.write(i, write_rows, k, v)
+            x = x + F.linear(attend(i, q, k, v), w.o.weight, w.o.bias)
             h = _rms_norm(x, w.post_norm, self.eps)
             x = x + F.linear(F.silu(F.linear(h, w.gate)) * F.linear(h, w.up), w.down)
-        x = _rms_norm(x[batch.last_index], self.model.model.norm.weight, self.eps)
+        return x
+
+    def _logits(self, x: torch.Tensor) -> torch.Tensor:
+        x = _rms_norm(x, self.model.model.norm.weight, self.eps)
         return F.linear(x, self.model.lm_head.weight)
 
     def _attention(

@@ -16,3 +16,14 @@ def qwen2() -> Qwen2ForCausalLM:
 @pytest.fixture(params=["asyncio", "trio"])
 def anyio_backend(request: pytest.FixtureRequest) -> str:
     return request.param
+
+
+@pytest.fixture(params=["dynamic", "fixed"])
+def decode_path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Run a test on both decode paths: every engine built in it takes `request.param`
+    (`EngineConfig.decode`), whatever its config says."""
+    from rstar2.engine.config import EngineConfig
+
+    fixed = request.param == "fixed"
+    monkeypatch.setattr(EngineConfig, "fixed_decode", lambda self, device: fixed)
+    return request.param

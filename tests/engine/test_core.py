@@ -12,6 +12,7 @@ from rstar2.engine.protocol import GenerationOutput, SamplingParams
 from tests.engine.factories import VOCAB, random_prompts, tiny_llama, tiny_qwen2, tiny_qwen3
 
 GREEDY = SamplingParams(max_tokens=12, temperature=0.0)
+pytestmark = pytest.mark.usefixtures("decode_path")
 
 
 def hf_greedy(model: torch.nn.Module, prompt: list[int], n: int) -> list[int]:

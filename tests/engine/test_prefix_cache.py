@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 from transformers import Qwen2ForCausalLM
 
@@ -37,6 +38,7 @@ def test_disabled_cache_hands_blocks_straight_back() -> None:
     assert PrefixCache(0).put([1, 2], [5, 6]) == [5, 6]
 
 
+@pytest.mark.usefixtures("decode_path")
 def test_continuation_reuses_kv_and_matches_a_fresh_prefill(qwen2: Qwen2ForCausalLM) -> None:
     first_prompt, tool = random_prompts(2, seed=13)
     greedy = SamplingParams(20, temperature=0.0)
@@ -52,6 +54,7 @@ def test_continuation_reuses_kv_and_matches_a_fresh_prefill(qwen2: Qwen2ForCausa
     assert cache.reused_tokens == len(first_prompt) + len(first.token_ids) - 1
 
 
+@pytest.mark.usefixtures("decode_path")
 def test_parked_blocks_are_evicted_before_anyone_is_preempted(qwen2: Qwen2ForCausalLM) -> None:
     core = EngineCore(qwen2, EngineConfig(kv_budget_tokens=256))  # 16 blocks
     core.generate(random_prompts(3, seed=14, low=20, high=30), SamplingParams(10, 0.0))

@@ -1,0 +1,271 @@
+"""Fixed-shape decode: a step's one-token requests run through static buffers, captured as
+CUDA graphs on a GPU.
+
+On a GPU the embedded engine's dynamic step (`Transformer.forward` over a `StepBatch`) spends
+its time in Python: a dozen kernel launches per layer, one attention call per length bucket,
+index tensors built per step and a host round trip per sampled row. Here the requests of a
+step that decode one token each are padded to a batch bucket (powers of two up to
+`max_num_seqs`) and a width bucket (powers of two KV blocks per request, from 64 tokens up to
+`max_model_len`), their inputs are copied into that shape's static buffers (three host-to-device
+copies), and one function computes the logits (`Transformer.decode_fixed`: one batched
+attention call per layer over the gathered blocks) and samples on the device
+(`sampler.sample_fixed`: temperature, top-p, per-request counter-based draws, log-probs). On
+CUDA that function is captured once per (batch, width, top-p) shape as a CUDA graph, all
+graphs in one memory pool, and replayed; elsewhere it runs eagerly (the CPU tests check it
+against the dynamic path that way). The result stays on the device until the engine reads the
+whole step's tokens with one transfer.
+
+Padding rows write their K/V into the cache's scratch block and read the pad block; their
+tokens are dropped. The graphs read the model's parameter tensors where they are: a weight
+update must copy into them in place (`EngineCore.load_state_dict` does), never replace them.
+
+What it does not do: prefill (prompts and continuations run the dynamic path in the same
+step), or capture ahead of time (a shape is captured when a step first needs it).
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+import torch
+
+from rstar2.engine.kv_cache import KVCache
+from rstar2.engine.request import Request
+from rstar2.engine.sampler import sample_fixed
+from rstar2.engine.transformer import Transformer
+
+log = logging.getLogger(__name__)
+
+MIN_WIDTH_TOKENS = 64
+_M32 = 0xFFFFFFFF
+# rows of the int64 input buffer
+_IDS, _POS, _SLOT, _CTX, _SEED_LO, _SEED_HI, _COUNTER = range(7)
+
+
+def buckets(limit: int) -> list[int]:
+    """Powers of two below `limit`, then `limit`: the sizes a count up to `limit` pads to."""
+    sizes = []
+    size = 1
+    while size < limit:
+        sizes.append(size)
+        size *= 2
+    return [*sizes, limit]
+
+
+def bucket(n: int, sizes: list[int]) -> int:
+    """The smallest of `sizes` (ascending) that holds `n`."""
+    for size in sizes:
+        if size >= n:
+            return size
+    raise ValueError(f"{n} exceeds the largest bucket {sizes[-1]}")
+
+
+@dataclass(frozen=True)
+class Shape:
+    batch: int
+    blocks: int
+    nucleus: bool
+
+
+@dataclass
+class _Buffers:
+    ints: torch.Tensor
+    """int64 `[7, batch]`: ids, positions, write slots, context lengths, seed halves, counters."""
+    table: torch.Tensor
+    """int64 `[batch, blocks]`: each row's KV blocks, padded with the pad block."""
+    floats: torch.Tensor
+    """float32 `[2, batch]`: temperatures and top-p."""
+    out: torch.Tensor | None = None
+    graph: torch.cuda.CUDAGraph | None = None
+    eager: bool = False
+    """Its capture failed: the shape runs eagerly."""
+
+
+class FixedDecoder:
+    def __init__(
+        self,
+        transformer: Transformer,
+        cache: KVCache,
+        max_num_seqs: int,
+        max_model_len: int,
+        graphs: bool,
+    ) -> None:
+        self.transformer = transformer
+        self.cache = cache
+        self.device = cache.device
+        bs = cache.block_size
+        self.batch_sizes = buckets(max_num_seqs)
+        max_blocks = -(-max_model_len // bs)
+        self.width_sizes = [w for w in buckets(max_blocks) if w * bs >= MIN_WIDTH_TOKENS] or [
+            max_blocks
+        ]
+        self.graphs = graphs and self.device.type == "cuda"
+        self._buffers: dict[Shape, _Buffers] = {}
+        self._pool = torch.cuda.graph_pool_handle() if self.graphs else None
+        self.captures = 0
+        self.capture_failures = 0
+
+    def shape(self, rows: list[Request]) -> Shape:
+        bs = self.cache.block_size
+        need = max(-(-(r.num_computed + 1) // bs) for r in rows)
+        nucleus = any(r.params.temperature > 0.0 and r.params.top_p < 1.0 for r in rows)
+        return Shape(bucket(len(rows), self.batch_sizes), bucket(need, self.width_sizes), nucleus)
+
+    @torch.inference_mode()
+    def decode(self, rows: list[Request], seeds: list[int]) -> torch.Tensor:
+        """float64 `[2, len(rows)]` on the device: the token each of `rows` (one-token decodes
+        whose new token's K/V slot is allocated) draws next and its log-prob; `seeds` are the
+        requests' sampling seeds."""
+        shape = self.shape(rows)
+        buf = self._buffers.get(shape)
+        if buf is None:
+            buf = self._buffers[shape] = self._allocate(shape)
+        self._fill(buf, shape, rows, seeds)
+        if buf.graph is None and self.graphs and not buf.eager:
+            self._capture(buf, shape)
+        if buf.graph is not None:
+            buf.graph.replay()
+        else:
+            buf.out = self._step(buf, shape)
+        assert buf.out is not None
+        return buf.out[:, : len(rows)]
+
+    @torch.inference_mode()
+    def sample(self, logits: torch.Tensor, rows: list[Request], seeds: list[int]) -> torch.Tensor:
+        """`sample_fixed` for rows computed elsewhere (a step's prefills), eagerly."""
+        ints = torch.tensor(
+            [
+                [s & _M32 for s in seeds],
+                [(s >> 32) & _M32 for s in seeds],
+                [len(r.output_ids) for r in rows],
+            ],
+            dtype=torch.int64,
+        ).to(self.device, non_blocking=True)
+        floats = torch.tensor(
+            [[r.params.temperature for r in rows], [r.params.top_p for r in rows]],
+            dtype=torch.float32,
+        ).to(self.device, non_blocking=True)
+        nucleus = any(r.params.temperature > 0.0 and r.params.top_p < 1.0 for r in rows)
+        return sample_fixed(logits, floats[0], floats[1], ints[0], ints[1], ints[2], nucleus)
+
+    def stats(self) -> dict[str, int]:
+        return {
+            "shapes": len(self._buffers),
+            "graphs": sum(b.graph is not None for b in self._buffers.values()),
+            "capture_failures": self.capture_failures,
+        }
+
+    def _allocate(self, shape: Shape) -> _Buffers:
+        dev, cache = self.device, self.cache
+        ints = torch.zeros(7, shape.batch, dtype=torch.int64, device=dev)
+        ints[_SLOT] = cache.scratch_block * cache.block_size
+        ints[_CTX] = 1
+        table = torch.full((shape.batch, shape.blocks), cache.pad_block, device=dev)
+        floats = torch.zeros(2, shape.batch, dtype=torch.float32, device=dev)
+        floats[1] = 1.0
+        return _Buffers(ints, table, floats)
+
+    def _fill(self, buf: _Buffers, shape: Shape, rows: list[Request], seeds: list[int]) -> None:
+        """Copy the rows' inputs into the buffers; the rows past them stay padding."""
+        bs, n, pad = self.cache.block_size, len(rows), shape.batch - len(rows)
+        scratch = self.cache.scratch_block * bs
+        ids, pos, slot, ctx, lo, hi, counter = [], [], [], [], [], [], []
+        table: list[int] = []
+        temps, top_p = [], []
+        for r, seed in zip(rows, seeds, strict=True):
+            p = r.num_computed
+            ids.append(r.token_slice(p, p + 1)[0])
+            pos.append(p)
+            slot.append(r.blocks[p // bs] * bs + p % bs)
+            ctx.append(p + 1)
+            lo.append(seed & _M32)
+            hi.append((seed >> 32) & _M32)
+            counter.append(len(r.output_ids))
+            blocks = r.blocks[: shape.blocks]
+            table.extend(blocks)
+            table.extend([self.cache.pad_block] * (shape.blocks - len(blocks)))
+            temps.append(r.params.temperature)
+            top_p.append(r.params.top_p)
+        zeros = [0] * pad
+        ints = (
+            ids
+            + zeros
+            + pos
+            + zeros
+            + slot
+            + [scratch] * pad
+            + ctx
+            + [1] * pad
+            + lo
+            + zeros
+            + hi
+            + zeros
+            + counter
+            + zeros
+        )
+        buf.ints.copy_(
+            torch.tensor(ints, dtype=torch.int64).view(7, shape.batch), non_blocking=True
+        )
+        buf.table[:n].copy_(
+            torch.tensor(table, dtype=torch.int64).view(n, shape.blocks), non_blocking=True
+        )
+        if pad:
+            buf.table[n:].fill_(self.cache.pad_block)
+        floats = temps + [0.0] * pad + top_p + [1.0] * pad
+        buf.floats.copy_(
+            torch.tensor(floats, dtype=torch.float32).view(2, shape.batch), non_blocking=True
+        )
+
+    def _step(self, buf: _Buffers, shape: Shape) -> torch.Tensor:
+        cache, ints = self.cache, buf.ints
+        width = shape.blocks * cache.block_size
+        mask = torch.arange(width, device=self.device).view(1, -1) < ints[_CTX].view(-1, 1)
+        logits = self.transformer.decode_fixed(
+            ints[_IDS],
+            ints[_POS],
+            cache.write_rows(ints[_SLOT]),
+            cache.table_rows(buf.table),
+            mask.view(shape.batch, 1, 1, width),
+            cache,
+        )
+        return sample_fixed(
+            logits,
+            buf.floats[0],
+            buf.floats[1],
+            ints[_SEED_LO],
+            ints[_SEED_HI],
+            ints[_COUNTER],
+            shape.nucleus,
+        )
+
+    def _capture(self, buf: _Buffers, shape: Shape) -> None:
+        """Capture `shape`'s step as a CUDA graph (after two warm-up runs on a side stream, as
+        capture requires); on failure the shape runs eagerly from then on, with a warning."""
+        # the warm-up and the capture compute the padding rows only: the scratch block is
+        # written, nothing else
+        saved = buf.ints.clone(), buf.table.clone(), buf.floats.clone()
+        fresh = self._allocate(shape)
+        buf.ints.copy_(fresh.ints)
+        buf.table.copy_(fresh.table)
+        buf.floats.copy_(fresh.floats)
+        try:
+            stream = torch.cuda.Stream(self.device)
+            stream.wait_stream(torch.cuda.current_stream(self.device))
+            with torch.cuda.stream(stream):
+                for _ in range(2):
+                    self._step(buf, shape)
+            torch.cuda.current_stream(self.device).wait_stream(stream)
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph, pool=self._pool):
+                out = self._step(buf, shape)
+            buf.graph, buf.out = graph, out
+            self.captures += 1
+        except Exception as exc:  # noqa: BLE001 - any capture failure falls back to eager
+            self.capture_failures += 1
+            buf.eager = True
+            log.warning("CUDA graph capture of %s failed (%s); that shape runs eagerly", shape, exc)
+        finally:
+            buf.ints.copy_(saved[0])
+            buf.table.copy_(saved[1])
+            buf.floats.copy_(saved[2])

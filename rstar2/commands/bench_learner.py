@@ -11,9 +11,9 @@ one-rank group of its own, so the sharded path (FSDP2, its mixed precision, NCCL
 on a single device; N ranks are always sharded.
 
 Figures (`--json` keys): `model_params`, `ranks`, `fsdp`, `bf16`, `activation_checkpointing`,
-the batch (`rollouts`, `tokens`, `micro_batch`), `device`, `device_name`, `tokens_per_s`
-(sequence tokens through forward and backward per second, all ranks together), `step_s` (median
-update), `peak_memory_mb` (the largest of any rank: GPU memory allocated by torch, or the
+`compile`, `compile_head`, the batch (`rollouts`, `tokens`, `micro_batch`), `device`,
+`device_name`, `tokens_per_s` (sequence tokens through forward and backward per second, all
+ranks together), `step_s` (median update), `peak_memory_mb` (the largest of any rank: GPU memory allocated by torch, or the
 process's peak RSS on the CPU), `mfu` (GPUs only: 6 x parameters x tokens/s over the GPUs' peak
 bf16 FLOP/s, `--peak-tflops` per GPU; null on the CPU; the model's FLOPs only: attention's score
 products, recomputed activations and the update's extra forward passes are not counted), and the
@@ -118,6 +118,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "measured alone; learner.compile is on by default on GPUs)",
     )
     p.add_argument(
+        "--compile-head",
+        action=argparse.BooleanOptionalAction,
+        default=False,
+        help="torch.compile the chunked LM head's element-wise work (learner.compile_head, "
+        "default off; no effect with --padded)",
+    )
+    p.add_argument(
         "--checkpoint-every",
         type=int,
         default=1,
@@ -163,6 +170,7 @@ def _learner_config(args: argparse.Namespace) -> LearnerConfig:
         micro_batch_size=args.micro_batch if budget == 0 else 1_000_000,
         micro_batch_tokens=budget or args.micro_batch * args.tokens,
         packed=not args.padded, head_chunk=args.head_chunk, compile=args.compile,
+        compile_head=args.compile_head,
         activation_checkpointing=args.activation_checkpointing,
         checkpoint_every=args.checkpoint_every,
         reshard_after_forward=True if args.reshard else None,
@@ -298,6 +306,7 @@ def measure(args: argparse.Namespace, model_dir: Path) -> dict[str, Any]:
         "packed": policy.packed,
         "attention": sorted(packing.attention_paths),
         "compile": args.compile,
+        "compile_head": args.compile_head,
         "reshard_after_forward": policy.reshard_after_forward,
         "workload": "trace" if args.trace is not None else args.workload,
         "rollouts": args.rollouts,

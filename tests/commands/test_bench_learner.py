@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -11,6 +12,7 @@ import pytest
 import torch.distributed as dist
 
 from rstar2.cli import main
+from rstar2.learner import logprob_head
 from rstar2.learner.workload import fixed_batch as synthetic_batch
 from rstar2.model import load_model
 
@@ -91,3 +93,24 @@ def test_bad_counts_are_refused_naming_the_flag(
 ) -> None:
     assert main(["bench", "learner", flag, value]) == 2
     assert flag in capsys.readouterr().err
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(
+    not any(shutil.which(c) for c in ("g++", "c++", "clang++")),
+    reason="torch.compile on the CPU needs a C++ compiler",
+)
+def test_compile_head_is_passed_through_and_reported(capsys: pytest.CaptureFixture[str]) -> None:
+    """`--compile-head` runs the update with the head's element-wise work compiled (inductor
+    on the CPU here) and says so in the JSON, as `--compile` does; off by default."""
+    small = ["--rollouts", "2", "--tokens", "16", "--steps", "1", "--no-push", "--json"]
+    got = []
+    logprob_head._compiled.cache_clear()
+    for extra in (["--compile-head"], []):
+        assert main(["-q", "bench", "learner", *small, *extra]) == 0
+        got.append(json.loads(capsys.readouterr().out.strip().splitlines()[-1]))
+        if extra:  # both element-wise functions went through torch.compile
+            assert logprob_head._compiled.cache_info().currsize == 2
+    assert got[0]["compile_head"] is True and got[0]["packed"] is True
+    assert got[0]["time_split_s"]["head_backward"] > 0
+    assert got[1]["compile_head"] is False and got[1]["compile"] is False

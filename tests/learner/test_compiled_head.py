@@ -84,22 +84,28 @@ def test_head_through_the_chunk_functions_equals_the_reference(
         torch.testing.assert_close(a, b)
 
 
+CUDA = pytest.param(
+    "cuda", marks=pytest.mark.skipif(not torch.cuda.is_available(), reason="no GPU")
+)
+
+
 @pytest.mark.slow
 @pytest.mark.skipif(not HAS_CXX, reason="torch.compile on the CPU needs a C++ compiler")
+@pytest.mark.parametrize("device", ["cpu", CUDA])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_compiled_head_equals_the_reference(dtype: torch.dtype) -> None:
-    """Compiled by inductor (C++ on the CPU; Triton on a GPU), chunks of 5 over 13 positions
+def test_compiled_head_equals_the_reference(device: str, dtype: torch.dtype) -> None:
+    """Compiled by inductor (C++ on the CPU, Triton on a GPU), chunks of 5 over 13 positions
     (a short last chunk: dynamic shapes), with and without the entropy's gradient."""
     hidden, weight, targets, g_logp, g_ent = inputs(torch.float32)
-    h, w = hidden.to(dtype), weight.to(dtype)
-    logp, ent = chunked_logprobs(h, w, targets, 5, compiled=True)
+    h, w = hidden.to(device, dtype), weight.to(device, dtype)
+    logp, ent = chunked_logprobs(h, w, targets.to(device), 5, compiled=True)
     ref_logp, ref_ent = reference(hidden, weight, targets)
     assert logp.dtype == ent.dtype == torch.float32
     tol = {"atol": 1e-5, "rtol": 1e-5} if dtype == torch.float32 else {"atol": 0.05, "rtol": 0.02}
-    torch.testing.assert_close(logp.double(), ref_logp, **tol)
-    torch.testing.assert_close(ent.double(), ref_ent, **tol)
+    torch.testing.assert_close(logp.cpu().double(), ref_logp, **tol)
+    torch.testing.assert_close(ent.cpu().double(), ref_ent, **tol)
     for with_entropy in (True, False):
-        got = grads(logp, ent, g_logp, g_ent, (hidden, weight), with_entropy)
+        got = grads(logp, ent, g_logp.to(device), g_ent.to(device), (hidden, weight), with_entropy)
         want = grads(
             ref_logp, ref_ent, g_logp.double(), g_ent.double(), (hidden, weight), with_entropy
         )

@@ -29,10 +29,9 @@ from sim.cost import (
 )
 from sim.learner import LearnerCost, from_metrics, roofline_learner
 from sim.simulator import ProgressFn, Simulation
-from sim.training_run import TrainingRun
+from sim.training_run import RunSteps, TrainingRun
 from sim.workload import (
     SCENARIOS,
-    TrajectorySpec,
     WorkloadConfig,
     generate,
     load_trace_steps,
@@ -199,20 +198,21 @@ RUN_STEP_SEED = 7919
 """Seed offset between consecutive generated steps of a run (step t: seed + (t-1) x this)."""
 
 
-def run_steps(cfg: SimConfig, wl: WorkloadConfig) -> list[list[TrajectorySpec]]:
-    """The trajectories of each of the run's `cfg.steps` steps.
+def run_steps(cfg: SimConfig, wl: WorkloadConfig) -> RunSteps:
+    """The trajectories of each of the run's `cfg.steps` steps, made when asked for.
 
     Generated: step t is `generate(wl, seed + (t-1) x RUN_STEP_SEED)` (step 1 is the one-step
     simulator's step). A trace: its steps in order from `trace_step` (default: its first),
     starting over at the first when the trace has fewer steps than the run."""
     if wl.trace is None:
-        return [generate(wl, cfg.seed + t * RUN_STEP_SEED) for t in range(cfg.steps)]
+        seed = cfg.seed
+        return RunSteps(lambda t: generate(wl, seed + (t - 1) * RUN_STEP_SEED), cfg.steps)
     recorded = load_trace_steps(wl.trace)
     if wl.trace_step is not None and wl.trace_step not in recorded:
         raise ValueError(f"{wl.trace}: no records of step {wl.trace_step}")
     order = list(recorded)
     first = order.index(wl.trace_step) if wl.trace_step is not None else 0
-    return [recorded[order[(first + t) % len(order)]] for t in range(cfg.steps)]
+    return RunSteps(lambda t: recorded[order[(first + t - 1) % len(order)]], cfg.steps)
 
 
 def learner_cost(cfg: SimConfig, wl: WorkloadConfig) -> LearnerCost:
@@ -238,8 +238,7 @@ def build_run(cfg: SimConfig, progress: ProgressFn | None = None) -> TrainingRun
     """A ready-to-run simulation of `cfg.steps` RL steps under `cfg.max_staleness`."""
     wl = scenario_workload(cfg)
     steps = run_steps(cfg, wl)
-    max_len = max(t.prompt_tokens + t.max_response_tokens for s in steps for t in s)
-    engines, kv, cost = resolve_cluster(cfg, max_len)
+    engines, kv, cost = resolve_cluster(cfg, steps.max_len)
     return TrainingRun(
         make_policy(cfg.scheduler, engines), steps, engines, kv, cost, learner_cost(cfg, wl),
         cfg.max_staleness, cfg.learner.colocated, cfg.max_num_seqs, progress,

@@ -31,6 +31,7 @@ from __future__ import annotations
 import heapq
 import math
 from collections import OrderedDict, deque
+from collections.abc import Iterable
 
 from rstar2.wire import EngineLoad
 from sim.cost import CostModel
@@ -83,7 +84,14 @@ class Request:
 class EngineModel:
     """A simulated engine. See the module docstring for the model."""
 
-    def __init__(self, engine_id: int, num_blocks: int, cost: CostModel, max_num_seqs: int) -> None:
+    def __init__(
+        self,
+        engine_id: int,
+        num_blocks: int,
+        cost: CostModel,
+        max_num_seqs: int,
+        timeline: bool = True,
+    ) -> None:
         if num_blocks < 1 or max_num_seqs < 1:
             raise ValueError(
                 f"need num_blocks >= 1 and max_num_seqs >= 1, got {num_blocks}, {max_num_seqs}"
@@ -124,6 +132,9 @@ class EngineModel:
         self.busy_s = 0.0
         self.max_used_blocks = 0
         self.kv_timeline: list[tuple[float, int]] = [(0.0, 0)]
+        """(time, blocks in use) at every decision; kept only with `timeline` (it grows with
+        every event: a run of many steps keeps `max_used_blocks` alone)."""
+        self._timeline = timeline
 
     # --- public -----------------------------------------------------------------------------
 
@@ -172,6 +183,10 @@ class EngineModel:
         entry = self._cache.pop(traj, None)
         if entry is not None:
             self._cached_blocks -= entry[1]
+
+    def forget_prompts(self, prompt_ids: Iterable[str]) -> None:
+        """These prompts will not come again (their step is over): forget they were seen."""
+        self._prompts_seen.difference_update(prompt_ids)
 
     @property
     def used_blocks(self) -> int:
@@ -336,7 +351,8 @@ class EngineModel:
         used = self.num_blocks - self.free_blocks
         if used > self.max_used_blocks:
             self.max_used_blocks = used
-        self.kv_timeline.append((t, used))
+        if self._timeline:
+            self.kv_timeline.append((t, used))
 
     def _plan(self, now: float) -> None:
         """Set up the next segment from `now`: run until a turn ends or the blocks run out."""

@@ -53,9 +53,9 @@ class LearnerCost:
         if not 0 < self.train_fraction <= 1:
             raise ValueError(f"train_fraction must be in (0, 1], got {self.train_fraction}")
 
-    def update_s(self, step: list[TrajectorySpec]) -> float:
-        """Seconds of the update that trains on this step's trajectories."""
-        return self.fixed_s + self.per_token_s * self.train_fraction * step_tokens(step)
+    def update_s(self, tokens: int) -> float:
+        """Seconds of the update that trains on a step of `tokens` tokens (`step_tokens`)."""
+        return self.fixed_s + self.per_token_s * self.train_fraction * tokens
 
 
 def step_tokens(step: list[TrajectorySpec]) -> int:

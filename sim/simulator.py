@@ -18,16 +18,20 @@ Tool calls run on `tool_workers` sandbox workers (`sim.tool_workers.ToolWorkers`
 as many as there are calls, every call starts at once): a call that finds every worker busy
 queues, first come first served.
 
-What it does not do: model the learner, the network, or delay in stats reports. Several
-steps with a learner and weight pushes between them: `sim.training_run.TrainingRun`, which
-extends this class through its hooks (`_start`, `_submit`, `_control`, `_trajectory_done`).
+The machinery is `Playback`, which keeps state only for the trajectories released and not yet
+finished; `Simulation` releases one step at time 0 and keeps what its result needs of every
+trajectory. Several steps with a learner and weight pushes between them:
+`sim.training_run.TrainingRun`, which extends `Playback` through its hooks (`_start`,
+`_submit`, `_control`, `_trajectory_done`) and releases each step when staleness allows.
+
+What it does not do: model the learner, the network, or delay in stats reports.
 """
 
 from __future__ import annotations
 
 import time
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 from rstar2.scheduler.dispatcher import Dispatcher, NewTrajectory, Placement
@@ -117,65 +121,78 @@ class SimResult:
         }
 
 
-class Simulation:
-    """A single run. Build it, call `run()` once."""
+@dataclass(slots=True)
+class Released:
+    """A trajectory submitted to the dispatch core and not yet finished (`Playback` forgets it
+    when it finishes)."""
+
+    spec: TrajectorySpec
+    ready_s: float
+    """When it was submitted."""
+    context: int
+    """Tokens its next turn starts from: the prompt, earlier turns and tool output."""
+    turn: int = 0
+    """The turn it is at."""
+    engine: int = -1
+    """The engine of its latest turn (-1: none yet)."""
+
+
+class Playback:
+    """The rollout side on a virtual clock: engines, the dispatch core, the tool workers and the
+    trajectories released and not yet finished. Subclasses say what is released when
+    (`_start`, `_release`) and what a finished trajectory means (`_trajectory_done`); state is
+    kept per trajectory in flight only, so memory follows the work in flight."""
 
     def __init__(
         self,
         policy: Policy,
-        workload: Sequence[TrajectorySpec],
         num_engines: int,
         kv_tokens: int,
         cost: CostModel,
+        total: int,
         max_num_seqs: int = 256,
         progress: ProgressFn | None = None,
         move_turns: bool = True,
         predictor: LengthPredictor | None = None,
         record: bool = False,
         tool_workers: int | None = None,
+        timeline: bool = True,
     ) -> None:
         if policy.num_engines != num_engines:
             raise ValueError(f"policy built for {policy.num_engines} engines, not {num_engines}")
-        if not workload:
-            raise ValueError("empty workload")
         num_blocks = kv_tokens // BLOCK
-        for spec in workload:
-            if spec.prompt_tokens + spec.max_response_tokens > num_blocks * BLOCK:
-                raise ValueError(
-                    f"trajectory {spec.traj_id} may reach {spec.prompt_tokens + spec.max_response_tokens}"
-                    f" tokens, more than one engine's KV ({num_blocks * BLOCK} tokens)"
-                )
         self.policy = policy
         self.core = Dispatcher(
             policy, move_turns=move_turns, predictor=predictor or LengthPredictor(), record=record
         )
-        self.workload = list(workload)
         self.cost = cost
         self.kv_tokens = num_blocks * BLOCK
         self.max_num_seqs = max_num_seqs
-        self.engines = [EngineModel(e, num_blocks, cost, max_num_seqs) for e in range(num_engines)]
+        self.engines = [
+            EngineModel(e, num_blocks, cost, max_num_seqs, timeline) for e in range(num_engines)
+        ]
         self.loop = EventLoop()
         self.tools = ToolWorkers(tool_workers)
         self.progress = progress
-        n = len(self.workload)
-        self._index = {spec.traj_id: i for i, spec in enumerate(self.workload)}
-        if len(self._index) != n:
-            raise ValueError("trajectory ids in the workload are not unique")
-        self._turn = [0] * n
-        self._engine_of = [-1] * n
+        self._total = total
+        """Trajectories the run plays."""
+        self._live: dict[int, Released] = {}
+        self._index: dict[str, int] = {}  # traj_id -> its key in _live
         self._moved_turns = 0
-        self._context = [s.prompt_tokens for s in self.workload]
-        self._ready = [0.0] * n  # when each trajectory was submitted to the dispatch core
         self._finished = 0
         self._makespan = 0.0
         self._tool_wait = 0.0
         self._queue_wait = 0.0
-        self._report_every = max(1, n // 100)
+        self._report_every = max(1, total // 100)
 
-    def run(self) -> SimResult:
-        start = time.perf_counter()
-        self._play()
-        return self._result(time.perf_counter() - start)
+    def _check_fits(self, specs: Iterable[TrajectorySpec]) -> None:
+        """Every trajectory can reach its full length on one engine."""
+        for spec in specs:
+            if spec.prompt_tokens + spec.max_response_tokens > self.kv_tokens:
+                raise ValueError(
+                    f"trajectory {spec.traj_id} may reach {spec.prompt_tokens + spec.max_response_tokens}"
+                    f" tokens, more than one engine's KV ({self.kv_tokens} tokens)"
+                )
 
     def _play(self) -> None:
         """Run the event loop until nothing is left; every trajectory must have finished."""
@@ -194,21 +211,24 @@ class Simulation:
                 self._engine_decides(engine, now)
             else:
                 self._control(payload, now)
-        if self._finished != len(self.workload):
-            raise RuntimeError(f"stalled: {self._finished}/{len(self.workload)} finished")
+        if self._finished != self._total:
+            raise RuntimeError(f"stalled: {self._finished}/{self._total} finished")
         if self.progress is not None and self._finished % self._report_every != 0:
             self.progress(self._finished, self._finished, self._makespan)
 
     def _start(self) -> None:
-        """Submit the trajectories at time 0 (one step: all of them)."""
-        self._release(range(len(self.workload)), 0.0)
+        """Release what is released at time 0."""
+        raise NotImplementedError
 
-    def _release(self, indices: range, now: float) -> None:
-        """Submit these trajectories (workload indices) to the dispatch core at `now`."""
+    def _release(self, trajectories: Iterable[tuple[int, TrajectorySpec]], now: float) -> None:
+        """Submit these trajectories (each with its key, unique in the run) to the dispatch core
+        at `now`."""
         new = []
-        for i in indices:
-            s = self.workload[i]
-            self._ready[i] = now
+        for i, s in trajectories:
+            if s.traj_id in self._index:
+                raise ValueError(f"trajectory id {s.traj_id!r} is released twice")
+            self._index[s.traj_id] = i
+            self._live[i] = Released(s, now, s.prompt_tokens)
             new.append(
                 NewTrajectory(
                     s.traj_id, s.prompt_id, s.prompt_tokens, s.prompt_tokens + s.max_response_tokens
@@ -220,8 +240,8 @@ class Simulation:
         """An event of another priority (`sim.events.PRIORITY_CONTROL`); one step has none."""
         raise AssertionError(f"unexpected control event {payload!r} at {now}")
 
-    def _trajectory_done(self, i: int, now: float) -> None:
-        """Workload trajectory `i` finished at `now` (one step: nothing to do)."""
+    def _trajectory_done(self, i: int, traj: Released, now: float) -> None:
+        """Trajectory `i` finished at `now` (`traj`: its last state, already forgotten)."""
 
     def _place(self, placements: list[Placement], now: float) -> None:
         """Submit each placed turn to its engine; the engine's fresh report may place more."""
@@ -230,24 +250,24 @@ class Simulation:
             p = todo.popleft()
             i = self._index[p.traj_id]
             if p.turn == 0:
-                self._queue_wait += now - self._ready[i]
+                self._queue_wait += now - self._live[i].ready_s
             todo.extend(self._submit(i, p.engine, now))
 
     def _submit(self, i: int, engine_id: int, now: float) -> list[Placement]:
-        spec = self.workload[i]
-        turn = self._turn[i]
+        traj = self._live[i]
+        spec, turn = traj.spec, traj.turn
         req = Request(
             i,
             spec.prompt_id,
             spec.prompt_tokens,
-            self._context[i],
+            traj.context,
             spec.turns[turn].model_tokens,
             final=turn == len(spec.turns) - 1,
             first_turn=turn == 0,
         )
-        if self._engine_of[i] not in (-1, engine_id):
+        if traj.engine not in (-1, engine_id):
             self._moved_turns += 1
-        self._engine_of[i] = engine_id
+        traj.engine = engine_id
         engine = self.engines[engine_id]
         wake = engine.submit(req, now)
         if wake is not None:
@@ -262,31 +282,75 @@ class Simulation:
         self._place(self.core.report(engine.engine_id, engine.stats()), now)
 
     def _turn_done(self, i: int, engine: EngineModel, now: float) -> list[Placement]:
-        spec = self.workload[i]
-        turn = spec.turns[self._turn[i]]
-        if self._turn[i] == len(spec.turns) - 1:
+        traj = self._live[i]
+        spec = traj.spec
+        turn = spec.turns[traj.turn]
+        if traj.turn == len(spec.turns) - 1:
             engine.drop_cache(i)
             self._finished += 1
             self._makespan = now
             if self.progress is not None and self._finished % self._report_every == 0:
-                self.progress(self._finished, len(self.workload), now)
+                self.progress(self._finished, self._total, now)
             placed = self.core.finish(spec.traj_id, spec.total_tokens - spec.prompt_tokens)
-            self._trajectory_done(i, now)
+            del self._live[i], self._index[spec.traj_id]
+            self._trajectory_done(i, traj, now)
             return placed
-        self._context[i] += turn.model_tokens
+        traj.context += turn.model_tokens
         done_at = self.tools.call(now, turn.tool_latency_s)
         self._tool_wait += done_at - now
         self.loop.schedule(done_at, PRIORITY_TOOL, i)
-        return self.core.turn_end(spec.traj_id, self._turn[i])
+        return self.core.turn_end(spec.traj_id, traj.turn)
 
     def _tool_done(self, i: int, now: float) -> None:
-        spec = self.workload[i]
-        self._context[i] += spec.turns[self._turn[i]].tool_tokens
-        self._turn[i] += 1
+        traj = self._live[i]
+        traj.context += traj.spec.turns[traj.turn].tool_tokens
+        traj.turn += 1
         if self.core.asks_later_turns:  # as the live graph: the worker asks the scheduler
-            self._place(self.core.next_turn(spec.traj_id, self._turn[i], self._context[i]), now)
+            self._place(self.core.next_turn(traj.spec.traj_id, traj.turn, traj.context), now)
         else:  # the turn stays on its engine, nobody is asked
-            self._place(self._submit(i, self._engine_of[i], now), now)
+            self._place(self._submit(i, traj.engine, now), now)
+
+
+class Simulation(Playback):
+    """One RL step: every trajectory of `workload` released at time 0. Build it, call `run()`
+    once."""
+
+    def __init__(
+        self,
+        policy: Policy,
+        workload: Sequence[TrajectorySpec],
+        num_engines: int,
+        kv_tokens: int,
+        cost: CostModel,
+        max_num_seqs: int = 256,
+        progress: ProgressFn | None = None,
+        move_turns: bool = True,
+        predictor: LengthPredictor | None = None,
+        record: bool = False,
+        tool_workers: int | None = None,
+    ) -> None:
+        super().__init__(
+            policy, num_engines, kv_tokens, cost, len(workload), max_num_seqs, progress,
+            move_turns, predictor, record, tool_workers,
+        )  # fmt: skip
+        if not workload:
+            raise ValueError("empty workload")
+        self._check_fits(workload)
+        self.workload = list(workload)
+        if len({spec.traj_id for spec in self.workload}) != len(self.workload):
+            raise ValueError("trajectory ids in the workload are not unique")
+        self._engine_of = [-1] * len(self.workload)
+
+    def run(self) -> SimResult:
+        start = time.perf_counter()
+        self._play()
+        return self._result(time.perf_counter() - start)
+
+    def _start(self) -> None:
+        self._release(enumerate(self.workload), 0.0)
+
+    def _trajectory_done(self, i: int, traj: Released, now: float) -> None:
+        self._engine_of[i] = traj.engine
 
     def _result(self, wall_s: float) -> SimResult:
         engines = self.engines

@@ -24,7 +24,12 @@ The staleness model (rstar2's live trainer implements the same, docs/sim.md):
   engines generate nothing meanwhile: time-slicing, no speed-up for either).
 
 The engines, the dispatch core, the workload and the tool model are the one-step simulator's
-(`sim.simulator.Simulation`, which this class extends); the run ends when the last push ends.
+(`sim.simulator.Playback`, which this class extends); the run ends when the last push ends.
+
+Memory follows the steps in flight, not the run's length: a step's trajectories are made
+(`RunSteps`) when the step is released, a trajectory's state is dropped when it finishes
+(its staleness and versions go into the run's counts) and a step's when its push ends (its
+`StepTimes` are kept: ~90 B a step).
 
 What it does not do: drop or re-generate stale work (nothing exceeds k, so nothing is
 dropped), decode-step-grain weight swaps, the learner slowing the engines it shares a device
@@ -35,7 +40,7 @@ from __future__ import annotations
 
 import statistics
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 
 from rstar2.scheduler.dispatcher import Placement
@@ -44,12 +49,12 @@ from rstar2.scheduler.policy import Policy
 from sim.cost import CostModel
 from sim.engine import EngineModel
 from sim.events import PRIORITY_CONTROL
-from sim.learner import LearnerCost
-from sim.simulator import ProgressFn, Simulation
+from sim.learner import LearnerCost, step_tokens
+from sim.simulator import Playback, ProgressFn, Released
 from sim.workload import TrajectorySpec
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class StepTimes:
     """When one step's phases happened (seconds of the run's clock)."""
 
@@ -78,11 +83,11 @@ class RunResult:
     generated_tokens: int
     preemptions: int
     busy_s: list[float]
-    staleness: list[int]
-    """Per trajectory, in workload order (step by step)."""
-    versions: list[int]
-    """Per trajectory, how many policy versions its turns were generated under (> 1: a
-    partial rollout, continued across a push)."""
+    staleness_counts: list[int]
+    """Trajectories by staleness: ``staleness_counts[s]`` were s versions behind (s = 0..k)."""
+    partial_rollouts: int
+    """Trajectories whose turns were generated under more than one policy version (a partial
+    rollout, continued across a push)."""
     step_times: list[StepTimes]
     tool_queue_s: float
     events: int
@@ -114,10 +119,10 @@ class RunResult:
 
     def staleness_histogram(self) -> dict[int, int]:
         """Trajectories by staleness (0..k)."""
-        return {s: self.staleness.count(s) for s in range(self.max_staleness + 1)}
+        return dict(enumerate(self.staleness_counts))
 
     def summary(self) -> dict[str, object]:
-        times = self.step_times
+        times, counts = self.step_times, self.staleness_counts
         return {
             "policy": self.policy,
             "steps": self.steps,
@@ -128,12 +133,10 @@ class RunResult:
             "step_s_steady": round(self.step_s_steady, 4),
             "trajectories_per_hour": round(self.trajectories_per_hour, 1),
             "engine_idle_fraction": round(self.engine_idle_fraction, 4),
-            "staleness_mean": round(statistics.fmean(self.staleness), 4),
-            "staleness_max": max(self.staleness),
+            "staleness_mean": round(sum(s * c for s, c in enumerate(counts)) / sum(counts), 4),
+            "staleness_max": max(s for s, c in enumerate(counts) if c),
             "staleness_histogram": self.staleness_histogram(),
-            "partial_rollout_fraction": round(
-                sum(v > 1 for v in self.versions) / len(self.versions), 4
-            ),
+            "partial_rollout_fraction": round(self.partial_rollouts / self.trajectories, 4),
             "generation_s_mean": round(
                 statistics.fmean(s.generated_s - s.released_s for s in times), 4
             ),
@@ -151,14 +154,93 @@ class RunResult:
         }
 
 
-def step_workload(steps: Sequence[Sequence[TrajectorySpec]]) -> list[TrajectorySpec]:
-    """The run's trajectories, step after step, ids prefixed by the step (``"3/p0-r1"``), so
-    that a replayed step's trajectories and prompts are new to the engines and the core."""
+def _reach(spec: TrajectorySpec) -> int:
+    """Tokens a trajectory may reach: its prompt and its whole response budget."""
+    return spec.prompt_tokens + spec.max_response_tokens
+
+
+class RunSteps:
+    """The trajectories of a run's steps, made when they are asked for: ``steps[t - 1]`` calls
+    ``make(t)``, a pure function of t, and nothing is kept, so a run holds only the steps it has
+    released and not yet finished. Built with every step made once (and dropped) for what must
+    be known before the run starts: each step's size (the progress total) and the longest
+    trajectory (the cluster's shape and the KV check)."""
+
+    def __init__(self, make: Callable[[int], Sequence[TrajectorySpec]], count: int) -> None:
+        if count < 1:
+            raise ValueError(f"a run needs at least one step, got {count}")
+        sizes, longest = [], None
+        for t in range(1, count + 1):
+            step = make(t)
+            if not step:
+                raise ValueError(f"step {t} has no trajectory")
+            sizes.append(len(step))
+            top = max(step, key=_reach)
+            if longest is None or _reach(top) > _reach(longest[1]):
+                longest = (t, top)
+        assert longest is not None
+        self._make = make
+        self.sizes = tuple(sizes)
+        """Trajectories of each step."""
+        self.longest = longest
+        """(step, trajectory): the first trajectory that may reach `max_len`."""
+
+    @classmethod
+    def of(cls, steps: Sequence[Sequence[TrajectorySpec]]) -> RunSteps:
+        """Steps already made (all of them held: for tests and small runs)."""
+        return cls(lambda t: steps[t - 1], len(steps))
+
+    @property
+    def max_len(self) -> int:
+        """The most tokens any trajectory of the run may reach."""
+        return _reach(self.longest[1])
+
+    def __len__(self) -> int:
+        return len(self.sizes)
+
+    def __getitem__(self, index: int) -> Sequence[TrajectorySpec]:
+        if not 0 <= index < len(self.sizes):
+            raise IndexError(f"step index {index} outside 0..{len(self.sizes) - 1}")
+        return self._make(index + 1)
+
+    def __iter__(self) -> Iterator[Sequence[TrajectorySpec]]:
+        return (self[i] for i in range(len(self)))
+
+
+def step_specs(t: int, step: Sequence[TrajectorySpec]) -> list[TrajectorySpec]:
+    """Step t's trajectories as the run releases them, ids prefixed by the step (``"3/p0-r1"``),
+    so that a replayed step's trajectories and prompts are new to the engines and the core."""
     return [
         replace(spec, traj_id=f"{t}/{spec.traj_id}", prompt_id=f"{t}/{spec.prompt_id}")
-        for t, step in enumerate(steps, start=1)
         for spec in step
     ]
+
+
+@dataclass(slots=True)
+class _Versions:
+    """The policy versions a released trajectory's turns were generated under."""
+
+    step: int
+    oldest: int = -1
+    """The version its first turn started under (-1: not started)."""
+    latest: int = -1
+    """The version of its latest turn."""
+    count: int = 0
+    """Distinct versions (consecutive turns under the same version count once)."""
+
+
+@dataclass
+class _Step:
+    """A released step until its push ends: what its update and its `StepTimes` need."""
+
+    left: int
+    """Its trajectories not yet finished."""
+    tokens: int
+    """Its prompt, model and tool tokens (`sim.learner.step_tokens`: the update's cost)."""
+    prompt_ids: set[str]
+    """Its prompts, forgotten by the engines once its last trajectory finishes."""
+    released_s: float
+    generated_s: float = 0.0
 
 
 @dataclass
@@ -172,13 +254,17 @@ class _Learner:
     """The current step's phase times."""
 
 
-class TrainingRun(Simulation):
-    """N RL steps under bounded staleness. Build it, call `run_steps()` once."""
+class TrainingRun(Playback):
+    """N RL steps under bounded staleness. Build it, call `run_steps()` once.
+
+    `steps` is asked for step t when step t is released; what is kept of a trajectory after it
+    finishes is its share of the run's counts (staleness, partial rollouts), and of a step after
+    its push its `StepTimes`."""
 
     def __init__(
         self,
         policy: Policy,
-        steps: Sequence[Sequence[TrajectorySpec]],
+        steps: RunSteps | Sequence[Sequence[TrajectorySpec]],
         num_engines: int,
         kv_tokens: int,
         cost: CostModel,
@@ -191,35 +277,29 @@ class TrainingRun(Simulation):
         predictor: LengthPredictor | None = None,
         tool_workers: int | None = None,
     ) -> None:
-        if not steps or any(not s for s in steps):
-            raise ValueError("a run needs at least one step, and every step a trajectory")
         if max_staleness < 0:
             raise ValueError(f"max_staleness must be >= 0, got {max_staleness}")
+        self.steps = steps if isinstance(steps, RunSteps) else RunSteps.of(steps)
         super().__init__(
-            policy, step_workload(steps), num_engines, kv_tokens, cost, max_num_seqs, progress,
-            move_turns=move_turns, predictor=predictor, tool_workers=tool_workers,
+            policy, num_engines, kv_tokens, cost, sum(self.steps.sizes), max_num_seqs, progress,
+            move_turns, predictor, tool_workers=tool_workers, timeline=False,
         )  # fmt: skip
+        t, longest = self.steps.longest
+        self._check_fits(step_specs(t, [longest]))
         self.learner_cost = learner
         self.max_staleness = max_staleness
         self.colocated = colocated
-        self.steps = [list(s) for s in steps]
-        bounds = [0]
-        for s in steps:
-            bounds.append(bounds[-1] + len(s))
-        self._step_range = [range(bounds[t - 1], bounds[t]) for t in range(1, len(bounds))]
-        self._step_of = [t for t, r in enumerate(self._step_range, start=1) for _ in r]
-        self._left = [len(r) for r in self._step_range]
         self._released = 0
+        self._next_key = 0
         self.version = 0
         """The policy version the engines hold (pushes that have ended)."""
-        self._oldest = [-1] * len(self.workload)
-        self._last_version = [-1] * len(self.workload)
-        self._versions = [0] * len(self.workload)
+        self._versions: dict[int, _Versions] = {}  # per trajectory released and not finished
+        self._steps: dict[int, _Step] = {}  # per step released and not pushed
+        self._staleness_counts = [0] * (max_staleness + 1)
+        self._partial = 0
         self._gate_closed = False
         self._held: list[tuple[int, int]] = []
         self._learner = _Learner()
-        self._released_at: dict[int, float] = {}
-        self._generated_at: dict[int, float] = {}
         self._times: list[StepTimes] = []
         self._end = 0.0
 
@@ -228,30 +308,25 @@ class TrainingRun(Simulation):
         self._play()
         if len(self._times) != len(self.steps):
             raise RuntimeError(f"stalled: {len(self._times)}/{len(self.steps)} steps trained")
-        staleness = [
-            self._step_of[i] - 1 - self._oldest[i] for i in range(len(self.workload))
-        ]  # fmt: skip
-        if not all(0 <= s <= self.max_staleness for s in staleness):
-            raise AssertionError(f"staleness outside [0, {self.max_staleness}]: {max(staleness)}")
         return RunResult(
             policy=self.policy.name,
             steps=len(self.steps),
             max_staleness=self.max_staleness,
             colocated=self.colocated,
             run_s=self._end,
-            trajectories=len(self.workload),
+            trajectories=self._finished,
             generated_tokens=sum(e.generated_tokens for e in self.engines),
             preemptions=sum(e.preemptions for e in self.engines),
             busy_s=[e.busy_s for e in self.engines],
-            staleness=staleness,
-            versions=self._versions,
+            staleness_counts=self._staleness_counts,
+            partial_rollouts=self._partial,
             step_times=self._times,
             tool_queue_s=self.tools.queued_s,
             events=self.loop.popped,
             wall_s=time.perf_counter() - start,
         )
 
-    # --- hooks of Simulation ------------------------------------------------------------------
+    # --- hooks of Playback --------------------------------------------------------------------
 
     def _start(self) -> None:
         self._release_steps(0.0)
@@ -260,11 +335,12 @@ class TrainingRun(Simulation):
         if self._gate_closed:  # the weights are about to load: the turn waits at the gate
             self._held.append((i, engine_id))
             return []
-        if self._oldest[i] < 0:
-            self._oldest[i] = self.version
-        if self._last_version[i] != self.version:
-            self._last_version[i] = self.version
-            self._versions[i] += 1
+        versions = self._versions[i]
+        if versions.oldest < 0:
+            versions.oldest = self.version
+        if versions.latest != self.version:
+            versions.latest = self.version
+            versions.count += 1
         return super()._submit(i, engine_id, now)
 
     def _engine_decides(self, engine: EngineModel, now: float) -> None:
@@ -272,11 +348,21 @@ class TrainingRun(Simulation):
         if self._learner.state == "draining":
             self._try_drained(now)
 
-    def _trajectory_done(self, i: int, now: float) -> None:
-        t = self._step_of[i]
-        self._left[t - 1] -= 1
-        if self._left[t - 1] == 0:
-            self._generated_at[t] = now
+    def _trajectory_done(self, i: int, traj: Released, now: float) -> None:
+        versions = self._versions.pop(i)
+        t = versions.step
+        staleness = t - 1 - versions.oldest
+        if not 0 <= staleness <= self.max_staleness:
+            raise AssertionError(f"staleness {staleness} outside [0, {self.max_staleness}]")
+        self._staleness_counts[staleness] += 1
+        self._partial += versions.count > 1
+        step = self._steps[t]
+        step.left -= 1
+        if step.left == 0:
+            step.generated_s = now
+            for engine in self.engines:
+                engine.forget_prompts(step.prompt_ids)
+            step.prompt_ids = set()
             self._try_update(now)
 
     def _control(self, payload: object, now: float) -> None:
@@ -299,14 +385,23 @@ class TrainingRun(Simulation):
             self._released < len(self.steps) and self._released - self.max_staleness <= self.version
         ):  # step t = released + 1 may start when t - 1 - k <= version
             self._released += 1
-            self._released_at[self._released] = now
-            self._release(self._step_range[self._released - 1], now)
+            t = self._released
+            specs = step_specs(t, self.steps[t - 1])
+            self._steps[t] = _Step(
+                len(specs), step_tokens(specs), {s.prompt_id for s in specs}, now
+            )
+            keys = range(self._next_key, self._next_key + len(specs))
+            self._next_key += len(specs)
+            for i in keys:
+                self._versions[i] = _Versions(t)
+            self._release(zip(keys, specs, strict=True), now)
 
     def _try_update(self, now: float) -> None:
         """Start the next update if the learner is idle and its step has finished."""
         learner = self._learner
         t = learner.next_step
-        if learner.state != "idle" or t > len(self.steps) or self._left[t - 1] > 0:
+        step = self._steps.get(t)
+        if learner.state != "idle" or step is None or step.left > 0:
             return
         if self.colocated:  # the update needs the engines' devices: drain them first
             self._close_gate(now)
@@ -317,7 +412,7 @@ class TrainingRun(Simulation):
         learner = self._learner
         learner.state = "updating"
         learner.times = {"update_start": now}
-        duration = self.learner_cost.update_s(self.steps[learner.next_step - 1])
+        duration = self.learner_cost.update_s(self._steps[learner.next_step].tokens)
         self.loop.schedule(now + duration, PRIORITY_CONTROL, "update_done")
 
     def _close_gate(self, now: float) -> None:
@@ -342,9 +437,10 @@ class TrainingRun(Simulation):
     def _push_done(self, now: float) -> None:
         learner = self._learner
         t = learner.next_step
+        step = self._steps.pop(t)
         self._times.append(
             StepTimes(
-                t, self._released_at[t], self._generated_at[t], learner.times["update_start"],
+                t, step.released_s, step.generated_s, learner.times["update_start"],
                 learner.times["update_end"], learner.times["push_start"], now,
             )
         )  # fmt: skip

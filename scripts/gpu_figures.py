@@ -82,6 +82,7 @@ VARIANTS = (
     # (name, extra arguments, both shapes?), most important first: a deadline drops the tail
     ("before-plain", BEFORE, True),
     ("plain", AFTER, True),
+    ("compile-head", (*AFTER, "--compile-head"), True),
     ("before-fsdp-ac", (*BEFORE, *FSDP_AC), True),
     ("fsdp-ac", (*AFTER, *FSDP_AC), True),
     ("rl-before-plain", (*RL, *BEFORE), True),
@@ -97,6 +98,25 @@ VARIANTS = (
     ("chunk-2048", (*AFTER, "--head-chunk", "2048"), False),
 )  # fmt: skip
 SHAPES_FIRST = ("qwen2.5-0.5b", "qwen2.5-1.5b")
+ENGINE_WORK = ("--requests", "256", "--max-tokens", "256", "--batch-sizes", "64,256")
+ENGINE_PLAN = (
+    # (name, `rstar2 bench engine` arguments), most important first: the fixed-shape decode
+    # with CUDA graphs (the GPU default) on each shape, then "before" (the dynamic path) and
+    # the fixed path without graphs
+    ("tiny-fixed", ("--model-size", "tiny", "--decode", "fixed")),
+    ("25m-fixed", ("--model-size", "25m", "--decode", "fixed")),
+    ("qwen2.5-0.5b-fixed",
+     ("--model-size", "qwen2.5-0.5b", "--dtype", "bfloat16", "--decode", "fixed")),
+    ("qwen2.5-1.5b-fixed",
+     ("--model-size", "qwen2.5-1.5b", "--dtype", "bfloat16", "--decode", "fixed")),
+    ("tiny-dynamic", ("--model-size", "tiny", "--decode", "dynamic")),
+    ("qwen2.5-0.5b-dynamic",
+     ("--model-size", "qwen2.5-0.5b", "--dtype", "bfloat16", "--decode", "dynamic")),
+    ("tiny-fixed-no-graphs", ("--model-size", "tiny", "--decode", "fixed", "--no-cuda-graphs")),
+    ("qwen2.5-0.5b-fixed-no-graphs", ("--model-size", "qwen2.5-0.5b", "--dtype", "bfloat16",
+                                      "--decode", "fixed", "--no-cuda-graphs")),
+)  # fmt: skip
+SMOKE_ENGINE_WORK = ("--requests", "8", "--max-tokens", "16", "--batch-sizes", "8")
 
 
 def missing_modules(names: tuple[str, ...] = NEEDED) -> list[str]:
@@ -130,6 +150,14 @@ def select(
     if unknown:
         raise SystemExit(f"--only: unknown benchmarks {', '.join(unknown)}")
     return [by_name[n] for n in names]
+
+
+def engine_plan(smoke: bool) -> list[tuple[str, list[str]]]:
+    """(name, `rstar2 bench engine` arguments) of every engine measurement."""
+    if smoke:
+        return [(name, [*SMOKE_ENGINE_WORK, *extra]) for name, extra in ENGINE_PLAN
+                if name.startswith("tiny")]  # fmt: skip
+    return [(name, [*ENGINE_WORK, *extra]) for name, extra in ENGINE_PLAN]
 
 
 def smaller_micro_batch(args: list[str]) -> list[str]:
@@ -263,6 +291,26 @@ def markdown(results: dict[str, Any]) -> str:
     """The figures as Markdown tables (learner benchmarks, then the training run)."""
     env = results.get("environment", {})
     lines = [f"Device: {env.get('device', '?')}; torch {env.get('torch', '?')}.", ""]
+    checked = results.get("engine_check")
+    if checked:
+        lines += [f"Engine check: `{json.dumps(checked)}`", ""]
+    engines = results.get("engine", {})
+    if engines:
+        lines += [
+            "| engine benchmark | decode | params | engine tok/s | HF generate tok/s (best batch) "
+            "| ratio | graphs |",
+            "|---|---|---|---|---|---|---|",
+        ]
+        for name, e in engines.items():
+            if "error" in e:
+                lines.append(f"| {name} | failed: {e['error']} | | | | | |")
+                continue
+            lines.append(
+                f"| {name} | {e.get('decode')} | {e['params'] / 1e6:.1f}M | "
+                f"{e['engine_tok_s']:,.0f} | {e['hf_generate_tok_s']:,.0f} "
+                f"({e['hf_best_batch_size']}) | {e['ratio']:.2f} | {e.get('decode_graphs')} |"
+            )
+        lines.append("")
     benches = results.get("bench", {})
     if benches:
         lines += [
@@ -354,6 +402,80 @@ def packed_check(device: str) -> dict[str, Any]:
         "logprob_mean_abs": float(ref_logp[keep].abs().mean()),
         "grad_relative_diff": (num / den) ** 0.5,
     }
+
+
+def engine_check(device: str, smoke: bool = False) -> dict[str, Any]:
+    """The embedded engine's decode paths against each other and HF `generate` on `device`:
+    greedy outputs of the fixed-shape path with CUDA graphs, without them, the dynamic path
+    and HF (float32 and bfloat16 random Qwen2 models), the same with a KV budget small enough
+    to preempt and with a multi-turn continuation (prefix cache), sampled log-probs against
+    the model's own, and the graphs captured."""
+    import torch
+
+    from rstar2.engine.benchmark import random_model
+    from rstar2.engine.config import EngineConfig
+    from rstar2.engine.core import EngineCore
+    from rstar2.engine.protocol import SamplingParams
+
+    out: dict[str, Any] = {"device": device}
+    gen = torch.Generator().manual_seed(0)
+    prompts = [torch.randint(1, 1000, (int(n),), generator=gen).tolist()
+               for n in torch.randint(8, 40, (12,), generator=gen)]  # fmt: skip
+    greedy = SamplingParams(48, temperature=0.0)
+    models = (("tiny", torch.float32), ("25m", torch.bfloat16))
+    for size, dtype in models[:1] if smoke else models:
+        model = random_model(size, 0, device).to(dtype)
+        key = f"{size}_{str(dtype).removeprefix('torch.')}"
+
+        def run(
+            budget: int = 65536, model: Any = model, key: str = key, **kw: Any
+        ) -> list[list[int]]:
+            cfg = EngineConfig(kv_budget_tokens=budget, max_num_seqs=64, device=device, **kw)
+            core = EngineCore(model, cfg)
+            outs = [o.token_ids for o in core.generate(prompts, greedy)]
+            if core.fixed is not None:
+                out[f"{key}_graphs_{budget}_{kw.get('cuda_graphs', True)}"] = core.fixed.stats()
+            return outs
+
+        graphs = run(decode="fixed")
+        eager = run(decode="fixed", cuda_graphs=False)
+        dynamic = run(decode="dynamic")
+        tight = run(budget=512, decode="fixed")  # 12 x ~75 tokens in 32 blocks: preemptions
+        with torch.inference_mode():
+            hf = [model.generate(torch.tensor([p], device=device), max_new_tokens=48,
+                                 min_new_tokens=48, do_sample=False, pad_token_id=0)
+                  [0, len(p):].tolist() for p in prompts]  # fmt: skip
+
+        def same(a: list[list[int]], b: list[list[int]]) -> int:
+            return sum(x == y for x, y in zip(a, b, strict=True))
+
+        out[key] = {
+            "prompts": len(prompts),
+            "graphs_equal_eager_fixed": same(graphs, eager),
+            "graphs_equal_dynamic": same(graphs, dynamic),
+            "graphs_equal_hf_generate": same(graphs, hf),
+            "dynamic_equal_hf_generate": same(dynamic, hf),
+            "graphs_preempted_equal_roomy": same(tight, graphs),
+        }
+        core = EngineCore(model, EngineConfig(device=device, decode="fixed"))
+        first = core.generate(prompts[:4], greedy)
+        follow = [p + o.token_ids + [7, 8, 9] for p, o in zip(prompts[:4], first, strict=True)]
+        again = [o.token_ids for o in core.generate(follow, greedy)]
+        fresh = [o.token_ids for o in
+                 EngineCore(model, EngineConfig(device=device, decode="fixed")).generate(
+                     follow, greedy)]  # fmt: skip
+        out[key]["continuation_equal_fresh"] = same(again, fresh)
+        out[key]["prefix_cache_hits"] = core.scheduler.prefix_cache.hits
+        sampled = core.generate(prompts, [SamplingParams(48, 1.0, seed=i) for i in range(12)])
+        diffs = []
+        with torch.inference_mode():
+            for p, o in zip(prompts, sampled, strict=True):
+                logits = model(torch.tensor([p + o.token_ids], device=device)).logits[0].float()
+                ref = torch.log_softmax(logits[len(p) - 1 : -1], dim=-1)
+                ref = ref.gather(1, torch.tensor(o.token_ids, device=device).view(-1, 1))
+                diffs.append(float((ref.view(-1).cpu() - torch.tensor(o.logprobs)).abs().max()))
+        out[key]["sampled_logprob_max_abs_diff"] = max(diffs)
+    return out
 
 
 class BenchWorker:
@@ -457,7 +579,7 @@ def environment() -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--out", type=Path, help="directory for the results (required)")
-    p.add_argument("--part", choices=("bench", "train", "all"), default="all")
+    p.add_argument("--part", choices=("engine", "bench", "train", "all"), default="all")
     p.add_argument("--smoke", action="store_true", help="toy sizes: check the script itself")
     p.add_argument("--bench-timeout", type=float, default=150.0, help="seconds per benchmark")
     p.add_argument(
@@ -480,6 +602,15 @@ def main(argv: list[str] | None = None) -> int:
         "the JSON (the bench part runs it first, on cuda when there is a GPU)",
     )
     p.add_argument(
+        "--check-engine",
+        metavar="DEVICE",
+        help="only compare the engine's decode paths and HF generate on DEVICE and print the "
+        "JSON (the engine part runs it first)",
+    )
+    p.add_argument(
+        "--engine-timeout", type=float, default=150.0, help="seconds per engine benchmark"
+    )
+    p.add_argument(
         "--only",
         help="comma-separated benchmark names (e.g. qwen2.5-0.5b-plain), run in this order "
         "instead of the whole plan",
@@ -490,6 +621,9 @@ def main(argv: list[str] | None = None) -> int:
         return worker(args.worker)
     if args.check_packed:
         print(json.dumps(packed_check(args.check_packed)))
+        return 0
+    if args.check_engine:
+        print(json.dumps(engine_check(args.check_engine, args.smoke)))
         return 0
     if args.out is None:
         p.error("--out is required")
@@ -512,11 +646,54 @@ def main(argv: list[str] | None = None) -> int:
         (out / "gpu_figures.md").write_text(markdown(results))
 
     save()
+    started = time.perf_counter()
+
+    def past_deadline() -> bool:
+        return args.deadline > 0 and time.perf_counter() - started > args.deadline
+
+    if args.part in ("engine", "all"):
+        device = "cuda" if results["environment"]["device"] != "cpu" else "cpu"
+        check = [sys.executable, str(Path(__file__).resolve()), "--check-engine", device,
+                 *(["--smoke"] if args.smoke else [])]  # fmt: skip
+        try:
+            done = subprocess.run(check, capture_output=True, text=True, timeout=180, cwd=ROOT,
+                                  env=script_env())  # fmt: skip
+            results["engine_check"] = last_json(done.stdout) or {"error": done.stderr[-1500:]}
+        except subprocess.TimeoutExpired:
+            results["engine_check"] = {"error": "timed out"}
+        print(f"engine check: {json.dumps(results['engine_check'])}", flush=True)
+        save()
+        engines = results.setdefault("engine", {})
+        for name, extra in engine_plan(args.smoke):
+            if past_deadline():
+                engines[name] = {"error": f"skipped: past the {args.deadline:.0f} s deadline"}
+                save()
+                continue
+            rc, stdout, secs = run_command(["bench", "engine", *extra, "--json"],
+                                           args.engine_timeout, log)  # fmt: skip
+            figures = last_json(stdout)
+            engines[name] = {"seconds": secs, "args": extra, **(figures or {"error": f"exit {rc}"})}
+            print(f"engine {name}: {secs:.0f}s {json.dumps(figures)}", flush=True)
+            save()
+    if args.part in ("train", "all"):
+        run_dir = work / "run"
+        shutil.rmtree(run_dir, ignore_errors=True)
+        cmd = ["train", "--run-dir", str(run_dir)]
+        cmd += ["--quick"] if args.smoke else ["--config", "configs/gpu_20m.toml"]
+        with GpuMemory() as memory:
+            rc, _, secs = run_command(cmd, args.train_timeout, log)
+        figures = train_figures(run_dir)
+        results["train"] = {"exit": rc, "seconds": secs, "gpu_peak_used_mb": memory.peak_mb,
+                            **figures}  # fmt: skip
+        for name in ("metrics.jsonl", "summary.json"):
+            if (run_dir / name).is_file():
+                shutil.copy(run_dir / name, out / f"train_{name}")
+        print(f"train: exit {rc} in {secs:.0f}s", flush=True)
+        save()
     if args.part in ("bench", "all"):
         bench = results.setdefault("bench", {})
         models: dict[str, Path] = {}
         workers: dict[str, BenchWorker] = {}
-        started = time.perf_counter()
         check = [sys.executable, str(Path(__file__).resolve()), "--check-packed",
                  "cuda" if results["environment"]["device"] != "cpu" else "cpu"]  # fmt: skip
         try:
@@ -528,7 +705,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"packed check: {json.dumps(results['packed_check'])}", flush=True)
         save()
         for name, shape, extra in select(bench_plan(args.smoke), args.only):
-            if args.deadline > 0 and time.perf_counter() - started > args.deadline:
+            if past_deadline():
                 bench[name] = {"shape": shape, "variant": name.removeprefix(shape + "-"),
                                "error": f"skipped: past the {args.deadline:.0f} s deadline"}  # fmt: skip
                 save()
@@ -560,21 +737,6 @@ def main(argv: list[str] | None = None) -> int:
             save()
         for w in workers.values():
             w.close()
-    if args.part in ("train", "all"):
-        run_dir = work / "run"
-        shutil.rmtree(run_dir, ignore_errors=True)
-        cmd = ["train", "--run-dir", str(run_dir)]
-        cmd += ["--quick"] if args.smoke else ["--config", "configs/gpu_20m.toml"]
-        with GpuMemory() as memory:
-            rc, _, secs = run_command(cmd, args.train_timeout, log)
-        figures = train_figures(run_dir)
-        results["train"] = {"exit": rc, "seconds": secs, "gpu_peak_used_mb": memory.peak_mb,
-                            **figures}  # fmt: skip
-        for name in ("metrics.jsonl", "summary.json"):
-            if (run_dir / name).is_file():
-                shutil.copy(run_dir / name, out / f"train_{name}")
-        print(f"train: exit {rc} in {secs:.0f}s", flush=True)
-        save()
     print(markdown(results))
     return 0
 

@@ -5,7 +5,8 @@ again before each HF batch size). Prints a table, or with `--json` one object wi
 `engine_tok_s` (median of the engine's runs), `hf_generate_tok_s` (the best batch size),
 `ratio`, the HF sweep (each with the engine run next to it), CPU microseconds per token of both
 sides, the load average before and after, and the conditions (`model_size`, `params`,
-`threads`, `contention`, `omp_wait_policy`).
+`threads`, `contention`, `omp_wait_policy`, `device`, `dtype`, `decode` and, on the fixed
+path, `decode_graphs`: shapes used, graphs captured, failed captures).
 
 `--contention N` runs everything beside N busy-loop processes (`bench_contention`), so a
 figure under CPU contention can be reproduced.
@@ -24,12 +25,15 @@ import torch
 from rstar2.commands.arguments import int_list, model_directory, nonnegative_int, positive_int
 from rstar2.commands.bench_contention import busy_processes, load_average
 from rstar2.config import UsageError
+from rstar2.devices import DEVICES
 from rstar2.engine.benchmark import Sweep, make_workload, random_model, run_sweep
-from rstar2.engine.config import EngineConfig
+from rstar2.engine.config import DECODE_PATHS, EngineConfig, resolve_device
 from rstar2.engine.core import load_causal_lm
 from rstar2.model.tiny import SHAPES
 
 log = logging.getLogger(__name__)
+
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -64,6 +68,29 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=nonnegative_int,
         default=0,
         help="busy-loop processes to run beside the benchmark (CPU contention)",
+    )
+    parser.add_argument(
+        "--device",
+        choices=DEVICES,
+        default="auto",
+        help="where the engine and HF generate run (auto: a GPU when torch sees one)",
+    )
+    parser.add_argument(
+        "--dtype",
+        choices=sorted(DTYPES),
+        default="float32",
+        help="the model's dtype on both sides (bfloat16 for the GPU shapes)",
+    )
+    parser.add_argument(
+        "--decode",
+        choices=DECODE_PATHS,
+        default="auto",
+        help="the engine's decode path (engine.decode; auto: fixed-shape on a GPU)",
+    )
+    parser.add_argument(
+        "--no-cuda-graphs",
+        action="store_true",
+        help="run the fixed-shape decode eagerly on a GPU (engine.cuda_graphs = false)",
     )
     parser.add_argument("--seed", type=int, default=0, help="workload and weights seed")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
@@ -103,9 +130,20 @@ def run(args: argparse.Namespace) -> int:
     if args.threads:
         torch.set_num_threads(args.threads)
     sizes: list[int] = args.batch_sizes
-    model = load_causal_lm(args.model) if args.model else random_model(args.model_size, args.seed)
+    device = resolve_device(args.device)  # fails here, before any work, without a GPU
+    if args.model:
+        model = load_causal_lm(args.model)
+    else:
+        model = random_model(args.model_size, args.seed, device)
+    model.to(device=device, dtype=DTYPES[args.dtype])
     work = make_workload(args.requests, model.config.vocab_size, args.max_tokens, args.seed)
-    cfg = EngineConfig(kv_budget_tokens=args.kv_budget, max_num_seqs=max(args.requests, 1))
+    cfg = EngineConfig(
+        kv_budget_tokens=args.kv_budget,
+        max_num_seqs=max(args.requests, 1),
+        device=device.type,
+        decode=args.decode,
+        cuda_graphs=not args.no_cuda_graphs,
+    )
     log.info("workload: %d requests, %d output tokens", args.requests, work.total_tokens)
     load_before = load_average()
     with busy_processes(args.contention):
@@ -117,6 +155,11 @@ def run(args: argparse.Namespace) -> int:
         "model_size": "model" if args.model else args.model_size,
         "params": sum(p.numel() for p in model.parameters()),
         "threads": torch.get_num_threads(),
+        "device": str(device),
+        "device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
+        "dtype": args.dtype,
+        "decode": "fixed" if sweep.core.fixed is not None else "dynamic",
+        "decode_graphs": sweep.core.fixed.stats() if sweep.core.fixed is not None else None,
         "contention": args.contention,
         "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY", ""),
         "gomp_spincount": os.environ.get("GOMP_SPINCOUNT", ""),

@@ -99,13 +99,17 @@ class Sweep:
         return max(self.hf, key=lambda r: r.tok_s)
 
 
-def random_model(size: str = "tiny", seed: int = 0) -> Qwen2ForCausalLM:
+def random_model(
+    size: str = "tiny", seed: int = 0, device: torch.device | str = "cpu"
+) -> Qwen2ForCausalLM:
     """A random-weight Qwen2 of the shape `SHAPES[size]` (vocabulary, positions and rope
-    of the embedded default)."""
+    of the embedded default), initialised on `device` (a 1.5B model's initialisation takes
+    seconds on a GPU, a minute on a CPU; the weights differ between the two)."""
     tiny = shaped_config(size)
     config = qwen2_config(tiny, tiny.embedding_rows or tiny.vocab_size)
     torch.manual_seed(seed)
-    return Qwen2ForCausalLM(config).eval()
+    with torch.device(device):
+        return Qwen2ForCausalLM(config).eval()
 
 
 def tiny_random_model(seed: int = 0) -> Qwen2ForCausalLM:

@@ -257,7 +257,7 @@ class FixedDecoder:
                     self._step(buf, shape)
             torch.cuda.current_stream(self.device).wait_stream(stream)
             graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph, pool=self._pool):
+            with torch.cuda.graph(graph, pool=self._pool, capture_error_mode="thread_local"):
                 out = self._step(buf, shape)
             buf.graph, buf.out = graph, out
             self.captures += 1

@@ -1,11 +1,16 @@
 """The production trainer's GPU figures in one command (docs/production.md, "On a GPU").
 
-    python3 scripts/gpu_figures.py --out DIR [--part bench|train|all] [--smoke]
+    python3 scripts/gpu_figures.py --out DIR [--part engine|bench|train|all] [--smoke]
                                    [--deadline S] [--only NAME,...]
 
 Made for a machine lent for a short while (no network, a time limit per command): every
 measurement has a time limit, and DIR/gpu_figures.json is rewritten after each one, so a run
-cut short keeps what it measured. Parts:
+cut short keeps what it measured. Parts (`all`: engine, train, bench, in that order):
+
+- `engine`: first `--check-engine` (the embedded engine's decode paths, fixed-shape with and
+  without CUDA graphs and dynamic, against each other and HF `generate`: greedy tokens, a
+  preempting KV budget, a multi-turn continuation, sampled log-probs), then `rstar2 bench
+  engine` (the engine against HF `generate`'s batch sizes) for each entry of `ENGINE_PLAN`.
 
 - `bench`: first `--check-packed` (the packed, chunked-head log-probs against the padded
   full-logits ones on the GPU), then `rstar2 bench learner` measurements (an RL update on a

@@ -122,3 +122,41 @@ def test_a_failed_benchmark_is_retried_with_half_the_micro_batch() -> None:
     ]
     assert gpu.smaller_micro_batch(["--micro-batch", "1"]) == ["--micro-batch", "1"]
     assert gpu.smaller_micro_batch(["--bf16"]) == ["--bf16"]
+
+
+def test_the_engine_plan_measures_each_shape_then_the_paths_before() -> None:
+    plan = gpu.engine_plan(smoke=False)
+    names = [name for name, _ in plan]
+    assert names[:4] == ["tiny-fixed", "25m-fixed", "qwen2.5-0.5b-fixed", "qwen2.5-1.5b-fixed"]
+    for name, args in plan:
+        assert (
+            args[args.index("--decode") + 1] == name.split("-")[-1]
+            if "dynamic" in name or (name.endswith("fixed"))
+            else "fixed"
+        )
+        assert ("--no-cuda-graphs" in args) == name.endswith("no-graphs")
+        assert ("bfloat16" in args) == name.startswith("qwen")
+    smoke = gpu.engine_plan(smoke=True)
+    assert smoke and all(name.startswith("tiny") and "8" in args for name, args in smoke)
+
+
+def test_markdown_has_the_engine_table_and_check() -> None:
+    results = {
+        "engine_check": {"device": "cuda", "tiny_float32": {"graphs_equal_hf_generate": 12}},
+        "engine": {
+            "tiny-fixed": {
+                "decode": "fixed",
+                "params": 1_050_752,
+                "engine_tok_s": 32559.1,
+                "hf_generate_tok_s": 20615.1,
+                "hf_best_batch_size": 256,
+                "ratio": 1.58,
+                "decode_graphs": {"graphs": 9},
+            },  # fmt: skip
+            "qwen2.5-1.5b-fixed": {"error": "skipped: past the 140 s deadline"},
+        },
+    }
+    text = gpu.markdown(results)
+    assert "graphs_equal_hf_generate" in text
+    assert "| tiny-fixed | fixed | 1.1M | 32,559 | 20,615 (256) | 1.58 |" in text
+    assert "| qwen2.5-1.5b-fixed | failed: skipped: past the 140 s deadline |" in text

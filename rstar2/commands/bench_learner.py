@@ -121,8 +121,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--compile-head",
         action=argparse.BooleanOptionalAction,
         default=False,
-        help="torch.compile the chunked LM head's element-wise work (learner.compile_head, "
-        "default off; no effect with --padded)",
+        help="torch.compile the chunked LM head's element-wise work (default: off here; "
+        "learner.compile_head is on by default on GPUs; no effect with --padded)",
     )
     p.add_argument(
         "--checkpoint-every",

@@ -115,7 +115,7 @@ def test_compiled_head_equals_the_reference(device: str, dtype: torch.dtype) -> 
 
 
 def test_prepare_model_compiles_the_head_only_when_asked() -> None:
-    """`learner.compile_head` (default off) reaches the installed head."""
+    """`learner.compile_head` reaches the installed head (its default, None: off on the CPU)."""
     model = tiny_qwen2()
     prepare_model(model, LearnerConfig())
     assert isinstance(model.lm_head, LogprobHead) and not model.lm_head.compiled

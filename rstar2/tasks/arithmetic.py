@@ -41,7 +41,7 @@ _NAMES = ("Ana", "Ben", "Chen", "Dara", "Eli", "Femi", "Gus", "Hana", "Ivo", "Ju
 _ITEMS = ("apples", "coins", "stamps", "cards", "shells", "beads", "books", "pens")
 _OOD_NAMES = ("Kai", "Lena", "Milo", "Nora", "Omar", "Pia", "Quinn", "Rosa")
 _OOD_ITEMS = ("marbles", "stickers", "cookies", "tickets", "pebbles", "buttons")
-WordStyle = Literal["templates", "story", "verbal"]
+WORD_STYLES = ("templates", "story", "verbal")
 Lexicon = Literal["train", "ood"]
 
 
@@ -61,9 +61,10 @@ class TaskConfig:
     """Operators of bare expressions, from "+-*/%" ("/" is floor division, "//")."""
     word_fraction: float = 0.5
     """Share of problems stated in words rather than as a bare expression."""
-    word_style: WordStyle = "templates"
+    word_style: str = "templates"
     """Word problems from the fixed templates, stories of a base clause and events, or one
-    operation named by a word ("verbal": "the quotient when a is divided by b")."""
+    operation named by a word ("verbal": "the quotient when a is divided by b"); several joined
+    by "+" ("templates+verbal") draw each word problem's style uniformly among them."""
     min_events: int = 0
     """Stories: fewest event clauses after the base clause (a story has at least one
     operation: a base clause without one gets an event)."""
@@ -94,9 +95,10 @@ class TaskConfig:
             self.ops,
             'distinct operators from "+-*/%" ("/" is floor division)',
         )
+        styles = self.word_style.split("+")
         require(
-            self.word_style in ("templates", "story", "verbal"), "word_style", self.word_style,
-            '"templates", "story" or "verbal"',
+            set(styles) <= set(WORD_STYLES) and len(set(styles)) == len(styles), "word_style",
+            self.word_style, '"templates", "story" or "verbal", or several joined by "+"',
         )  # fmt: skip
         require(0 <= self.min_events <= 4, "min_events", self.min_events, "an integer in 0..4")
         require(
@@ -270,10 +272,13 @@ def _stream(cfg: TaskConfig, split: Split) -> Iterator[Problem]:
     rng = random.Random(f"{cfg.seed}:{split}")
     seen: set[str] = set()
     make: Callable[[random.Random, TaskConfig], tuple[str, str]]
+    styles = cfg.word_style.split("+")
     misses = 0
     while misses < _MAX_MISSES:
         if rng.random() < cfg.word_fraction:
-            make = {"story": _story, "verbal": _verbal}.get(cfg.word_style, _word)
+            # one style draws nothing more, so a single style's problems stay as they were
+            style = styles[0] if len(styles) == 1 else rng.choice(styles)
+            make = {"story": _story, "verbal": _verbal}.get(style, _word)
         else:
             make = _bare
         text, expr = make(rng, cfg)

@@ -165,3 +165,21 @@ def test_a_verbal_problem_names_its_one_operation_by_a_word() -> None:
         assert p.answer == str(evaluate(p.expression)) and int(p.answer) >= 0, p
         seen.add(op)
     assert seen == {"+", "-", "*", "//", "%"}
+
+
+def test_joined_word_styles_draw_each_problem_from_one_of_them() -> None:
+    markers = ("sum", "Add", "difference", "away", "product", "Multiply", "quotient",
+               "whole times", "left over")  # fmt: skip
+
+    def verbal_share(style: str) -> float:
+        cfg = TaskConfig(word_fraction=1.0, word_style=style, train_size=400)
+        texts = [p.problem for p in generate_problems(cfg, "train")]
+        return sum(any(m in t for m in markers) for t in texts) / len(texts)
+
+    # every verbal problem names its operation; a few templates use such words too
+    assert verbal_share("verbal") == 1.0 and verbal_share("templates") < 0.15
+    assert 0.4 < verbal_share("templates+verbal") < 0.8
+    with pytest.raises(ConfigError, match="word_style"):
+        TaskConfig(word_style="templates+templates").validate()
+    with pytest.raises(ConfigError, match="word_style"):
+        TaskConfig(word_style="templates+poems").validate()

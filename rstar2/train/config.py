@@ -244,6 +244,11 @@ class TrainConfig:
     the answer and the id (default: found by name, `rstar2.data.problem_loader`)."""
     sft: SFTConfig = field(default_factory=SFTConfig)
     """Stage 0: SFT on tool-format traces (steps = 0 skips it)."""
+    demo_task: dict[str, Any] = field(default_factory=dict)
+    """Fields of `[task]` that SFT's demonstrations change (a `[demo_task]` table, e.g.
+    `word_style = "templates+verbal"`): the demonstrations are the first `sft.train_problems`
+    training problems of `[task]` with these fields replaced. Empty: the run's own task. RL
+    trains and is evaluated on `[task]` whatever this says."""
     stages: list[StageConfig] = field(default_factory=lambda: [StageConfig()])
     """The RL stages, in order."""
     rl: RLConfig = field(default_factory=RLConfig)
@@ -298,6 +303,14 @@ class TrainConfig:
         )
         for sub in (self.rl, self.learner, self.sft, self.task, self.cluster):
             sub.validate()
+        self.demonstration_task()  # a bad [demo_task] key or value fails here
+
+    def demonstration_task(self) -> TaskConfig:
+        """The task SFT's demonstrations come from: `task` with `demo_task`'s fields."""
+        if not self.demo_task:
+            return self.task
+        merged = {**to_dict(self.task), **self.demo_task}
+        return from_dict(TaskConfig, merged, "demo_task")
 
     @property
     def total_steps(self) -> int:

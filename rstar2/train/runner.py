@@ -82,8 +82,8 @@ def save_config(cfg: TrainConfig, run_dir: Path) -> None:
 
 def sft_traces(cfg: TrainConfig) -> list[list[Message]]:
     """The run's demonstrations: tool-format traces of the first `sft.train_problems` training
-    problems (chat messages)."""
-    problems = generate_problems(cfg.task, "train")[: cfg.sft.train_problems]
+    problems of the demonstrations' task (`demo_task`; chat messages)."""
+    problems = generate_problems(cfg.demonstration_task(), "train")[: cfg.sft.train_problems]
     return build_traces(problems, seed=cfg.sft.seed, mistake_fraction=cfg.sft.mistake_fraction)
 
 

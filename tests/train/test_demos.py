@@ -21,3 +21,21 @@ def test_sft_saves_the_demonstrations_it_trained_on(tmp_path: Path) -> None:
     assert [json.loads(line)["messages"] for line in lines] == sft_traces(cfg)
     assert any("Fixing it" in m["content"] or "fix it" in m["content"]
                for line in lines for m in json.loads(line)["messages"])  # fmt: skip
+
+
+def test_demonstrations_come_from_demo_task_and_rl_keeps_the_task() -> None:
+    base = ["task.word_fraction=1.0", "task.word_style=story", "sft.train_problems=30"]
+    own = load_train_config(None, quick=True, sets=base)
+    verbal = load_train_config(None, quick=True, sets=[*base, "demo_task.word_style=verbal"])
+    assert verbal.task == own.task  # RL's problems are unchanged
+    assert verbal.demonstration_task().word_style == "verbal"
+
+    def questions(cfg) -> list[str]:
+        return [next(m["content"] for m in t if m["role"] == "user") for t in sft_traces(cfg)]
+
+    stories = questions(own)
+    assert all("have now?" in q for q in stories)
+    named = ("sum", "Add", "difference", "away", "product", "Multiply", "quotient",
+             "whole times", "left over")  # fmt: skip
+    assert all(any(w in q for w in named) for q in questions(verbal))
+    assert not set(questions(verbal)) & set(stories)

@@ -12,12 +12,12 @@ import json
 import sys
 from pathlib import Path
 
-from rstar2.commands.arguments import nonnegative_float
+from rstar2.commands.arguments import nonnegative_float, nonnegative_int
 from rstar2.config import ConfigError
 from rstar2.train.experiment import ARMS, ENVS, parse_names
 from rstar2.train.experiment_runner import ExperimentSpec, run_experiment
 
-HELP = "arms (sft, sft_long, grpo, roc) x envs x seeds: one table and plots"
+HELP = "arms (sft, sft_best, sft_flops, grpo, roc) x envs x seeds: one table and plots"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -37,6 +37,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=[],
         metavar="KEY=VALUE",
         help="override one config key of every run, e.g. --set stages.0.steps=40 (repeatable)",
+    )
+    parser.add_argument(
+        "--sft-best-steps",
+        type=nonnegative_int,
+        default=0,
+        help="sft_best: further SFT steps (default 0: as many as sft.steps)",
+    )
+    parser.add_argument(
+        "--sft-best-every",
+        type=nonnegative_int,
+        default=0,
+        help="sft_best: a checkpoint evaluated on validation every N steps (default 0: a "
+        "quarter of the steps)",
     )
     parser.add_argument("--out", required=True, help="experiment directory (reruns resume it)")
     parser.add_argument("--json", action="store_true", help="print results.json to stdout")
@@ -64,6 +77,8 @@ def spec_of(args: argparse.Namespace) -> ExperimentSpec:
         envs=parse_names(args.envs, ENVS, "--envs"),
         seeds=_seeds(args.seeds),
         fault_rate=args.fault_rate,
+        best_steps=args.sft_best_steps,
+        best_every=args.sft_best_every,
     )
 
 
@@ -75,6 +90,9 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps(results))
     else:
         print(results["table_text"])
+        if results["differences_text"]:
+            print("paired differences (seed by seed):")
+            print(results["differences_text"])
         print(
             f"results: {spec.out / 'results.json'}; plots: {spec.out / 'accuracy.png'}, "
             f"{spec.out / 'tool_error_ratio_correct.png'}"

@@ -249,6 +249,11 @@ class TrainConfig:
     `word_style = "templates+verbal"`): the demonstrations are the first `sft.train_problems`
     training problems of `[task]` with these fields replaced. Empty: the run's own task. RL
     trains and is evaluated on `[task]` whatever this says."""
+    ood_task: dict[str, Any] = field(default_factory=dict)
+    """Fields of `[task]` that `rstar2 experiment`'s out-of-distribution test changes (an
+    `[ood_task]` table, e.g. `lexicon = "ood"`, `min_events = 2`): every arm is also evaluated
+    on the first `test_problems` held-out problems of that task. Empty: no such test. Never
+    trained or tuned on."""
     stages: list[StageConfig] = field(default_factory=lambda: [StageConfig()])
     """The RL stages, in order."""
     rl: RLConfig = field(default_factory=RLConfig)
@@ -304,6 +309,8 @@ class TrainConfig:
         for sub in (self.rl, self.learner, self.sft, self.task, self.cluster):
             sub.validate()
         self.demonstration_task()  # a bad [demo_task] key or value fails here
+        if self.ood_task:
+            from_dict(TaskConfig, {**to_dict(self.task), **self.ood_task}, "ood_task")
 
     def demonstration_task(self) -> TaskConfig:
         """The task SFT's demonstrations come from: `task` with `demo_task`'s fields."""

@@ -4,9 +4,17 @@ overrides, and how per-seed results become the table.
 An experiment crosses arms x envs x seeds. Arms:
 
 - `sft`: the SFT policy alone;
-- `sft_long`: the SFT policy trained further on the SFT traces for as long as that (env,
-  seed)'s RL took (the equal-compute control);
+- `sft_flops`: the SFT policy trained further on the same demonstrations for the compute that
+  (env, seed)'s RL took, counted in FLOPs (the equal-compute control; `rl_compute_tokens`);
+- `sft_best`: the SFT policy trained further on the same demonstrations to its plateau, the
+  checkpoint with the best validation accuracy kept (the best SFT can do with them);
 - `grpo`, `roc`: RL from the SFT policy (`rl.algo`).
+
+Compute is counted in FLOPs with the usual 6N per token trained (forward and backward) and 2N
+per token through a forward pass: an RL run spends 6N per trained token (`trained_tokens`) and
+2N per rollout token (`rollout_tokens`: every token of every rollout, prompt and tool responses
+included, an upper bound on the engines' work), so the equal-compute SFT trains on
+`trained + rollout / 3` tokens (N cancels). Wall time would depend on the machine's load.
 
 Envs: `clean` (`sandbox.fault_rate = 0`) and `noisy` (`sandbox.fault_rate = --fault-rate`). A
 seed is an independent replicate of the whole pipeline: it sets `seed` (RL sampling, data
@@ -35,12 +43,13 @@ from typing import Any
 
 from rstar2.config import ConfigError
 
-ARMS = ("sft", "sft_long", "grpo", "roc")
+ARMS = ("sft", "sft_best", "sft_flops", "grpo", "roc")
 RL_ARMS = ("grpo", "roc")
+SFT_CONTROLS = ("sft_best", "sft_flops")
 ENVS = ("clean", "noisy")
-RUN_ORDER = ("grpo", "roc", "sft", "sft_long")
-"""Within an (env, seed): RL first, since `sft` reuses an RL run's `test_sft` and `sft_long`
-needs the RL arms' wall time."""
+RUN_ORDER = ("grpo", "roc", "sft", "sft_flops", "sft_best")
+"""Within an (env, seed): RL first, since `sft` reuses an RL run's `test_sft` and `sft_flops`
+needs the RL arms' compute."""
 
 T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228)
 """Student's t 97.5% quantiles for 1..10 degrees of freedom (beyond: 1.96, within 5%)."""
@@ -74,8 +83,8 @@ def parse_names(text: str, allowed: Sequence[str], flag: str) -> list[str]:
 def plan_runs(arms: Sequence[str], envs: Sequence[str], seeds: Sequence[int]) -> list[ArmRun]:
     """Every arm run in execution order: seed by seed (a finished seed is a whole table row
     set), then env, then `RUN_ORDER`."""
-    if "sft_long" in arms and not any(a in RL_ARMS for a in arms):
-        raise ConfigError("--arms", ",".join(arms), "grpo or roc beside sft_long (its budget)")
+    if "sft_flops" in arms and not any(a in RL_ARMS for a in arms):
+        raise ConfigError("--arms", ",".join(arms), "grpo or roc beside sft_flops (its budget)")
     if len(set(seeds)) != len(seeds):
         raise ConfigError("--seeds", list(seeds), "distinct seeds")
     return [
@@ -128,7 +137,8 @@ class ArmResult:
     test_ci95: list[float]
     """The run's own 95% interval over test problems."""
     wall_s: float
-    """RL: the run's `wall_s`; sft: SFT's seconds; sft_long: the continued training's."""
+    """RL: the run's `wall_s`; sft: SFT's seconds; sft_flops / sft_best: the continued
+    training's."""
     response_tokens: float | None = None
     """Mean response tokens per rollout on the test evaluation (every arm; runs that predate
     it: RL training steps' mean, SFT arms None)."""
@@ -138,6 +148,12 @@ class ArmResult:
     """RL: mean over steps of the share of failed calls inside correct rollouts (Figure 9)."""
     curve: list[list[float]] = field(default_factory=list)
     """RL: [step, tool_error_ratio_correct] per training step."""
+    compute_tokens: float | None = None
+    """Training-token equivalents of the arm's training after SFT (`rl_compute_tokens`; the
+    SFT controls: the tokens they trained on)."""
+    ood_accuracy: float | None = None
+    """Accuracy on the out-of-distribution test (`ood_task`), None without one."""
+    ood_ci95: list[float] | None = None
     extra: dict[str, Any] = field(default_factory=dict)
     """Where the numbers came from (e.g. the RL run whose `test_sft` is the sft arm's)."""
 
@@ -160,6 +176,83 @@ def training_figures(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
         "tool_error_ratio_correct": mean("tool_error_ratio_correct"),
         "curve": [[float(r["step"]), float(r["tool_error_ratio_correct"])] for r in steps],
     }
+
+
+def rl_compute_tokens(rows: Sequence[dict[str, Any]]) -> float:
+    """An RL run's compute as training-token equivalents (module docstring): the sum over its
+    steps of `trained_tokens + rollout_tokens / 3`."""
+    total = 0.0
+    for r in rows:
+        if "trained_tokens" in r:
+            total += float(r["trained_tokens"]) + float(r.get("rollout_tokens", 0.0)) / 3
+    return total
+
+
+@dataclass(frozen=True)
+class Difference:
+    """An arm minus another, seed by seed, in one env: the mean paired difference and its t
+    interval over the seeds both have."""
+
+    env: str
+    arm: str
+    minus: str
+    measure: str
+    """"test" or "ood"."""
+    seeds: list[int]
+    mean: float
+    ci95: list[float]
+
+
+def paired_differences(
+    results: Sequence[ArmResult], pairs: Sequence[tuple[str, str]]
+) -> list[Difference]:
+    """For each env, pair in `pairs` and measure (test, and ood where both arms have it): the
+    differences of the arms' accuracies over the seeds both ran. A pair with one common seed
+    has no interval (its bounds are the difference itself)."""
+    by_key = {(r.env, r.arm, r.seed): r for r in results}
+    out = []
+    for env in ENVS:
+        for arm, minus in pairs:
+            seeds = sorted(s for e, a, s in by_key if e == env and a == arm
+                           and (env, minus, s) in by_key)  # fmt: skip
+            if not seeds:
+                continue
+            for measure in ("test", "ood"):
+                diffs = []
+                for s in seeds:
+                    a, b = by_key[(env, arm, s)], by_key[(env, minus, s)]
+                    x = a.test_accuracy if measure == "test" else a.ood_accuracy
+                    y = b.test_accuracy if measure == "test" else b.ood_accuracy
+                    if x is not None and y is not None:
+                        diffs.append(x - y)
+                if len(diffs) == len(seeds):
+                    mean, _, low, high = seed_interval(diffs)
+                    out.append(Difference(env, arm, minus, measure, seeds, mean, [low, high]))
+    return out
+
+
+def format_differences(diffs: Sequence[Difference]) -> str:
+    """The paired differences as lines (points, 95% interval over seeds)."""
+    lines = []
+    for d in diffs:
+        lines.append(
+            f"{d.env:<6} {d.arm} - {d.minus} ({d.measure}, {len(d.seeds)} seeds): "
+            f"{100 * d.mean:+.1f} points (95% CI {100 * d.ci95[0]:+.1f} to {100 * d.ci95[1]:+.1f})"
+        )
+    return "\n".join(lines)
+
+
+PAIRS = (("roc", "sft_best"), ("roc", "sft_flops"), ("grpo", "sft_best"), ("roc", "grpo"),
+         ("roc", "sft"))  # fmt: skip
+"""The paired differences an experiment reports (those whose two arms ran)."""
+
+
+def best_checkpoint(validation: dict[int, float]) -> int:
+    """The step of the best validation accuracy in {step: accuracy}; the earliest of equals
+    (fewer steps for the same result)."""
+    if not validation:
+        raise ValueError("best_checkpoint needs at least one checkpoint")
+    return min(validation, key=lambda step: (-validation[step], step))
 
 
 def seed_interval(values: Sequence[float]) -> tuple[float, float | None, float, float]:
@@ -193,6 +286,10 @@ class ArmSummary:
     response_tokens: float | None
     tool_calls: float | None
     tool_error_ratio_correct: float | None
+    compute_tokens: float | None = None
+    ood_accuracy: float | None = None
+    ood_ci95: list[float] | None = None
+    """Over seeds (t interval) like `ci95`; with one seed, the run's own interval."""
 
 
 def _mean_of(values: Sequence[float | None]) -> float | None:
@@ -216,6 +313,13 @@ def summarize(results: Sequence[ArmResult]) -> list[ArmSummary]:
             low, high = rs[0].test_ci95
             over = "problems"
         low, high = max(0.0, low), min(1.0, high)  # as accuracy intervals are
+        ood_accuracy = ood_ci95 = None
+        oods = [r.ood_accuracy for r in rs if r.ood_accuracy is not None]
+        if len(oods) == len(rs):
+            ood_accuracy, _, o_low, o_high = seed_interval(oods)
+            if len(rs) == 1 and rs[0].ood_ci95 is not None:
+                o_low, o_high = rs[0].ood_ci95
+            ood_ci95 = [max(0.0, o_low), min(1.0, o_high)]
         out.append(
             ArmSummary(
                 env=env,
@@ -229,6 +333,9 @@ def summarize(results: Sequence[ArmResult]) -> list[ArmSummary]:
                 response_tokens=_mean_of([r.response_tokens for r in rs]),
                 tool_calls=_mean_of([r.tool_calls for r in rs]),
                 tool_error_ratio_correct=_mean_of([r.tool_error_ratio_correct for r in rs]),
+                compute_tokens=_mean_of([r.compute_tokens for r in rs]),
+                ood_accuracy=ood_accuracy,
+                ood_ci95=ood_ci95,
             )
         )
     return out
@@ -242,7 +349,7 @@ def format_table(rows: Sequence[ArmSummary]) -> str:
     """The fixed-width table `rstar2 experiment` prints (accuracies in percent)."""
     head = (
         f"{'env':<6} {'arm':<9} {'n':>2}  {'test pass@1':>15}  {'95% CI':>13} {'over':<8} "
-        f"{'time':>7} {'len':>6} {'tools':>5} {'err+':>6}"
+        f"{'time':>7} {'len':>6} {'tools':>5} {'err+':>6} {'ood':>5}"
     )
     lines = [head]
     for r in rows:
@@ -252,6 +359,7 @@ def format_table(rows: Sequence[ArmSummary]) -> str:
         lines.append(
             f"{r.env:<6} {r.arm:<9} {len(r.seeds):>2}  {acc:>15}  {ci:>13} {r.ci_over:<8} "
             f"{r.wall_s:6.0f}s {_num(r.response_tokens, '6.1f'):>6} "
-            f"{_num(r.tool_calls, '5.2f'):>5} {_num(r.tool_error_ratio_correct, '6.3f'):>6}"
+            f"{_num(r.tool_calls, '5.2f'):>5} {_num(r.tool_error_ratio_correct, '6.3f'):>6} "
+            f"{_num(None if r.ood_accuracy is None else 100 * r.ood_accuracy, '5.1f'):>5}"
         )
     return "\n".join(lines)

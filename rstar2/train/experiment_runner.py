@@ -8,9 +8,16 @@
    - `grpo` / `roc`: an RL run (`run_training`) from the shared SFT model;
    - `sft`: the `test_sft` evaluation of that (env, seed)'s first RL run (the same policy,
      problems, seeds and sandbox), or, without RL arms, an evaluation-only run in `eval/`;
-   - `sft_long`: the SFT recipe again (a second cosine cycle, `sft.seed + 1` batch order) from
-     the SFT model for the longest `wall_s` of that (env, seed)'s RL arms
-     (`model-sft-long/`), then an evaluation-only run of it in `eval/` (its `test_sft`);
+   - `sft_flops`: the SFT recipe again (a second cosine cycle, `sft.seed + 1` batch order) from
+     the SFT model on the same demonstrations for the largest compute of that (env, seed)'s RL
+     arms (`model-sft-flops/`; steps = the budget's tokens over a step's mean tokens), then an
+     evaluation-only run of it in `eval/` (its `test_sft`);
+   - `sft_best`: the same continued SFT for `best_steps` steps (`model-sft-best/`), a
+     checkpoint every `best_every`; each checkpoint and the SFT model itself evaluated on the
+     validation problems (`val-<step>/`), the best one (the earliest of equals) on the test
+     problems (`eval/`);
+   - with an `[ood_task]`, every arm's final policy is also evaluated on that task's held-out
+     problems (`ood/`);
    each finished arm writes `arm.json` and is skipped on a rerun; an arm stopped midway is
    started again (its directory cleared);
 3. `OUT/results.json` (every arm run, the table rows), `OUT/accuracy.png` and
@@ -46,12 +53,17 @@ from rstar2.train.config import TrainConfig, load_train_config  # noqa: E402
 from rstar2.train.experiment import (  # noqa: E402
     ARMS,
     ENVS,
+    PAIRS,
     RL_ARMS,
     ArmResult,
     ArmRun,
+    best_checkpoint,
     eval_overrides,
+    format_differences,
     format_table,
+    paired_differences,
     plan_runs,
+    rl_compute_tokens,
     rl_overrides,
     run_overrides,
     summarize,
@@ -76,6 +88,10 @@ class ExperimentSpec:
     seeds: Sequence[int] = (0, 1, 2)
     fault_rate: float = 0.1
     """`sandbox.fault_rate` of the noisy env."""
+    best_steps: int = 0
+    """`sft_best`'s further SFT steps (0: `sft.steps`, as many again as the first SFT)."""
+    best_every: int = 0
+    """`sft_best`'s checkpoint interval in steps (0: a quarter of `best_steps`)."""
 
 
 def run_config(spec: ExperimentSpec, run: ArmRun, extra: list[str]) -> TrainConfig:
@@ -94,6 +110,8 @@ def check_spec(spec: ExperimentSpec) -> list[ArmRun]:
         raise ConfigError("sft.steps", cfg.sft.steps, ">= 1: the arms share one SFT per seed")
     if not 0 <= spec.fault_rate <= 1:
         raise ConfigError("--fault-rate", spec.fault_rate, "a number in [0, 1]")
+    if spec.best_steps < 0 or spec.best_every < 0:
+        raise ConfigError("--sft-best-steps", spec.best_steps, ">= 0 (and --sft-best-every too)")
     return runs
 
 
@@ -117,11 +135,14 @@ def run_experiment(spec: ExperimentSpec, progress: Callable[[str], None]) -> dic
             progress(f"[{i}/{len(runs)}] {run.name}: done in {took:.0f}s, {_figure(result)}")
         results.append(result)
     rows = summarize(results)
+    diffs = paired_differences(results, PAIRS)
     out = {
         "spec": {**asdict(spec), "out": str(spec.out)},
         "table": [asdict(r) for r in rows],
+        "differences": [asdict(d) for d in diffs],
         "runs": [r.as_dict() for r in results],
         "table_text": format_table(rows),
+        "differences_text": format_differences(diffs),
     }
     (spec.out / "results.json").write_text(json.dumps(out, indent=1))
     plot_accuracy(rows, spec.out / "accuracy.png")
@@ -137,10 +158,28 @@ def _figure(r: ArmResult) -> str:
 def _run_arm(spec: ExperimentSpec, run: ArmRun, progress: Callable[[str], None]) -> ArmResult:
     sft_model = shared_sft(spec, run, progress)
     if run.arm in RL_ARMS:
-        return _rl_arm(spec, run, sft_model)
-    if run.arm == "sft":
-        return _sft_arm(spec, run, sft_model)
-    return _sft_long_arm(spec, run, sft_model)
+        result, policy = _rl_arm(spec, run, sft_model)
+    elif run.arm == "sft":
+        result, policy = _sft_arm(spec, run, sft_model), sft_model
+    elif run.arm == "sft_flops":
+        result, policy = _sft_flops_arm(spec, run, sft_model)
+    else:
+        result, policy = _sft_best_arm(spec, run, sft_model, progress)
+    ood = _ood(spec, run, policy)
+    if ood is not None:
+        result = replace(result, ood_accuracy=ood[0], ood_ci95=ood[1])
+    return result
+
+
+def _ood(spec: ExperimentSpec, run: ArmRun, policy: Path) -> tuple[float, list[float]] | None:
+    """`policy`'s accuracy on the `[ood_task]`'s held-out problems (None without one): an
+    evaluation-only run whose task is the OOD task."""
+    ood_task = run_config(spec, run, []).ood_task
+    if not ood_task:
+        return None
+    sets = [f"task.{k}={v if isinstance(v, str) else json.dumps(v)}" for k, v in ood_task.items()]
+    cfg = run_config(spec, run, [*eval_overrides(policy), *sets])
+    return _test(_fresh_run(cfg, run.directory(spec.out) / "ood"), "test_sft")
 
 
 def shared_sft(spec: ExperimentSpec, run: ArmRun, progress: Callable[[str], None]) -> Path:
@@ -180,13 +219,18 @@ def _test_use(summary: dict[str, Any], key: str) -> dict[str, float]:
     return {ours: float(acc[theirs]) for ours, theirs in pairs if theirs in acc}
 
 
-def _rl_arm(spec: ExperimentSpec, run: ArmRun, sft_model: Path) -> ArmResult:
+def _rl_arm(spec: ExperimentSpec, run: ArmRun, sft_model: Path) -> tuple[ArmResult, Path]:
     run_dir = run.directory(spec.out)
     summary = _fresh_run(run_config(spec, run, rl_overrides(run.arm, sft_model)), run_dir)
     accuracy, ci = _test(summary, "test_final")
-    figures = training_figures(read_metrics(run_dir / "metrics.jsonl"))
+    rows = read_metrics(run_dir / "metrics.jsonl")
+    figures = training_figures(rows)
     figures.update(_test_use(summary, "test_final"))
-    return ArmResult(run.env, run.arm, run.seed, accuracy, ci, float(summary["wall_s"]), **figures)
+    wall = float(summary["wall_s"])
+    compute = rl_compute_tokens(rows)
+    result = ArmResult(run.env, run.arm, run.seed, accuracy, ci, wall, compute_tokens=compute,
+                       **figures)  # fmt: skip
+    return result, run_dir / "model-rl"
 
 
 def _sft_arm(spec: ExperimentSpec, run: ArmRun, sft_model: Path) -> ArmResult:
@@ -198,85 +242,129 @@ def _sft_arm(spec: ExperimentSpec, run: ArmRun, sft_model: Path) -> ArmResult:
             accuracy, ci = _test(summary, "test_sft")
             source = {"test_sft_of": str(summary_path.parent)}
             use = _test_use(summary, "test_sft")
-            return ArmResult(run.env, run.arm, run.seed, accuracy, ci, seconds, extra=source, **use)
+            return ArmResult(run.env, run.arm, run.seed, accuracy, ci, seconds,
+                             compute_tokens=0.0, extra=source, **use)  # fmt: skip
     eval_dir = run.directory(spec.out) / "eval"
     summary = _fresh_run(run_config(spec, run, eval_overrides(sft_model)), eval_dir)
     accuracy, ci = _test(summary, "test_sft")
     use = _test_use(summary, "test_sft")
-    return ArmResult(run.env, run.arm, run.seed, accuracy, ci, seconds, **use)
+    return ArmResult(run.env, run.arm, run.seed, accuracy, ci, seconds, compute_tokens=0.0, **use)
 
 
 def rl_budget(spec: ExperimentSpec, run: ArmRun) -> float:
-    """The longest `wall_s` of the (env, seed)'s finished RL arms."""
-    walls = []
+    """The largest compute (training-token equivalents) of the (env, seed)'s finished RL arms."""
+    budgets = []
     for algo in RL_ARMS:
         path = replace(run, arm=algo).directory(spec.out) / "arm.json"
         if path.is_file():
-            walls.append(float(json.loads(path.read_text())["wall_s"]))
-    if not walls:
-        raise ConfigError("--arms", ",".join(spec.arms), "grpo or roc beside sft_long")
-    return max(walls)
+            compute = json.loads(path.read_text()).get("compute_tokens")
+            if compute is not None:
+                budgets.append(float(compute))
+    if not budgets:
+        raise ConfigError("--arms", ",".join(spec.arms), "grpo or roc beside sft_flops")
+    return max(budgets)
 
 
-def _sft_long_arm(spec: ExperimentSpec, run: ArmRun, sft_model: Path) -> ArmResult:
-    arm_dir = run.directory(spec.out)
-    model_dir = arm_dir / "model-sft-long"
-    budget = rl_budget(spec, run)
-    if not (model_dir / "sft_long.json").is_file():
-        continue_sft(run_config(spec, run, []), sft_model, model_dir, budget)
-    info = json.loads((model_dir / "sft_long.json").read_text())
-    summary = _fresh_run(run_config(spec, run, eval_overrides(model_dir)), arm_dir / "eval")
+def _eval_arm(spec: ExperimentSpec, run: ArmRun, policy: Path, info: dict[str, Any]) -> ArmResult:
+    """An SFT control's result: `policy` evaluated on the test problems (`eval/`)."""
+    summary = _fresh_run(
+        run_config(spec, run, eval_overrides(policy)), run.directory(spec.out) / "eval"
+    )
     accuracy, ci = _test(summary, "test_sft")
     use = _test_use(summary, "test_sft")
-    seconds = float(info["seconds"])
-    return ArmResult(run.env, run.arm, run.seed, accuracy, ci, seconds, extra=info, **use)
+    seconds, tokens = float(info["seconds"]), float(info["tokens"])
+    return ArmResult(run.env, run.arm, run.seed, accuracy, ci, seconds, compute_tokens=tokens,
+                     extra=info, **use)  # fmt: skip
 
 
-class _BudgetSpent(Exception):
-    """Raised from `train_sft`'s step hook: the time budget is used up."""
+def _sft_flops_arm(spec: ExperimentSpec, run: ArmRun, sft_model: Path) -> tuple[ArmResult, Path]:
+    model_dir = run.directory(spec.out) / "model-sft-flops"
+    if not (model_dir / "sft_more.json").is_file():
+        continue_sft(run_config(spec, run, []), sft_model, model_dir, tokens=rl_budget(spec, run))
+    info = json.loads((model_dir / "sft_more.json").read_text())
+    return _eval_arm(spec, run, model_dir, info), model_dir
 
 
-def continue_sft(cfg: TrainConfig, start: Path, out: Path, budget_s: float) -> dict[str, Any]:
-    """Train the model in `start` further on the run's SFT traces for `budget_s` seconds of
-    training (loading excluded) and save it in `out` (with `sft_long.json`).
+def validation_overrides(model_dir: Path, problems: int) -> list[str]:
+    """An evaluation-only run of `model_dir` on the validation problems: with no validation
+    split, its test split is the held-out source's first `problems` (the run's validation
+    problems), evaluated as its `test_sft`."""
+    return [*eval_overrides(model_dir), f"test_problems={problems}"]
 
-    The recipe is SFT's own again - warm-up, peak `sft.lr`, cosine to `lr * min_lr_ratio` - as a
-    second cycle (a warm restart) over as many steps as the budget holds at the first SFT's
-    measured seconds per step; the batch order is `sft.seed + 1`, so it is not a replay. It
-    stops at the budget even if the steps are not all done (a busier machine)."""
-    first = json.loads((start / "sft.json").read_text())
-    per_step = max(float(first["seconds"]) / max(int(first["steps"]), 1), 1e-3)
-    steps = max(1, math.ceil(budget_s / per_step))
-    sft_cfg = replace(cfg.sft, steps=steps, seed=cfg.sft.seed + 1)
+
+def _sft_best_arm(
+    spec: ExperimentSpec, run: ArmRun, sft_model: Path, progress: Callable[[str], None]
+) -> tuple[ArmResult, Path]:
+    arm_dir = run.directory(spec.out)
+    cfg = run_config(spec, run, [])
+    root = arm_dir / "model-sft-best"
+    steps = spec.best_steps or cfg.sft.steps
+    every = spec.best_every or max(1, steps // 4)
+    if not (root / "sft_more.json").is_file():
+        continue_sft(cfg, sft_model, root, steps=steps, save_every=every)
+    info = json.loads((root / "sft_more.json").read_text())
+    candidates = [(0, sft_model)] + [(k, root / f"step-{k:05d}") for k in info["saved"]]
+    validation: dict[int, float] = {}
+    for k, path in candidates:
+        val_cfg = run_config(spec, run, validation_overrides(path, cfg.heldout_problems))
+        validation[k], _ = _test(_fresh_run(val_cfg, arm_dir / f"val-{k:05d}"), "test_sft")
+        progress(f"{run.name}: validation after {k} more SFT steps: {100 * validation[k]:.1f}%")
+    k = best_checkpoint(validation)
+    best = dict(candidates)[k]
+    per_step = float(info["tokens"]) / max(int(info["steps"]), 1)
+    # the tokens the chosen checkpoint trained on after SFT (none for the SFT model itself)
+    info = {**info, "best_step": k, "validation": {str(s): a for s, a in validation.items()},
+            "tokens": k * per_step}  # fmt: skip
+    return _eval_arm(spec, run, best, info), best
+
+
+def continue_sft(
+    cfg: TrainConfig,
+    start: Path,
+    out: Path,
+    *,
+    steps: int = 0,
+    tokens: float = 0.0,
+    save_every: int = 0,
+) -> dict[str, Any]:
+    """Train the model in `start` further on the run's demonstrations and save it in `out`
+    (with `sft_more.json`): `steps` steps, or as many as `tokens` training tokens take at a
+    step's mean tokens (`sft.batch_size` x the demonstrations' mean length); with
+    `save_every`, the model after every `save_every`-th step also in `out/step-<k>/`.
+
+    The recipe is SFT's own again - warm-up, peak `sft.lr`, cosine to `lr * min_lr_ratio` - as
+    a second cycle (a warm restart); the batch order is `sft.seed + 1`, so it is not a replay."""
     if cfg.graph.learner_threads > 0:
         torch.set_num_threads(cfg.graph.learner_threads)
     model, tokenizer = load_model(start)
     examples = sft_examples(cfg, tokenizer)
-    done = 0
-    began = time.perf_counter()
-
-    def stop_at_budget(step: int) -> None:
-        nonlocal done
-        done = step
-        if time.perf_counter() - began >= budget_s:
-            raise _BudgetSpent
-
-    try:
-        train_sft(model, examples, sft_cfg, int(tokenizer.pad_token_id or 0), stop_at_budget)
-    except _BudgetSpent:
-        log.info("continued SFT: the %.0fs budget is spent after %d steps", budget_s, done)
-    model.eval()
-    info = {
-        "budget_s": budget_s,
-        "seconds": time.perf_counter() - began,
-        "steps": done,
-        "planned_steps": steps,
-    }
+    per_step = cfg.sft.batch_size * sum(len(e[0]) for e in examples) / max(len(examples), 1)
+    if not steps:
+        steps = max(1, math.ceil(tokens / per_step))
+    sft_cfg = replace(cfg.sft, steps=steps, seed=cfg.sft.seed + 1)
     tmp = out.with_name(out.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)
+    saved: list[int] = []
+
+    def save(step: int) -> None:
+        if save_every and step % save_every == 0:
+            model.save_pretrained(tmp / f"step-{step:05d}")
+            tokenizer.save_pretrained(tmp / f"step-{step:05d}")
+            saved.append(step)
+
+    began = time.perf_counter()
+    train_sft(model, examples, sft_cfg, int(tokenizer.pad_token_id or 0), save)
+    model.eval()
+    info = {
+        "steps": steps,
+        "tokens": steps * per_step,
+        "tokens_budget": tokens,
+        "seconds": time.perf_counter() - began,
+        "saved": saved,
+    }
     model.save_pretrained(tmp)
     tokenizer.save_pretrained(tmp)
-    (tmp / "sft_long.json").write_text(json.dumps(info))
+    (tmp / "sft_more.json").write_text(json.dumps(info))
     shutil.rmtree(out, ignore_errors=True)
     tmp.rename(out)
     return info

@@ -177,6 +177,13 @@ class RunState:
         batch = build_training_batch(groups, self.cfg.rl, rng)
         metrics: dict[str, float] = self._run("update", batch)
         metrics.update(batch.counts())
+        # the step's compute, in tokens: through the learner's forward and backward (every
+        # pass over the batch), and through the engines' forward while rolling out (every
+        # token of every rollout, prompt and tool responses included: an upper bound, since
+        # prefix reuse skips some)
+        trained = sum(len(r.token_ids) for r in batch.rollouts)
+        metrics["trained_tokens"] = float(trained * self.cfg.learner.epochs)
+        metrics["rollout_tokens"] = float(sum(len(r.token_ids) for r in results))
         return metrics
 
     # --- checkpoints -----------------------------------------------------------------------

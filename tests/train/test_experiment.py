@@ -11,9 +11,13 @@ from rstar2.config import ConfigError
 from rstar2.train.experiment import (
     ArmResult,
     ArmRun,
+    best_checkpoint,
+    format_differences,
     format_table,
+    paired_differences,
     parse_names,
     plan_runs,
+    rl_compute_tokens,
     run_overrides,
     seed_interval,
     summarize,
@@ -22,19 +26,18 @@ from rstar2.train.experiment import (
 
 
 def test_plan_runs_rl_first_seed_by_seed() -> None:
-    runs = plan_runs(["sft_long", "sft", "roc"], ["noisy", "clean"], [1, 0])
+    runs = plan_runs(["sft_best", "sft_flops", "sft", "roc"], ["noisy", "clean"], [1, 0])
+    per = ["roc", "sft", "sft_flops", "sft_best"]
     assert [r.name for r in runs] == [
-        "noisy/roc/seed-1", "noisy/sft/seed-1", "noisy/sft_long/seed-1",
-        "clean/roc/seed-1", "clean/sft/seed-1", "clean/sft_long/seed-1",
-        "noisy/roc/seed-0", "noisy/sft/seed-0", "noisy/sft_long/seed-0",
-        "clean/roc/seed-0", "clean/sft/seed-0", "clean/sft_long/seed-0",
-    ]  # fmt: skip
+        f"{env}/{arm}/seed-{seed}" for seed in (1, 0) for env in ("noisy", "clean") for arm in per
+    ]
     assert runs[0].directory(Path("/o")) == Path("/o/noisy/roc/seed-1")
 
 
 def test_plan_runs_refuses_a_control_without_rl_and_repeated_seeds() -> None:
-    with pytest.raises(ConfigError, match="grpo or roc beside sft_long"):
-        plan_runs(["sft", "sft_long"], ["clean"], [0])
+    with pytest.raises(ConfigError, match="grpo or roc beside sft_flops"):
+        plan_runs(["sft", "sft_flops"], ["clean"], [0])
+    assert plan_runs(["sft_best"], ["clean"], [0])  # needs no RL arm
     with pytest.raises(ConfigError, match="distinct seeds"):
         plan_runs(["grpo"], ["clean"], [0, 0])
 
@@ -120,7 +123,47 @@ def test_format_table_rows() -> None:
     )  # fmt: skip
     lines = format_table(rows).splitlines()
     assert lines[1].split() == ["clean", "sft", "1", "25.0", "15.0-", "35.0", "problems", "10s",
-                                "-", "-", "-"]  # fmt: skip
+                                "-", "-", "-", "-"]  # fmt: skip
     # sd 14.1 points; t(0.975, 1) = 12.706: 50.0 +- 127.1 points, clipped to 0-100
     assert lines[2].split() == ["clean", "grpo", "2", "50.0", "+-", "14.1", "0.0-100.0",
-                                "seeds", "15s", "55.0", "1.25", "0.125"]  # fmt: skip
+                                "seeds", "15s", "55.0", "1.25", "0.125", "-"]  # fmt: skip
+
+
+def test_rl_compute_counts_trained_tokens_and_a_third_of_rollout_tokens() -> None:
+    rows = [
+        {"step": 0, "stage": "sft", "heldout_accuracy": 0.1},
+        {"step": 1, "trained_tokens": 300.0, "rollout_tokens": 900.0},
+        {"step": 2, "trained_tokens": 100.0, "rollout_tokens": 30.0},
+    ]
+    assert rl_compute_tokens(rows) == pytest.approx(300 + 300 + 100 + 10)
+
+
+def test_paired_differences_are_seed_by_seed_t_intervals() -> None:
+    results = [
+        result("clean", "roc", 0, 0.50), result("clean", "roc", 1, 0.60),
+        result("clean", "roc", 2, 0.70),
+        result("clean", "sft_best", 0, 0.30), result("clean", "sft_best", 1, 0.45),
+        result("clean", "sft_best", 2, 0.40),
+        result("clean", "grpo", 0, 0.5),  # one common seed with roc
+    ]  # fmt: skip
+    for r in results:
+        r.ood_accuracy = r.test_accuracy / 2 if r.arm == "roc" or r.seed < 2 else None
+    diffs = paired_differences(results, [("roc", "sft_best"), ("roc", "grpo"), ("roc", "sft")])
+    (test,) = [d for d in diffs if d.minus == "sft_best" and d.measure == "test"]
+    mean, _, low, high = seed_interval([0.2, 0.15, 0.3])
+    assert test.seeds == [0, 1, 2] and test.mean == pytest.approx(mean)
+    assert test.ci95 == pytest.approx([low, high]) and low > 0
+    # the ood difference needs every common seed to have both ood figures: seed 2 lacks one
+    assert not [d for d in diffs if d.minus == "sft_best" and d.measure == "ood"]
+    (one,) = [d for d in diffs if d.minus == "grpo" and d.measure == "test"]
+    assert one.seeds == [0] and one.mean == pytest.approx(0.0) and one.ci95 == [0.0, 0.0]
+    assert not [d for d in diffs if d.minus == "sft"]  # no common seed
+    assert "roc - sft_best (test, 3 seeds): +21.7 points" in format_differences(diffs)
+
+
+def test_the_best_checkpoint_is_the_best_validation_and_the_earliest_of_equals() -> None:
+    assert best_checkpoint({0: 0.2, 100: 0.35, 200: 0.3}) == 100
+    assert best_checkpoint({0: 0.3, 100: 0.3, 200: 0.1}) == 0
+    assert best_checkpoint({200: 0.5, 100: 0.5}) == 100
+    with pytest.raises(ValueError):
+        best_checkpoint({})

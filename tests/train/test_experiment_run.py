@@ -1,5 +1,6 @@
 """`rstar2 experiment` end to end on the smoke config: one env, one seed, a 1-step RL arm, the
-sft arm (reusing its test_sft) and the equal-compute control; a rerun skips every arm."""
+sft arm (reusing its test_sft), the equal-compute control and the best-validation control, all
+evaluated on an out-of-distribution task too; a rerun skips every arm."""
 
 from __future__ import annotations
 
@@ -19,18 +20,21 @@ def test_experiment_runs_resumes_and_reports(
 ) -> None:
     out = tmp_path / "exp"
     argv = [
-        "experiment", "--config", str(smoke_config), "--arms", "sft,sft_long,grpo",
+        "experiment", "--config", str(smoke_config), "--arms", "sft,sft_flops,sft_best,grpo",
         "--envs", "noisy", "--seeds", "3", "--fault-rate", "0.5", "--out", str(out),
         "--set", ONE_STEP, "--set", "test_problems=2", "--set", "sft.steps=2",
+        "--set", "heldout_problems=2", "--set", "ood_task.lexicon=ood",
+        "--sft-best-steps", "2", "--sft-best-every", "1",
     ]  # fmt: skip
     assert main(argv) == 0
     first = capsys.readouterr()
     assert "noisy/grpo/seed-3: started" in first.err
-    assert "noisy/sft_long/seed-3: done in" in first.err
+    assert "noisy/sft_flops/seed-3: done in" in first.err
+    assert "noisy/sft_best/seed-3: validation after 2 more SFT steps" in first.err
 
     results = json.loads((out / "results.json").read_text())
     runs = {r["arm"]: r for r in results["runs"]}
-    grpo, sft, long = runs["grpo"], runs["sft"], runs["sft_long"]
+    grpo, sft, flops, best = runs["grpo"], runs["sft"], runs["sft_flops"], runs["sft_best"]
     # the RL run is noisy, seeded 3, from the shared SFT model
     cfg = json.loads((out / "noisy/grpo/seed-3/config.json").read_text())
     assert (cfg["seed"], cfg["sft"]["seed"], cfg["sandbox"]["fault_rate"]) == (3, 3, 0.5)
@@ -39,27 +43,45 @@ def test_experiment_runs_resumes_and_reports(
     # the sft arm is the RL run's own evaluation of the SFT policy
     summary = json.loads((out / "noisy/grpo/seed-3/summary.json").read_text())
     assert sft["test_accuracy"] == summary["evaluations"]["test_sft"]["accuracy"]
-    # length and tool use come from each arm's test evaluation, SFT arms included
     assert sft["tool_calls"] == summary["evaluations"]["test_sft"]["tool_calls_mean"]
     assert grpo["response_tokens"] == summary["evaluations"]["test_final"]["response_tokens_mean"]
-    assert long["response_tokens"] is not None
-    # the control trained for the RL arm's wall time, then the trainer evaluated it alike
-    assert long["extra"]["budget_s"] == grpo["wall_s"]
-    assert (
-        long["wall_s"] >= grpo["wall_s"] or long["extra"]["steps"] == long["extra"]["planned_steps"]
-    )
-    eval_cfg = json.loads((out / "noisy/sft_long/seed-3/eval/config.json").read_text())
-    assert eval_cfg["model"]["path"] == str(out / "noisy/sft_long/seed-3/model-sft-long")
+    # the equal-compute control trained on the RL arm's compute in tokens, not its time
+    rows = [
+        json.loads(x) for x in (out / "noisy/grpo/seed-3/metrics.jsonl").read_text().splitlines()
+    ]
+    step = next(r for r in rows if "trained_tokens" in r)
+    assert grpo["compute_tokens"] == step["trained_tokens"] + step["rollout_tokens"] / 3 > 0
+    assert flops["extra"]["tokens_budget"] == grpo["compute_tokens"]
+    assert flops["compute_tokens"] >= grpo["compute_tokens"]
+    eval_cfg = json.loads((out / "noisy/sft_flops/seed-3/eval/config.json").read_text())
+    assert eval_cfg["model"]["path"] == str(out / "noisy/sft_flops/seed-3/model-sft-flops")
     assert (eval_cfg["seed"], eval_cfg["eval_samples"]) == (3, cfg["eval_samples"])
-    assert [r["arm"] for r in results["table"]] == ["sft", "sft_long", "grpo"]
-    assert "test pass@1" in first.out
+    # the best control: the SFT model and 2 checkpoints on validation, the best one on test
+    assert set(best["extra"]["validation"]) == {"0", "1", "2"}
+    best_step = best["extra"]["best_step"]
+    val_cfg = json.loads((out / "noisy/sft_best/seed-3/val-00001/config.json").read_text())
+    assert (val_cfg["heldout_problems"], val_cfg["test_problems"]) == (0, 2)
+    best_cfg = json.loads((out / "noisy/sft_best/seed-3/eval/config.json").read_text())
+    want = out / "sft-models/seed-3/model-sft"
+    if best_step:
+        want = out / f"noisy/sft_best/seed-3/model-sft-best/step-{best_step:05d}"
+    assert best_cfg["model"]["path"] == str(want)
+    # every arm also on the out-of-distribution task
+    for r in runs.values():
+        assert r["ood_accuracy"] is not None and len(r["ood_ci95"]) == 2
+    ood_cfg = json.loads((out / "noisy/grpo/seed-3/ood/config.json").read_text())
+    assert ood_cfg["task"]["lexicon"] == "ood"
+    assert ood_cfg["model"]["path"] == str(out / "noisy/grpo/seed-3/model-rl")
+    assert [r["arm"] for r in results["table"]] == ["sft", "sft_best", "sft_flops", "grpo"]
+    assert {(d["arm"], d["minus"]) for d in results["differences"]} >= {("grpo", "sft_best")}
+    assert "test pass@1" in first.out and "paired differences" in first.out
     assert (out / "accuracy.png").stat().st_size > 0
     assert (out / "tool_error_ratio_correct.png").stat().st_size > 0
 
     assert main(argv) == 0  # every arm is finished: nothing runs again
     again = capsys.readouterr()
     assert "started" not in again.err
-    assert again.err.count("done before") == 3
+    assert again.err.count("done before") == 4
     assert json.loads((out / "results.json").read_text())["runs"] == results["runs"]
 
 
@@ -67,7 +89,8 @@ def test_experiment_runs_resumes_and_reports(
     ("flags", "message"),
     [
         (["--arms", "sft,ppo"], "argument --arms: got 'sft,ppo'"),
-        (["--arms", "sft_long"], "grpo or roc beside sft_long"),
+        (["--arms", "sft_flops"], "grpo or roc beside sft_flops"),
+        (["--set", "ood_task.lexicon=moon"], "config key 'ood_task.lexicon'"),
         (["--envs", "dirty"], "argument --envs"),
         (["--seeds", "0,x"], "argument --seeds"),
         (["--set", "sft.steps=0"], "config key 'sft.steps'"),

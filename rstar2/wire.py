@@ -15,7 +15,7 @@ What it does not do: transport, retries or size limits (the actor runtime enforc
 
 from __future__ import annotations
 
-from typing import Any, TypeVar, Union
+from typing import Any, TypeVar, Union, get_args
 
 import msgspec
 import numpy as np
@@ -408,6 +408,10 @@ class WeightUpdate(Message, tag=74):
     final one at once, at a turn boundary (`rstar2.rollout.weight_gate`). A synchronous run
     marks every bucket final (each loads as it comes, engine memory bounded by one bucket); an
     asynchronous one only the last, so no turn ever sees half an update."""
+    bucket: int = 0
+    """This bucket's place in `version`'s push: 0, 1, ... in the order sent (an asynchronous
+    push's empty final one included); the worker refuses a duplicate or one out of order
+    (`rstar2.weights.update_receiver`)."""
 
 
 @register
@@ -542,3 +546,17 @@ class EngineSleepAck(Message, tag=87):
     engine: int
     sleeping: bool
     seconds: float = 0.0
+
+
+# --- the rollout worker's ports for the learner (declared once, used by both ends) ------------
+
+WeightRequest = WeightUpdate | WeightGroupJoin | WeightBroadcast
+"""The "weights" port: an update over the bus, or joining and receiving through the learner's
+weight group."""
+WeightReply = WeightAck | WeightGroupJoined
+EngineControl = EngineSleep | EngineWake
+"""The "control" port (`cluster.colocate`): free the engine's GPU memory or take it back;
+answered by `EngineSleepAck`."""
+WEIGHT_REQUESTS: tuple[type[Message], ...] = get_args(WeightRequest)
+WEIGHT_REPLIES: tuple[type[Message], ...] = get_args(WeightReply)
+ENGINE_CONTROL: tuple[type[Message], ...] = get_args(EngineControl)

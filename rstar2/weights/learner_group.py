@@ -19,7 +19,8 @@ once, by broadcast, instead of once per rollout worker over the actor bus:
   An update that fails leaves the group out of step: it is marked broken and later pushes raise.
 
 The bus side is a `Request` callable (the learner actor passes `ctx.request` on its "weights"
-port), so tests drive the same code with their own peers.
+port, and on its "report" port for the readiness check), so tests drive the same code with
+their own peers.
 
 What it does not do: decide when to push (the learner actor), load weights (the engines, through
 `rstar2.weights.group_member`), or NCCL (gloo only: host memory over TCP).
@@ -176,7 +177,7 @@ def _first_line(error: BaseException) -> str:
 
 
 @dataclass
-class PushStats:
+class BroadcastStats:
     """Bytes of one update: broadcast once through the group vs sent over the bus."""
 
     broadcast_bytes: int
@@ -188,12 +189,18 @@ class LearnerWeightGroup:
     """Rank 0 of the group (build it with `open`, then `join`)."""
 
     def __init__(
-        self, sender: WeightSender, layout: GroupLayout, host: str, request: Request
+        self,
+        sender: WeightSender,
+        layout: GroupLayout,
+        host: str,
+        request: Request,
+        ready: Request | None = None,
     ) -> None:
         self._sender = sender
         self.layout = layout
         self.host = host
         self._request = request
+        self._ready = ready or request
         self._timeout_s = sender.timeout.total_seconds()
         self._joined = False
         self._broken: BaseException | None = None
@@ -206,10 +213,13 @@ class LearnerWeightGroup:
         request: Request,
         timeout_s: float = 300.0,
         bucket_bytes: int = DEFAULT_BUCKET_BYTES,
+        ready: Request | None = None,
     ) -> LearnerWeightGroup:
-        """Listen on a free port of `host` (an address every engine's workers can reach)."""
+        """Listen on a free port of `host` (an address every engine's workers can reach).
+        `request` carries the group's messages, `ready` the `EngineReportRequest` that `join`
+        sends first (the rollout workers' "report" port; None: `request`)."""
         sender = WeightSender.listen(host, layout.world_size, timeout_s, bucket_bytes)
-        return cls(sender, layout, host, request)
+        return cls(sender, layout, host, request, ready)
 
     @property
     def port(self) -> int:
@@ -223,7 +233,7 @@ class LearnerWeightGroup:
         and the group's `timeout_s` only has to cover the rendezvous itself."""
         start = time.perf_counter()
         ready, errors = await self._ask_all(
-            [EngineReportRequest()] * self.layout.engines, ENGINE_START_TIMEOUT_S
+            [EngineReportRequest()] * self.layout.engines, ENGINE_START_TIMEOUT_S, via=self._ready
         )
         if errors:
             raise WeightGroupError(
@@ -260,19 +270,22 @@ class LearnerWeightGroup:
         messages: Sequence[Message],
         timeout_s: float | None,
         blocking: Callable[[], object] | None = None,
+        via: Request | None = None,
     ) -> tuple[dict[int, Message], dict[str, BaseException]]:
-        """Send `messages[i]` to worker i and collect the answers while `blocking` (this side of
-        a collective) runs in a thread. Each answer may take `timeout_s` (None: no limit of its
-        own), and at most `self._timeout_s` more once `blocking` is done: the other side of a
-        collective has nothing left to wait for then. Errors come back by side ("rollout
-        worker i", "learner"), never raised; a failed `blocking` stops the waiting."""
+        """Send `messages[i]` to worker i through `via` (None: the group's `request`) and
+        collect the answers while `blocking` (this side of a collective) runs in a thread. Each
+        answer may take `timeout_s` (None: no limit of its own), and at most `self._timeout_s`
+        more once `blocking` is done: the other side of a collective has nothing left to wait
+        for then. Errors come back by side ("rollout worker i", "learner"), never raised; a
+        failed `blocking` stops the waiting."""
+        request = via or self._request
         replies: dict[int, Message] = {}
         errors: dict[str, BaseException] = {}
         answered = anyio.Event()
 
         async def ask(engine: int) -> None:
             try:
-                replies[engine] = await self._request(engine, messages[engine], timeout_s)
+                replies[engine] = await request(engine, messages[engine], timeout_s)
             except TimeoutError:
                 errors[f"rollout worker {engine}"] = TimeoutError(
                     f"no answer to {type(messages[engine]).__name__} within {timeout_s:g}s"
@@ -302,7 +315,7 @@ class LearnerWeightGroup:
                 tg.cancel_scope.cancel()
         return replies, errors
 
-    async def push(self, state_dict: Mapping[str, torch.Tensor], version: int) -> PushStats:
+    async def push(self, state_dict: Mapping[str, torch.Tensor], version: int) -> BroadcastStats:
         """Send the manifest to every worker, broadcast the tensors once, wait for every ack.
         The state dict is checked whole before anything moves."""
         manifest = manifest_of(state_dict)  # bad input is refused before anything moves
@@ -313,7 +326,7 @@ class LearnerWeightGroup:
         manifest: WeightManifest,
         tensors: Sequence[torch.Tensor] | Iterator[torch.Tensor],
         version: int,
-    ) -> PushStats:
+    ) -> BroadcastStats:
         """`push` of the tensors `manifest` describes, from an iterator the broadcast consumes
         (in a thread) as its byte buckets need them: a sharded learner gathers its policy
         bucket by bucket into it, so the whole model is never in memory on rank 0. A tensor
@@ -329,7 +342,7 @@ class LearnerWeightGroup:
         except BaseException as e:
             self._broken = e
             raise
-        return PushStats(
+        return BroadcastStats(
             broadcast_bytes=sent,
             bus_bytes=len(encode(msg)) * self.layout.engines,
             seconds=time.perf_counter() - start,

@@ -72,7 +72,7 @@ class ReceiverEngine:
 
 
 async def answer(engine: ReceiverEngine, msg: Message, index: int) -> Message:
-    """What a rollout worker answers on its "weights" port (see `RolloutWorker`)."""
+    """What a rollout worker answers on its "weights" and "report" ports (`RolloutWorker`)."""
     if isinstance(msg, EngineReportRequest):
         return EngineReport(0, EngineLoad(0, 0, 0, 0))
     if isinstance(msg, WeightGroupJoin):

@@ -9,7 +9,7 @@ Each run is recorded for the profiler (`rstar2.actors.handling.BusyTrack`, port 
 instance counts as busy while any request is in the executor.
 
 What it does not do: spread work over several services (the caller picks a peer; see
-`rstar2.rollout.worker.GraphTools`).
+`rstar2.rollout.graph_tools.GraphTools`).
 """
 
 from __future__ import annotations

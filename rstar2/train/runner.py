@@ -233,6 +233,8 @@ def train_graph(
     edges = [
         "learner.tasks -> scheduler.tasks",
         "learner.weights -> rollout.weights",
+        "learner.control -> rollout.control",
+        "learner.report -> rollout.report",
         "scheduler.assign -> rollout.assign",
         "scheduler.report -> rollout.report",
         "rollout.route -> scheduler.route",

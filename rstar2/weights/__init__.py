@@ -3,8 +3,9 @@
 Two ways, by `cluster.weight_sync`:
 
 - over the actor bus ("file", and always with the embedded engine): the learner sends every
-  rollout worker a `WeightUpdate`, the whole state dict as one float32 buffer
-  (`flat_codec.py`); a vLLM engine loads it in every worker from a safetensors file
+  rollout worker the policy as numbered `WeightUpdate` buckets, each one float32 buffer
+  (`flat_codec.py`), and each worker stages them until their version's final one
+  (`update_receiver.py`); a vLLM engine loads them in every worker from a safetensors file
   (`vllm_worker.WeightFileLoader`);
 - by broadcast ("broadcast", vLLM engines): the learner is rank 0 of one gloo group whose other
   ranks are every engine's workers (`learner_group.py`: layout, rendezvous, each push); the bus
@@ -13,6 +14,9 @@ Two ways, by `cluster.weight_sync`:
   and broadcast messages (`group_member.py`), its vLLM engine drives vLLM's weight-transfer
   session (`vllm_broadcast.py`), and each vLLM worker receives through `vllm_worker.py`'s
   transfer engine. `vllm_broadcast.py` also lets one process root a group over one engine.
+
+The learner pushes with one class per way (`push.py`: `BusPush`, `GroupPush`, each returning
+its `PushStats`); a rollout worker answers both on its "weights" port with `engine_loader.py`.
 
 `vllm_broadcast.py` and `vllm_worker.py` import vLLM: only vLLM's backend imports them (vLLM
 is an optional install); the other modules need torch alone.

@@ -26,7 +26,7 @@ from rstar2.engine.protocol import SamplingParams, SleepableEngine  # noqa: E402
 from rstar2.engine.vllm_backend import VLLMEngine, open_vllm_engine  # noqa: E402
 from rstar2.engine.vllm_config import VLLMConfig  # noqa: E402
 from rstar2.model import init_model, load_model  # noqa: E402
-from rstar2.rollout.worker import RolloutWorker, RolloutWorkerParams  # noqa: E402
+from rstar2.rollout.engine_backend import sleep_or_wake  # noqa: E402
 from rstar2.wire import EngineSleep, EngineWake  # noqa: E402
 
 pytestmark = [pytest.mark.anyio, pytest.mark.vllm, pytest.mark.slow]
@@ -105,11 +105,9 @@ async def test_no_sleep_while_a_request_is_in_flight(engine) -> None:
 
 
 async def test_worker_sleeps_and_wakes_its_vllm_engine(engine) -> None:
-    worker = RolloutWorker(RolloutWorkerParams(model_dir="/m", engine_backend="vllm"))
-    worker.bind_runtime("rollout", 2, 4, None)
-    asleep = await worker.sleep_or_wake(engine, EngineSleep())
+    asleep = await sleep_or_wake(engine, EngineSleep(), 2, "vllm")
     assert (asleep.engine, asleep.sleeping) == (2, True) and await vllm_sleeping(engine)
-    awake = await worker.sleep_or_wake(engine, EngineWake())
+    awake = await sleep_or_wake(engine, EngineWake(), 2, "vllm")
     assert (awake.engine, awake.sleeping) == (2, False) and not await vllm_sleeping(engine)
     out = await engine.generate("after-worker", PROMPT, GREEDY)
     assert len(out.token_ids) == GREEDY.max_tokens

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from rstar2.rollout.worker import GraphTools
+from rstar2.rollout.graph_tools import GraphTools
 from rstar2.wire import ExecRequest, ExecResult, Message, SandboxPong
 
 pytestmark = pytest.mark.anyio

@@ -7,7 +7,8 @@ import pytest
 from rstar2.actors.plan import actor_params
 from rstar2.config import ConfigError
 from rstar2.engine.config import EngineConfig
-from rstar2.rollout.worker import RolloutWorker, kv_bytes_per_token, vllm_fields
+from rstar2.rollout.engine_backend import kv_bytes_per_token, vllm_fields
+from rstar2.rollout.worker import RolloutWorker
 from rstar2.train.config import ClusterConfig
 from rstar2.train.runner import vllm_options
 

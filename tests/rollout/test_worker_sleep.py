@@ -9,7 +9,8 @@ from __future__ import annotations
 import pytest
 
 from rstar2.engine.protocol import SleepableEngine
-from rstar2.rollout.worker import RolloutWorker, RolloutWorkerParams
+from rstar2.rollout.engine_backend import sleep_or_wake
+from rstar2.rollout.worker import RolloutWorker
 from rstar2.train.config import ClusterConfig
 from rstar2.train.runner import vllm_options
 from rstar2.wire import EngineSleep, EngineSleepAck, EngineWake, decode, encode
@@ -39,26 +40,22 @@ class SleepyEngine(ScriptedEngine):
         self.level = 0
 
 
-def worker(index: int = 3) -> RolloutWorker:
-    w = RolloutWorker(RolloutWorkerParams(model_dir="/m", engine_backend="vllm"))
-    w.bind_runtime("rollout", index, 4, None)
-    return w
-
-
-def test_sleep_messages_round_trip_and_reach_the_weights_port() -> None:
+def test_sleep_messages_round_trip_and_reach_the_control_port_only() -> None:
     for msg in (EngineSleep(), EngineSleep(level=2), EngineWake(), EngineSleepAck(1, True, 0.5)):
         assert decode(encode(msg)) == msg
-    weights = RolloutWorker.inputs["weights"]
-    assert weights.accepts(EngineSleep()) and weights.accepts(EngineWake())
-    assert "EngineSleepAck" in {t.__name__ for t in weights.reply}  # type: ignore[union-attr]
+    control = RolloutWorker.inputs["control"]
+    assert control.accepts(EngineSleep()) and control.accepts(EngineWake())
+    assert control.reply is EngineSleepAck
+    for name in ("weights", "report"):
+        assert not RolloutWorker.inputs[name].accepts(EngineSleep())
 
 
 async def test_sleep_then_wake_is_acknowledged_with_the_engines_state() -> None:
-    engine, w = SleepyEngine(), worker(index=3)
+    engine = SleepyEngine()
     assert isinstance(engine, SleepableEngine)
-    asleep = await w.sleep_or_wake(engine, EngineSleep())
+    asleep = await sleep_or_wake(engine, EngineSleep(), 3, "vllm")
     assert (asleep.engine, asleep.sleeping) == (3, True) and asleep.seconds >= 0.0
-    awake = await w.sleep_or_wake(engine, EngineWake())
+    awake = await sleep_or_wake(engine, EngineWake(), 3, "vllm")
     assert (awake.engine, awake.sleeping) == (3, False)
     assert engine.calls == ["sleep 1", "wake"]
 
@@ -67,7 +64,7 @@ async def test_an_engine_that_cannot_sleep_fails_naming_the_setting() -> None:
     engine = ScriptedEngine(CharTokenizer(), {})
     assert not isinstance(engine, SleepableEngine)
     with pytest.raises(TypeError, match="cluster.colocate"):
-        await worker().sleep_or_wake(engine, EngineSleep())
+        await sleep_or_wake(engine, EngineSleep(), 0, "embedded")
 
 
 def test_colocated_gpu_engines_start_in_sleep_mode() -> None:

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from rstar2.analysis import load_trajectories
-from rstar2.rollout.worker import _TimedTools
+from rstar2.rollout.graph_tools import TimedTools
 from rstar2.train.rollout_trace import TRACE_FILE, RolloutTrace
 from rstar2.wire import ExecRequest, ExecResult, TrajectoryResult
 from sim.workload import load_trace
@@ -69,7 +69,7 @@ def test_rollout_trace_tokens_makes_the_trace_analysable(tmp_path: Path) -> None
 
 @pytest.mark.anyio
 async def test_tool_latencies_are_kept_per_turn() -> None:
-    timed = _TimedTools(_Tools())  # type: ignore[arg-type]
+    timed = TimedTools(_Tools())  # type: ignore[arg-type]
     for turn in (0, 2):
         await timed.run(ExecRequest(id=f"p/t1/0/t{turn}", code="print(1)"))
     latencies = timed.per_turn(4)

@@ -1,7 +1,7 @@
 """The `rstar2` command line: one entry point, one module per subcommand.
 
-Each subcommand lives in `rstar2/commands/<name>.py` and exposes `HELP` (one line),
-`add_arguments(parser)` and `run(args) -> int`. Only the chosen subcommand's module is imported,
+Each subcommand lives in `rstar2/commands/<name>.py` and exposes `add_arguments(parser)` and
+`run(args) -> int`; its one-line help is stated once, in `COMMANDS` below. Only the chosen subcommand's module is imported,
 so `rstar2 --help` stays fast and a heavy dependency (torch) is loaded only by commands that use
 it. Logging is configured here (`rstar2.log_format`), and alike in the graph's spawned
 processes, nowhere else.
@@ -72,7 +72,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "bench": ("rstar2.commands.bench", "benchmarks: bus, engine, train, learner"),
     "profile": ("rstar2.commands.profile", "trace a short run and name the bottleneck actor"),
     "top": ("rstar2.commands.top", "live per-actor rates, queue depths and busy share"),
-    "launch": ("rstar2.commands.launch", "start this node's share of a multi-host graph"),
+    "launch": (
+        "rstar2.commands.launch",
+        "start an actor graph, or this node's share of a multi-host graph",
+    ),
     "learner-rank": (
         "rstar2.commands.learner_rank",
         "one rank of a sharded learner, started by torchrun or srun (multi-host)",

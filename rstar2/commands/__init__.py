@@ -1,4 +1,6 @@
-"""One module per `rstar2` subcommand: `HELP`, `add_arguments(parser)`, `run(args) -> int`.
+"""One module per `rstar2` subcommand: `add_arguments(parser)` and `run(args) -> int`; each
+command's one-line help lives in `rstar2.cli.COMMANDS` (a `bench` target's in `bench.TARGETS`),
+so that `rstar2 --help` imports none of these modules.
 
 Beside them, helpers only commands use: `arguments.py` (argument types such as `positive_int`,
 and the parser class: one-line errors, defaults in `--help`), `rollout_options.py` (the

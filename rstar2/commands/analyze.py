@@ -52,7 +52,6 @@ from rstar2.commands.arguments import model_directory, positive_int
 from rstar2.config import ConfigError
 from rstar2.model import load_model
 
-HELP = "high-entropy tokens of trajectories: reflection vs forking, SFT vs RL"
 log = logging.getLogger(__name__)
 
 

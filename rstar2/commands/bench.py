@@ -9,8 +9,6 @@ import argparse
 import importlib
 import importlib.util
 
-HELP = "benchmarks: bus, engine, train, learner"
-
 TARGETS: dict[str, tuple[str, str]] = {
     "bus": ("rstar2.commands.bench_bus", "actor bus throughput/latency vs bare pyzmq"),
     "engine": ("rstar2.commands.bench_engine", "embedded engine vs HF generate tokens/s"),

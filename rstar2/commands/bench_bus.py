@@ -45,7 +45,6 @@ from rstar2.commands.arguments import nonnegative_int, positive_int
 from rstar2.config import UsageError
 from rstar2.wire import Item
 
-HELP = "actor bus throughput/latency vs bare pyzmq"
 TRANSPORTS = ("inproc", "ipc", "tcp")
 _DEMO = "rstar2.actors.demo"
 _RAW_TCP_PORT = 5690

@@ -25,8 +25,6 @@ from rstar2.metrics import read_metrics
 from rstar2.train.config import load_train_config
 from rstar2.train.runner import run_training
 
-HELP = "RL completions/s and step time split"
-
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(

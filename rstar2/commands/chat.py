@@ -17,8 +17,6 @@ import importlib
 
 from rstar2.commands.rollout_options import add_rollout_arguments
 
-HELP = "one tool-using conversation, printed as it happens"
-
 CHAT_RUN = "rstar2.commands.chat_run"
 """The module that holds the conversation (torch and the engine), imported after the flags."""
 

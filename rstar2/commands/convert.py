@@ -28,8 +28,6 @@ from rstar2.config import UsageError
 from rstar2.learner.checkpoint import export_checkpoint
 from rstar2.model.gguf_conversion import convert_gguf, gguf_in_package
 
-HELP = "convert a checkpoint into an rstar2 model directory (gguf, checkpoint)"
-
 PACKAGE_PREFIX = "pkg:"
 
 

@@ -35,7 +35,6 @@ from rstar2.commands.rollout_options import add_rollout_arguments
 from rstar2.config import ConfigError, UsageError
 from rstar2.data import ANSWER_FIELDS, PROBLEM_FIELDS, BadRow, Problem, load_problems
 
-HELP = "evaluate a model on a problem set (pass@1, tool use)"
 log = logging.getLogger(__name__)
 
 EVAL_RUN = "rstar2.commands.eval_run"

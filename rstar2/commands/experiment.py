@@ -17,8 +17,6 @@ from rstar2.config import ConfigError
 from rstar2.train.experiment import ARMS, ENVS, parse_names
 from rstar2.train.experiment_runner import ExperimentSpec, run_experiment
 
-HELP = "arms (sft, sft_best, sft_flops, grpo, roc) x envs x seeds: one table and plots"
-
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--config", help="TOML/YAML train config (default: the embedded tiny run)")

@@ -18,8 +18,6 @@ from rstar2.config import ConfigError, from_dict, load_file, to_dict
 from rstar2.model import TinyModelConfig, init_model
 from rstar2.model.tiny import SHAPES, shaped_config
 
-HELP = "create the tiny embedded default model locally"
-
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("dir", help="directory to write the model and tokenizer into")

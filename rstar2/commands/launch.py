@@ -27,7 +27,6 @@ from rstar2.actors.graph_config import MAIN_PROCESS, GraphConfig, load_graph_con
 from rstar2.actors.nodes import node_host
 from rstar2.redaction import redact
 
-HELP = "run an actor graph (with --node-rank, this node's share of a multi-host graph)"
 log = logging.getLogger(__name__)
 
 

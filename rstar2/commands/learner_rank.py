@@ -25,8 +25,6 @@ import sys
 from rstar2.config import UsageError
 from rstar2.rendezvous import parse_rendezvous
 
-HELP = "one rank of a sharded learner, started by torchrun or srun (multi-host)"
-
 _LAUNCHERS = (
     ("RANK", "WORLD_SIZE", "LOCAL_RANK"),
     ("SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID"),

@@ -48,7 +48,6 @@ from rstar2.profile.synthetic import SLOW_CHOICES, synthetic_graph
 from rstar2.profile.trainer import profile_config, profile_training
 from rstar2.profile.workload import record_graph_blocking
 
-HELP = "trace a short run and name the bottleneck actor"
 log = logging.getLogger(__name__)
 
 

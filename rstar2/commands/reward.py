@@ -21,7 +21,6 @@ from rstar2.commands.arguments import positive_float, positive_int
 from rstar2.reward import RewardConfig, RewardResult, open_reward_pool
 from rstar2.reward.reward_pool import RewardPool
 
-HELP = "answer extraction and verification (verify)"
 CHUNK_LINES = 64
 
 

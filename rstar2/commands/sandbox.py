@@ -53,7 +53,6 @@ from rstar2.sandbox.service import serve_sandbox
 from rstar2.sandbox.soak import SoakConfig, passed, run_soak
 from rstar2.wire import ExecRequest, ExecResult
 
-HELP = "the isolated Python code executor (exec, serve, bench)"
 TOKEN_ENV = "RSTAR2_SANDBOX_TOKEN"
 log = logging.getLogger(__name__)
 

@@ -64,7 +64,6 @@ from sim.simulator import ProgressFn, SimResult
 from sim.training_run import RunResult
 from sim.workload import SCENARIOS, WorkloadConfig, load_trace
 
-HELP = "simulate rollout scheduling policies without GPUs"
 log = logging.getLogger(__name__)
 
 COMPARED = (*POLICY_NAMES, "kv_aware_max")

@@ -38,7 +38,6 @@ from rstar2.profile.live_view import (
     timed_poll,
 )
 
-HELP = "live per-actor rates, queue depths and busy share"
 _CLEAR = "\x1b[H\x1b[2J"
 SHARES = (
     "busy / blocked / idle: share of each actor's wall time over the interval (at most 100% "

@@ -30,8 +30,6 @@ from rstar2.train.config import TrainConfig, config_dict, load_train_config
 from rstar2.train.resumption import locate, resumed_config
 from rstar2.train.runner import TrainingFailed, TrainingInterrupted, check_splits, run_training
 
-HELP = "run the full trainer (SFT then GRPO-RoC RL stages)"
-
 log = logging.getLogger(__name__)
 
 

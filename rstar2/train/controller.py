@@ -42,6 +42,10 @@ finish with the summary.
 - A step that trained no rollout (no group had a reward signal: each prompt's rollouts all
   scored the same) warns "policy not updated" and is counted (`extra.steps_not_updated`).
 
+The phases (what the controller awaits) and their transitions are `phase.py`'s; which
+evaluation follows which, and what an accuracy updates, `heldout.py`'s; seeds `seeds.py`'s and
+the grouping of a step's rollouts by prompt `rollout_groups.py`'s.
+
 What it does not do: I/O (besides its log lines), awaits or clocks (the shell's), the RL math
 (`rstar2.rl`, `run_state.train_on`), tokenizing (an `encode` function is given), or loading
 problems (`run_state.load_split`).
@@ -51,17 +55,19 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import hashlib
 import logging
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Sequence
 from typing import Any, TypeVar
 
 from rstar2.config import from_dict
 from rstar2.rl.staleness import fresh_groups, staleness, staleness_metrics
 from rstar2.train.accuracy import Accuracy, score
 from rstar2.train.config import StageConfig, TrainConfig
+from rstar2.train.heldout import TEST_PHASES, EvaluationPlan, record
+from rstar2.train.phase import EVALUATIONS, Phase, check_transition
 from rstar2.train.problem_stream import ProblemStream, TrainProblem
+from rstar2.train.progress import Progress, StepInFlight, stage_index
+from rstar2.train.rollout_groups import Encode, group_results, rollout_tasks, unsolved
 from rstar2.train.run_commands import (
     Checkpoint,
     Command,
@@ -76,103 +82,12 @@ from rstar2.train.run_commands import (
     Update,
     WriteMetrics,
 )
-from rstar2.train.step_metrics import rollout_metrics, stage_split
+from rstar2.train.step_metrics import progress_line
 from rstar2.wire import RolloutTask, TrajectoryResult
 
 log = logging.getLogger(__name__)
 
 _Awaited = TypeVar("_Awaited", PushWeights, RollOut, Update)
-
-Encode = Callable[[TrainProblem], list[int]]
-"""A problem's prompt as token ids (the chat template applied)."""
-
-
-def derive_seed(*parts: object) -> int:
-    """A 31-bit seed from any parts (stable across processes and Python versions)."""
-    text = ":".join(str(p) for p in parts).encode()
-    return int.from_bytes(hashlib.blake2b(text, digest_size=4).digest(), "little") & 0x7FFFFFFF
-
-
-def group_results(results: Sequence[TrajectoryResult]) -> list[list[TrajectoryResult]]:
-    """Rollouts grouped by prompt, groups in prompt order, each sorted by sample: a fixed
-    order whatever order the trajectories finished in."""
-    groups: dict[str, list[TrajectoryResult]] = {}
-    for r in results:
-        groups.setdefault(r.prompt_id, []).append(r)
-    ordered = sorted(groups.items(), key=lambda kv: int(kv[0].rsplit("/", 1)[1]))
-    return [sorted(g, key=lambda r: r.sample) for _, g in ordered]
-
-
-def unsolved(problems: Sequence[TrainProblem], results: Sequence[TrajectoryResult]) -> list[str]:
-    """The solved-filter: ids of the probed problems that some sample failed (reward <= 0).
-    `results` are the probe's rollouts, prompt `i` being `problems[i]`."""
-    groups = group_results(results)
-    return [p.id for p, g in zip(problems, groups, strict=True) if not all(r.reward > 0 for r in g)]
-
-
-def stage_index(stages: Sequence[StageConfig], step: int) -> int:
-    """Index of the stage that RL step `step` (1-based) belongs to (the last one past the end)."""
-    end = 0
-    for i, stage in enumerate(stages):
-        end += stage.steps
-        if step <= end:
-            return i
-    return len(stages) - 1
-
-
-def progress_line(row: dict[str, Any], total: int) -> str:
-    """One fixed-width line per step."""
-    acc = row.get("heldout_accuracy")
-    ci = row.get("heldout_ci95")
-    half = (ci[1] - ci[0]) / 2 if isinstance(ci, list) else 0.0
-    acc_text = f"{acc:5.3f}±{half:4.3f}" if isinstance(acc, float) else "     -    "
-    return (
-        f"step {row['step']:4d}/{total:<4d} {row['stage']:<4s} | reward {row['reward_mean']:5.3f}"
-        f" | heldout {acc_text} | len {row['response_tokens_mean']:6.1f}"
-        f" | tools {row['tool_calls_mean']:4.2f} | err+ {row['tool_error_ratio_correct']:5.3f}"
-        f" | mixed {row['mixed_group_fraction']:4.2f} | clip {row.get('clip_fraction', 0.0):5.3f}"
-        f" | {row['step_s']:5.1f}s (gen {row['time_gen_s']:4.1f} tool {row['time_tool_s']:4.1f}"
-        f" rew {row['time_reward_s']:4.1f} learn {row['time_learner_s']:4.1f}"
-        f" sync {row['time_sync_s']:4.1f})"
-    )
-
-
-@dataclass
-class Progress:
-    """Where the run is; saved in every checkpoint."""
-
-    step: int = 0
-    """The last RL step whose update is done (0: none yet)."""
-    stage_started: int = -1
-    """Index of the last stage started (its filter and optimizer reset done)."""
-    sft_accuracy: float | None = None
-    """Validation accuracy of the SFT policy (None: not evaluated yet)."""
-    last_accuracy: float | None = None
-    """The latest validation accuracy."""
-    sft_evaluated: bool = False
-    """The SFT policy's evaluations (validation, test) are done."""
-    evaluations: dict[str, dict[str, Any]] = field(default_factory=dict)
-    """`rstar2.train.accuracy.Accuracy.as_dict()` by "validation_sft", "test_sft",
-    "validation_final", "test_final"."""
-    extra: dict[str, Any] = field(default_factory=dict)
-    """Summary values, e.g. `filter_<stage>`: {"probed", "kept"}."""
-
-
-@dataclass
-class _Step:
-    """The RL step in flight: what its metrics row gathers from the replies."""
-
-    step: int
-    stage: StageConfig
-    results: list[TrajectoryResult] = field(default_factory=list)
-    started: float = 0.0
-    last: float = 0.0
-    rollout_s: float = 0.0
-    update: dict[str, float] = field(default_factory=dict)
-    learner_s: float = 0.0
-    sync_s: float = 0.0
-    staleness: dict[str, Any] = field(default_factory=dict)
-    row: dict[str, Any] = field(default_factory=dict)
 
 
 class Controller:
@@ -198,9 +113,10 @@ class Controller:
         self.rollout_only = rollout_only
         """Skip every update and push (the policy stays as it is; `rstar2 profile`)."""
         self.progress = Progress()
-        self._phase = "start"
+        self.evaluations = EvaluationPlan(validation=bool(self.heldout), test=bool(self.test))
+        self._phase = Phase.START
         self._pending: PushWeights | RollOut | Update | None = None
-        self._step: _Step | None = None
+        self._step: StepInFlight | None = None
         self._sft_row: dict[str, Any] = {}
         self._final_row: dict[str, Any] = {}
         self._boundary: tuple[int, dict[str, Any]] | None = None
@@ -216,8 +132,10 @@ class Controller:
 
     def start(self, resume: bool, saved: dict[str, Any] | None = None) -> list[Command]:
         """The run begins; `saved` is the controller's part of the checkpoint resumed from."""
-        if self._phase != "start":
-            raise ValueError(f"start() called twice (the controller is in phase {self._phase!r})")
+        if self._phase != Phase.START:
+            raise ValueError(
+                f"start() called twice (the controller is in phase {self._phase.value!r})"
+            )
         if saved is not None:
             self.stream.load_state(saved["stream"])
             self.progress = from_dict(Progress, saved["progress"])
@@ -227,7 +145,7 @@ class Controller:
         if resume:
             self._saved_step = self.progress.step
         self._mark_boundary()
-        return [OpenRun(resume_step), self._await("push", PushWeights(self.progress.step))]
+        return [OpenRun(resume_step), self._await(Phase.PUSH, PushWeights(self.progress.step))]
 
     def interrupt(self, reason: str) -> list[Command]:
         """The run was asked to stop (`reason`, e.g. "SIGINT") while `interruptible`: abandon
@@ -238,7 +156,8 @@ class Controller:
             raise ValueError("interrupt() while the policy is past the last step done")
         assert self._boundary is not None
         step, state = self._boundary
-        self._pending, self._step, self._phase = None, None, "done"
+        self._enter(Phase.DONE)
+        self._pending, self._step = None, None
         commands: list[Command] = []
         if step > self._saved_step and step > 0:
             commands.append(Checkpoint(step, state))
@@ -257,12 +176,11 @@ class Controller:
         self, version: int, metrics: dict[str, float], started: float, finished: float
     ) -> list[Command]:
         """A `PushWeights` is done; `metrics` are the push's byte counts."""
-        if self._take(PushWeights, version) == "push":
-            if not self.progress.sft_evaluated and (self.heldout or self.test):
+        if self._take(PushWeights, version) == Phase.PUSH:
+            first = None if self.progress.sft_evaluated else self.evaluations.after_sft()
+            if first is not None:
                 self._sft_row = {"step": 0, "stage": "sft"}
-                if self.heldout:
-                    return [self._evaluate("sft_eval")]
-                return [self._evaluate("sft_test", test=True)]
+                return [self._evaluate(first)]
             return [EnterPhase("rl"), *self._next_step()]
         s = self._in_flight()
         s.update.update(metrics)
@@ -278,16 +196,11 @@ class Controller:
         assert isinstance(asked, RollOut)
         if len(results) != len(asked.tasks):
             raise ValueError(f"{len(results)} results for {len(asked.tasks)} tasks of step {step}")
-        results = list(results)
-        if phase in ("sft_eval", "sft_test"):
-            return self._sft_evaluated(phase, score(results))
-        if phase == "filter":
-            return self._filtered(-1 - step, results)
-        if phase == "train":
-            return self._rolled_out(results, started, finished)
-        if phase == "step_eval":
-            return self._step_evaluated(score(results), started, finished)
-        return self._final_evaluated(phase, score(results))
+        if phase in EVALUATIONS:
+            return self._evaluated(phase, score(results), started, finished)
+        if phase == Phase.FILTER:
+            return self._filtered(-1 - step, list(results))
+        return self._rolled_out(list(results), started, finished)
 
     def update_done(
         self, step: int, metrics: dict[str, float], started: float, finished: float
@@ -298,20 +211,25 @@ class Controller:
         s.update = dict(metrics)
         s.learner_s, s.last = finished - started, finished
         self.progress.step = step
-        return [self._await("push_step", PushWeights(step))]
+        return [self._await(Phase.PUSH_STEP, PushWeights(step))]
 
     # --- queries ---------------------------------------------------------------------------
 
     @property
+    def phase(self) -> Phase:
+        """What the controller awaits (`phase.TRANSITIONS` lists where it may go next)."""
+        return self._phase
+
+    @property
     def done(self) -> bool:
-        return self._phase == "done"
+        return self._phase == Phase.DONE
 
     @property
     def interruptible(self) -> bool:
         """The policy is the last step done's (no update since): `interrupt` may end the run
         here, abandoning a rollout in flight."""
         return (
-            self._phase != "done"
+            self._phase != Phase.DONE
             and self._boundary is not None
             and self.progress.step == self._boundary[0]
         )
@@ -333,54 +251,28 @@ class Controller:
             "progress": dataclasses.asdict(p),
         }
 
-    def rollout_tasks(
-        self,
-        problems: Sequence[TrainProblem],
-        step: int,
-        kind: str,
-        samples: int,
-        temperature: float,
-        max_response_tokens: int = 0,
-        max_turns: int = 0,
-        seed_step: int | None = None,
-    ) -> list[RolloutTask]:
-        """`samples` tasks per problem, trajectory ids `kind/step/prompt/sample`; sampling
-        seeds from (seed, kind, `seed_step` (default: `step`), prompt, sample)."""
-        seed_at = step if seed_step is None else seed_step
-        return [
-            RolloutTask(
-                traj_id=f"{kind}/{step}/{i}/{s}",
-                prompt_id=f"{kind}/{step}/{i}",
-                sample=s,
-                step=step,
-                prompt_ids=self.encode(p),
-                answer=p.answer,
-                seed=derive_seed(self.cfg.seed, kind, seed_at, i, s),
-                kind=kind,
-                temperature=temperature,
-                max_response_tokens=max_response_tokens,
-                max_turns=max_turns,
-            )
-            for i, p in enumerate(problems)
-            for s in range(samples)
-        ]
-
     # --- the run's course ------------------------------------------------------------------
 
-    def _sft_evaluated(self, phase: str, acc: Accuracy) -> list[Command]:
-        p, row = self.progress, self._sft_row
-        if phase == "sft_eval":
-            p.sft_accuracy = p.last_accuracy = acc.mean
-            p.evaluations["validation_sft"] = acc.as_dict()
-            row.update(_accuracy_row("heldout", acc))
-            log.info("validation accuracy after SFT: %s", _text(acc))
-            if self.test:
-                return [self._evaluate("sft_test", test=True)]
-        else:
-            p.evaluations["test_sft"] = acc.as_dict()
-            row.update(_accuracy_row("test", acc))
-            log.info("test accuracy after SFT: %s", _text(acc))
-        p.sft_evaluated = True
+    def _evaluated(
+        self, phase: Phase, acc: Accuracy, started: float, finished: float
+    ) -> list[Command]:
+        """An evaluation's accuracy is in: the next evaluation of its row, or the run's
+        course after it (the RL steps after SFT's; the step's end; the run's end)."""
+        if phase == Phase.STEP_EVAL:
+            s = self._in_flight()
+            record(self.progress, phase, acc, s.row, s.step)
+            s.row["time_eval_s"] = finished - started
+            s.last = finished
+            return self._step_done()
+        sft = phase in (Phase.SFT_EVAL, Phase.SFT_TEST)
+        row = self._sft_row if sft else self._final_row
+        record(self.progress, phase, acc, row, self.progress.step)
+        following = self.evaluations.following(phase)
+        if following is not None:
+            return [self._evaluate(following)]
+        if not sft:
+            return [WriteMetrics(dict(row)), *self._finish(self.progress.last_accuracy)]
+        self.progress.sft_evaluated = True
         self._mark_boundary()
         return [WriteMetrics(dict(row)), EnterPhase("rl"), *self._next_step()]
 
@@ -395,7 +287,7 @@ class Controller:
         log.info("stage %s: %d steps", stage.name, stage.steps)
         if not stage.filter_solved:
             return self._stage_started(index)
-        tasks = self.rollout_tasks(
+        tasks = self._tasks(
             self._probe_pool(stage),
             -1 - index,
             "filter",
@@ -404,7 +296,7 @@ class Controller:
             stage.max_response_tokens,
             stage.max_turns,
         )
-        return [self._await("filter", RollOut(-1 - index, tasks))]
+        return [self._await(Phase.FILTER, RollOut(-1 - index, tasks))]
 
     def _probe_pool(self, stage: StageConfig) -> list[TrainProblem]:
         pool = [self.stream.all[i] for i in self.stream.pool]
@@ -444,14 +336,14 @@ class Controller:
         stage = self.cfg.stages[self.stage_at(step)]
         ahead = self._ahead.pop(step, None)
         command = ahead[0] if ahead is not None else self._train_rollout(step)
-        self._step = _Step(step, stage)
-        return self._await("train", command)
+        self._step = StepInFlight(step, stage)
+        return self._await(Phase.TRAIN, command)
 
     def _train_rollout(self, step: int) -> RollOut:
         """Step `step`'s rollouts, on the next problems of the data cursor."""
         cfg = self.cfg
         stage = cfg.stages[self.stage_at(step)]
-        tasks = self.rollout_tasks(
+        tasks = self._tasks(
             self.stream.next_batch(cfg.prompts_per_step),
             step,
             "train",
@@ -494,36 +386,31 @@ class Controller:
             self.progress.step = s.step
             return [*commands, *self._updated()]
         fresh = self._within_staleness(s, results)
-        return [*commands, *self._submit_ahead(), self._await("update", Update(s.step, fresh))]
+        return [*commands, *self._submit_ahead(), self._await(Phase.UPDATE, Update(s.step, fresh))]
 
     def _within_staleness(
-        self, s: _Step, results: list[TrajectoryResult]
-    ) -> list[TrajectoryResult]:
-        """The step's rollouts whose groups are at most `rl.max_staleness` versions behind the
-        learner (version `step - 1`); the step's staleness figures go to its metrics row."""
+        self, s: StepInFlight, results: list[TrajectoryResult]
+    ) -> list[list[TrajectoryResult]]:
+        """The step's rollouts by prompt (`group_results`), the groups at most
+        `rl.max_staleness` versions behind the learner (version `step - 1`); the step's
+        staleness figures go to its metrics row."""
         learner = self.progress.step
         ages = [staleness(r.policy_versions, learner) for r in results]
         kept, dropped = fresh_groups(group_results(results), learner, self.cfg.rl.max_staleness)
         s.staleness = {**staleness_metrics(ages), "stale_dropped": dropped}
-        if not dropped:
-            return results  # as they came: the synchronous run's exact input
-        log.warning(
-            "step %d: %d rollout(s) dropped, their groups more than %d version(s) stale",
-            s.step,
-            dropped,
-            self.cfg.rl.max_staleness,
-        )
-        return [r for group in kept for r in group]
+        if dropped:
+            log.warning(
+                "step %d: %d rollout(s) dropped, their groups more than %d version(s) stale",
+                s.step,
+                dropped,
+                self.cfg.rl.max_staleness,
+            )
+        return kept
 
     def _updated(self) -> list[Command]:
         """The step's policy is out: its metrics row, then its evaluation when due."""
         s, cfg = self._in_flight(), self.cfg
-        s.row = {"step": s.step, "stage": s.stage.name}
-        s.row.update(rollout_metrics(s.results))
-        s.row.update(s.update)
-        s.row.update(stage_split(s.results, s.rollout_s))
-        s.row.update(time_learner_s=s.learner_s, time_sync_s=s.sync_s)
-        s.row.update(s.staleness)
+        s.row = s.metrics_row()
         if not self.rollout_only and not s.update.get("trained_rollouts", 0):
             skipped = self.progress.extra.get("steps_not_updated", 0) + 1
             self.progress.extra["steps_not_updated"] = skipped
@@ -534,16 +421,7 @@ class Controller:
                 skipped,
             )
         if cfg.eval_every and s.step % cfg.eval_every == 0 and cfg.heldout_problems:
-            return [self._evaluate("step_eval")]
-        return self._step_done()
-
-    def _step_evaluated(self, acc: Accuracy, started: float, finished: float) -> list[Command]:
-        s = self._in_flight()
-        self.progress.last_accuracy = acc.mean
-        self.progress.evaluations["validation_last"] = {**acc.as_dict(), "step": s.step}
-        s.row.update(_accuracy_row("heldout", acc), time_eval_s=finished - started)
-        s.last = finished
-        log.info("validation accuracy at step %d: %s", s.step, _text(acc))
+            return [self._evaluate(Phase.STEP_EVAL)]
         return self._step_done()
 
     def _step_done(self) -> list[Command]:
@@ -561,35 +439,21 @@ class Controller:
         """After the last step: evaluate validation unless that step just did, and test; then
         checkpoint and finish."""
         cfg, p = self.cfg, self.progress
-        evaluated_now = cfg.eval_every and p.step % cfg.eval_every == 0
+        evaluated_now = bool(cfg.eval_every and p.step % cfg.eval_every == 0)
         self._final_row = {"step": p.step, "stage": "final"}
-        if self.heldout and not evaluated_now:
-            return [self._evaluate("final_eval")]
+        first = self.evaluations.after_rl(step_evaluated=evaluated_now)
+        if first == Phase.FINAL_EVAL:
+            return [self._evaluate(first)]
         if self.heldout and "validation_last" in p.evaluations:  # the last step's evaluation
             p.evaluations["validation_final"] = p.evaluations["validation_last"]
-        if self.test:
-            return [self._evaluate("final_test", test=True)]
+        if first is not None:
+            return [self._evaluate(first)]
         return self._finish(p.last_accuracy)
-
-    def _final_evaluated(self, phase: str, acc: Accuracy) -> list[Command]:
-        p, row = self.progress, self._final_row
-        if phase == "final_eval":
-            p.last_accuracy = acc.mean
-            p.evaluations["validation_final"] = acc.as_dict()
-            row.update(_accuracy_row("heldout", acc))
-            log.info("validation accuracy after RL: %s", _text(acc))
-            if self.test:
-                return [self._evaluate("final_test", test=True)]
-        else:
-            p.evaluations["test_final"] = acc.as_dict()
-            row.update(_accuracy_row("test", acc))
-            log.info("test accuracy after RL: %s", _text(acc))
-        return [WriteMetrics(dict(row)), *self._finish(p.last_accuracy)]
 
     def _finish(self, last: float | None) -> list[Command]:
         p = self.progress
         p.last_accuracy = last
-        self._phase = "done"
+        self._enter(Phase.DONE)
         summary = {
             "steps": p.step,
             "sft_accuracy": p.sft_accuracy,
@@ -602,12 +466,12 @@ class Controller:
 
     # --- bookkeeping -----------------------------------------------------------------------
 
-    def _evaluate(self, phase: str, test: bool = False) -> RollOut:
+    def _evaluate(self, phase: Phase) -> RollOut:
         """Evaluate the validation split (the test split with `test`), `eval_samples` each,
         with seeds that do not depend on the step: every evaluation of a split samples alike,
         so two evaluations differ by the policy alone."""
-        step = self.progress.step
-        tasks = self.rollout_tasks(
+        step, test = self.progress.step, phase in TEST_PHASES
+        tasks = self._tasks(
             self.test if test else self.heldout,
             step,
             "test" if test else "eval",
@@ -617,11 +481,20 @@ class Controller:
         )
         return self._await(phase, RollOut(step, tasks))
 
-    def _await(self, phase: str, command: _Awaited) -> _Awaited:
-        self._phase, self._pending = phase, command
+    def _tasks(self, problems: Sequence[TrainProblem], *args: Any, **kw: Any) -> list[RolloutTask]:
+        """`rollout_groups.rollout_tasks` with this run's prompt encoding and seed."""
+        return rollout_tasks(problems, self.encode, self.cfg.seed, *args, **kw)
+
+    def _await(self, phase: Phase, command: _Awaited) -> _Awaited:
+        self._enter(phase)
+        self._pending = command
         return command
 
-    def _take(self, kind: type[PushWeights | RollOut | Update], step: int) -> str:
+    def _enter(self, phase: Phase) -> None:
+        check_transition(self._phase, phase)
+        self._phase = phase
+
+    def _take(self, kind: type[PushWeights | RollOut | Update], step: int) -> Phase:
         """Accept the reply to the pending command; anything else is a bug in the shell."""
         pending = self._pending
         if not isinstance(pending, kind) or _step_of(pending) != step:
@@ -632,22 +505,11 @@ class Controller:
         self._pending = None
         return self._phase
 
-    def _in_flight(self) -> _Step:
+    def _in_flight(self) -> StepInFlight:
         if self._step is None:
-            raise ValueError(f"no RL step in flight (phase {self._phase!r})")
+            raise ValueError(f"no RL step in flight (phase {self._phase.value!r})")
         return self._step
 
 
 def _step_of(command: PushWeights | RollOut | Update) -> int:
     return command.version if isinstance(command, PushWeights) else command.step
-
-
-def _accuracy_row(prefix: str, acc: Accuracy) -> dict[str, Any]:
-    return {f"{prefix}_accuracy": acc.mean, f"{prefix}_ci95": [acc.low, acc.high]}
-
-
-def _text(acc: Accuracy) -> str:
-    return (
-        f"{acc.mean:.3f} (95% CI {acc.low:.3f}-{acc.high:.3f}; {acc.problems} problems x "
-        f"{acc.samples} samples)"
-    )

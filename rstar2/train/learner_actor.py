@@ -250,10 +250,10 @@ class LearnerActor(Actor):
                 return controller.rollouts_done(step, results, started, time.perf_counter())
             case Submit(rollout=rollout):
                 await self.reader.submit(rollout)
-            case Update(step=step, results=results):
+            case Update(step=step, groups=groups):
                 await self.colocation.before_update()
                 with handling(ctx, "update"):
-                    metrics = await anyio.to_thread.run_sync(state.train_on, results, step)
+                    metrics = await anyio.to_thread.run_sync(state.train_on, groups, step)
                 return controller.update_done(step, metrics, started, time.perf_counter())
             case ResetOptimizer():
                 state.reset_optimizer()

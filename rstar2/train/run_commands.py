@@ -61,11 +61,12 @@ class Submit:
 
 @dataclass(frozen=True)
 class Update:
-    """Update the policy on a step's scored rollouts (selection, advantages, optimizer step);
-    reply: `update_done`."""
+    """Update the policy on a step's scored rollouts, grouped by prompt (`group_results`:
+    prompts in order, samples in order) (selection, advantages, optimizer step); reply:
+    `update_done`."""
 
     step: int
-    results: list[TrajectoryResult]
+    groups: list[list[TrajectoryResult]]
 
 
 @dataclass(frozen=True)

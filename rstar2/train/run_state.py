@@ -7,8 +7,8 @@ state restores them and the RNG states, and keeps the controller's part of the c
 runs for the controller's commands live here, tested without sockets:
 
 - `prompt_ids(problem)`: a problem's prompt tokens (cached), the controller's `encode`;
-- `train_on(results, step)`: group by prompt, RoC/GRPO selection (its RNG seeded by (seed,
-  step)), advantages, and the policy update;
+- `train_on(groups, step)`: RoC/GRPO selection on the step's rollouts grouped by prompt (its
+  RNG seeded by (seed, step)), advantages, and the policy update;
 - `save(step, controller_state)`: model, optimizer, schedule and RNG states with the
   controller's state, and the policy as a Hugging Face model directory (`model/`). (Sampling and RoC use seeds derived from (seed, step, ...), so no global
   RNG stream is consumed by RL; the RNG states are saved for anything that does.)
@@ -44,10 +44,10 @@ from rstar2.model.saver import save_model_dir
 from rstar2.rl import build_training_batch
 from rstar2.tasks.arithmetic import generate_problems
 from rstar2.train.config import TrainConfig
-from rstar2.train.controller import derive_seed, group_results
 from rstar2.train.learner_ranks import start_ranks
 from rstar2.train.problem_files import load_problem_file
 from rstar2.train.problem_stream import TrainProblem
+from rstar2.train.seeds import derive_seed
 from rstar2.weights.buckets import WeightManifest, manifest_of
 from rstar2.wire import TrajectoryResult
 
@@ -171,8 +171,8 @@ class RunState:
             self._prompt_cache[problem.problem] = ids
         return ids
 
-    def train_on(self, results: Sequence[TrajectoryResult], step: int) -> dict[str, float]:
-        groups = group_results(results)
+    def train_on(self, groups: Sequence[Sequence[TrajectoryResult]], step: int) -> dict[str, float]:
+        """Update the policy on step `step`'s rollouts, grouped by prompt in a fixed order."""
         rng = random.Random(derive_seed(self.cfg.seed, "roc", step))
         batch = build_training_batch(groups, self.cfg.rl, rng)
         metrics: dict[str, float] = self._run("update", batch)
@@ -183,7 +183,7 @@ class RunState:
         # prefix reuse skips some)
         trained = sum(len(r.token_ids) for r in batch.rollouts)
         metrics["trained_tokens"] = float(trained * self.cfg.learner.epochs)
-        metrics["rollout_tokens"] = float(sum(len(r.token_ids) for r in results))
+        metrics["rollout_tokens"] = float(sum(len(r.token_ids) for g in groups for r in g))
         return metrics
 
     # --- checkpoints -----------------------------------------------------------------------

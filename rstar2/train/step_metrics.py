@@ -15,7 +15,8 @@
   scheduler moved them; `scheduler.move_turns` with several engines);
 - `stage_split`: how the rollout phase's wall time divides into generation, tool and reward
   time. These overlap (many trajectories run at once), so the wall time is split in proportion
-  to the summed per-trajectory times: t_gen = wall * G / (G + T + R), and so on.
+  to the summed per-trajectory times: t_gen = wall * G / (G + T + R), and so on;
+- `progress_line`: a step's metrics row as its one fixed-width progress line.
 
 What it does not do: anything with gradients (rstar2.learner.policy_update).
 """
@@ -23,7 +24,7 @@ What it does not do: anything with gradients (rstar2.learner.policy_update).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Protocol
+from typing import Any, Protocol
 
 
 class Scored(Protocol):
@@ -83,3 +84,20 @@ def stage_split(trajs: Sequence[Scored], wall_s: float) -> dict[str, float]:
 
 def accuracy(trajs: Sequence[Scored]) -> float:
     return _mean([float(t.reward > 0) for t in trajs])
+
+
+def progress_line(row: dict[str, Any], total: int) -> str:
+    """One fixed-width line per step."""
+    acc = row.get("heldout_accuracy")
+    ci = row.get("heldout_ci95")
+    half = (ci[1] - ci[0]) / 2 if isinstance(ci, list) else 0.0
+    acc_text = f"{acc:5.3f}±{half:4.3f}" if isinstance(acc, float) else "     -    "
+    return (
+        f"step {row['step']:4d}/{total:<4d} {row['stage']:<4s} | reward {row['reward_mean']:5.3f}"
+        f" | heldout {acc_text} | len {row['response_tokens_mean']:6.1f}"
+        f" | tools {row['tool_calls_mean']:4.2f} | err+ {row['tool_error_ratio_correct']:5.3f}"
+        f" | mixed {row['mixed_group_fraction']:4.2f} | clip {row.get('clip_fraction', 0.0):5.3f}"
+        f" | {row['step_s']:5.1f}s (gen {row['time_gen_s']:4.1f} tool {row['time_tool_s']:4.1f}"
+        f" rew {row['time_reward_s']:4.1f} learn {row['time_learner_s']:4.1f}"
+        f" sync {row['time_sync_s']:4.1f})"
+    )

@@ -169,7 +169,7 @@ def test_a_push_that_never_reaches_the_engines_makes_groups_stale_and_they_are_d
     updates = [c for c in commands if isinstance(c, Update)]
     train_rows = [r for r in rows(commands) if r["stage"] == "rl1"]
     # step 3's learner is at version 2, its rollouts at 0: 2 stale, every group dropped
-    assert [len(u.results) for u in updates] == [8, 8, 0]
+    assert [sum(map(len, u.groups)) for u in updates] == [8, 8, 0]
     assert [r["stale_dropped"] for r in train_rows] == [0, 0, 8]
     assert train_rows[2]["staleness_max"] == 2
 

@@ -19,8 +19,9 @@ import pytest
 
 from rstar2.config import from_dict
 from rstar2.train.config import TrainConfig
-from rstar2.train.controller import Controller, derive_seed, progress_line, unsolved
+from rstar2.train.controller import Controller
 from rstar2.train.problem_stream import TrainProblem
+from rstar2.train.rollout_groups import rollout_tasks, unsolved
 from rstar2.train.run_commands import (
     Checkpoint,
     Command,
@@ -34,6 +35,8 @@ from rstar2.train.run_commands import (
     Update,
     WriteMetrics,
 )
+from rstar2.train.seeds import derive_seed
+from rstar2.train.step_metrics import progress_line
 from rstar2.wire import RolloutTask, TrajectoryResult
 
 PROBLEMS = [TrainProblem(f"p{i}", f"{i} + 1", f"a{i}") for i in range(8)]
@@ -307,8 +310,7 @@ def test_stage_boundaries_change_budgets_and_start_stage_3_with_filter_and_reset
 
 
 def test_unsolved_keeps_the_problems_some_sample_failed() -> None:
-    controller = Controller(make_config(), PROBLEMS, [], encode)
-    tasks = controller.rollout_tasks(PROBLEMS[:4], -1, "filter", 2, 1.0)
+    tasks = rollout_tasks(PROBLEMS[:4], encode, 7, -1, "filter", 2, 1.0)
     solved = {("a0", 0), ("a0", 1), ("a1", 0), ("a3", 0), ("a3", 1)}
     results = [scored(t, float((t.answer, t.sample) in solved)) for t in reversed(tasks)]
     assert unsolved(PROBLEMS[:4], results) == ["p1", "p2"]
@@ -555,7 +557,7 @@ def test_every_evaluation_is_one_log_line_when_it_happens(
     caplog: pytest.LogCaptureFixture, eval_every: int, lines: list[str]
 ) -> None:
     # issue 34 row 17: validation after RL showed only in the final summary
-    caplog.set_level(logging.INFO, logger="rstar2.train.controller")
+    caplog.set_level(logging.INFO, logger="rstar2.train")
     cfg = make_config(stages=[{"name": "rl1", "steps": 3}], eval_every=eval_every)
     run_all(cfg)
     said = [r.getMessage() for r in caplog.records if "validation accuracy" in r.getMessage()]

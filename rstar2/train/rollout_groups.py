@@ -1,0 +1,76 @@
+"""A batch of rollouts by prompt and sample: the tasks, and their results grouped back.
+
+`rollout_tasks` numbers a batch's tasks (`samples` per problem: trajectory ids
+`kind/step/prompt/sample`, seeds derived from the same parts); `group_results` groups their
+results by that numbering in a fixed order (prompts in order, each group's samples in order)
+whatever order the trajectories finished in: the controller groups once and hands the groups
+on (staleness filter, `Update`, `RunState.train_on`); `unsolved` is the solved-filter over a
+probe's groups. What it does not do: select, weigh or drop rollouts (`rstar2.rl`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+from rstar2.train.problem_stream import TrainProblem
+from rstar2.train.seeds import derive_seed
+from rstar2.wire import RolloutTask, TrajectoryResult
+
+Encode = Callable[[TrainProblem], list[int]]
+"""A problem's prompt as token ids (the chat template applied)."""
+
+
+def rollout_tasks(
+    problems: Sequence[TrainProblem],
+    encode: Encode,
+    seed: int,
+    step: int,
+    kind: str,
+    samples: int,
+    temperature: float,
+    max_response_tokens: int = 0,
+    max_turns: int = 0,
+    seed_step: int | None = None,
+) -> list[RolloutTask]:
+    """`samples` tasks per problem, trajectory ids `kind/step/prompt/sample`; sampling
+    seeds from (seed, kind, `seed_step` (default: `step`), prompt, sample)."""
+    seed_at = step if seed_step is None else seed_step
+    return [
+        RolloutTask(
+            traj_id=f"{kind}/{step}/{i}/{s}",
+            prompt_id=f"{kind}/{step}/{i}",
+            sample=s,
+            step=step,
+            prompt_ids=encode(p),
+            answer=p.answer,
+            seed=derive_seed(seed, kind, seed_at, i, s),
+            kind=kind,
+            temperature=temperature,
+            max_response_tokens=max_response_tokens,
+            max_turns=max_turns,
+        )
+        for i, p in enumerate(problems)
+        for s in range(samples)
+    ]
+
+
+def prompt_index(prompt_id: str) -> int:
+    """The prompt's position in its step: the last part of `kind/step/prompt`."""
+    return int(prompt_id.rsplit("/", 1)[1])
+
+
+def group_results(results: Sequence[TrajectoryResult]) -> list[list[TrajectoryResult]]:
+    """Rollouts grouped by prompt, groups in prompt order, each sorted by sample: a fixed
+    order whatever order the trajectories finished in."""
+    groups: dict[str, list[TrajectoryResult]] = {}
+    for r in results:
+        groups.setdefault(r.prompt_id, []).append(r)
+    ordered = sorted(groups.items(), key=lambda kv: prompt_index(kv[0]))
+    return [sorted(g, key=lambda r: r.sample) for _, g in ordered]
+
+
+def unsolved(problems: Sequence[TrainProblem], results: Sequence[TrajectoryResult]) -> list[str]:
+    """The solved-filter: ids of the probed problems that some sample failed (reward <= 0).
+    `results` are the probe's rollouts, prompt `i` being `problems[i]`."""
+    groups = group_results(results)
+    return [p.id for p, g in zip(problems, groups, strict=True) if not all(r.reward > 0 for r in g)]

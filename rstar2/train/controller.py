@@ -24,8 +24,6 @@ finish with the summary.
   sample are dropped from the data cursor (none dropped if all were solved); with
   `reset_optimizer` the optimizer is replaced. A stage's `max_response_tokens` and `max_turns`
   go into its tasks.
-- Seeds: every task's sampling seed is `derive_seed(seed, kind, step, prompt, sample)`, so
-  sampling never depends on timing (held-out evaluation passes the current step too).
 - Resume: `start(resume=True, saved=checkpoint state)` restores the data cursor and progress;
   the metrics log and trace drop the lines after the saved step, the saved policy is pushed,
   and the next command is the next step's (or its stage's start), exactly what an
@@ -42,9 +40,10 @@ finish with the summary.
 - A step that trained no rollout (no group had a reward signal: each prompt's rollouts all
   scored the same) warns "policy not updated" and is counted (`extra.steps_not_updated`).
 
-The phases (what the controller awaits) and their transitions are `phase.py`'s; which
-evaluation follows which, and what an accuracy updates, `heldout.py`'s; seeds `seeds.py`'s and
-the grouping of a step's rollouts by prompt `rollout_groups.py`'s.
+Phases and their transitions: `phase.py`; which evaluation follows which: `heldout.py`; the
+steps' rollouts (data cursor, probes, submitted ahead, staleness): `step_rollouts.py`; task
+ids and seeds (`derive_seed(seed, kind, step, prompt, sample)`: sampling never depends on
+timing) and grouping by prompt: `rollout_groups.py`.
 
 What it does not do: I/O (besides its log lines), awaits or clocks (the shell's), the RL math
 (`rstar2.rl`, `run_state.train_on`), tokenizing (an `encode` function is given), or loading
@@ -60,14 +59,13 @@ from collections.abc import Sequence
 from typing import Any, TypeVar
 
 from rstar2.config import from_dict
-from rstar2.rl.staleness import fresh_groups, staleness, staleness_metrics
 from rstar2.train.accuracy import Accuracy, score
-from rstar2.train.config import StageConfig, TrainConfig
+from rstar2.train.config import TrainConfig
 from rstar2.train.heldout import TEST_PHASES, EvaluationPlan, record
 from rstar2.train.phase import EVALUATIONS, Phase, check_transition
 from rstar2.train.problem_stream import ProblemStream, TrainProblem
 from rstar2.train.progress import Progress, StepInFlight, stage_index
-from rstar2.train.rollout_groups import Encode, group_results, rollout_tasks, unsolved
+from rstar2.train.rollout_groups import Encode, rollout_tasks, unsolved
 from rstar2.train.run_commands import (
     Checkpoint,
     Command,
@@ -83,6 +81,7 @@ from rstar2.train.run_commands import (
     WriteMetrics,
 )
 from rstar2.train.step_metrics import progress_line
+from rstar2.train.step_rollouts import StepRollouts, within_staleness
 from rstar2.wire import RolloutTask, TrajectoryResult
 
 log = logging.getLogger(__name__)
@@ -105,6 +104,8 @@ class Controller:
     ) -> None:
         self.cfg = cfg
         self.stream = ProblemStream(train, cfg.seed)
+        self.rollouts = StepRollouts(cfg, self.stream, encode)
+        """The RL steps' rollouts (drawn from `stream`, some submitted ahead)."""
         self.heldout = list(heldout)
         """The validation problems (evaluated during training)."""
         self.test = list(test)
@@ -124,9 +125,6 @@ class Controller:
         checkpoint on an interruption holds, as long as the policy is still that step's."""
         self._saved_step = -1
         """The step of the newest checkpoint the run has (-1: none)."""
-        self._ahead: dict[int, tuple[RollOut, dict[str, Any]]] = {}
-        """Asynchronous RL: the steps whose rollouts were submitted ahead, not yet awaited:
-        their `RollOut` and the data cursor from before their problems were drawn."""
 
     # --- events ----------------------------------------------------------------------------
 
@@ -162,15 +160,8 @@ class Controller:
         if step > self._saved_step and step > 0:
             commands.append(Checkpoint(step, state))
             self._saved_step = step
-        summary = {
-            "steps": step,
-            "interrupted": reason,
-            "checkpoint_step": self._saved_step,
-            "sft_accuracy": self.progress.sft_accuracy,
-            "final_accuracy": None,
-            "extra": copy.deepcopy(self.progress.extra),
-        }
-        return [*commands, Finish(summary)]
+        summary = {"steps": step, "interrupted": reason, "checkpoint_step": self._saved_step}
+        return [*commands, Finish({**summary, **self._summary(None, evaluations=False)})]
 
     def weights_pushed(
         self, version: int, metrics: dict[str, float], started: float, finished: float
@@ -243,10 +234,8 @@ class Controller:
     def state(self) -> dict[str, Any]:
         """The controller's part of a checkpoint: data cursor, current stage, progress."""
         p = self.progress
-        # problems drawn for steps submitted ahead are drawn again on resume
-        stream = self._ahead[min(self._ahead)][1] if self._ahead else self.stream.state()
         return {
-            "stream": copy.deepcopy(stream),
+            "stream": self.rollouts.cursor(),
             "stage": self.cfg.stages[self.stage_at(max(p.step, 1))].name,
             "progress": dataclasses.asdict(p),
         }
@@ -287,25 +276,12 @@ class Controller:
         log.info("stage %s: %d steps", stage.name, stage.steps)
         if not stage.filter_solved:
             return self._stage_started(index)
-        tasks = self._tasks(
-            self._probe_pool(stage),
-            -1 - index,
-            "filter",
-            stage.filter_samples,
-            self.cfg.rollout.temperature,
-            stage.max_response_tokens,
-            stage.max_turns,
-        )
-        return [self._await(Phase.FILTER, RollOut(-1 - index, tasks))]
-
-    def _probe_pool(self, stage: StageConfig) -> list[TrainProblem]:
-        pool = [self.stream.all[i] for i in self.stream.pool]
-        return pool[: stage.filter_pool] if stage.filter_pool else pool
+        return [self._await(Phase.FILTER, self.rollouts.probe(index))]
 
     def _filtered(self, index: int, results: list[TrajectoryResult]) -> list[Command]:
         """Stage 3's hard subset: drop the pool problems the policy solved every time."""
         stage = self.cfg.stages[index]
-        pool = self._probe_pool(stage)
+        pool = self.rollouts.probe_pool(index)
         keep = unsolved(pool, results)
         n = stage.filter_samples
         log.info(
@@ -334,45 +310,15 @@ class Controller:
         """The next step's rollout: the one submitted ahead for it, or a new one."""
         step = self.progress.step + 1
         stage = self.cfg.stages[self.stage_at(step)]
-        ahead = self._ahead.pop(step, None)
-        command = ahead[0] if ahead is not None else self._train_rollout(step)
         self._step = StepInFlight(step, stage)
-        return self._await(Phase.TRAIN, command)
-
-    def _train_rollout(self, step: int) -> RollOut:
-        """Step `step`'s rollouts, on the next problems of the data cursor."""
-        cfg = self.cfg
-        stage = cfg.stages[self.stage_at(step)]
-        tasks = self._tasks(
-            self.stream.next_batch(cfg.prompts_per_step),
-            step,
-            "train",
-            cfg.rollouts_per_prompt,
-            cfg.rollout.temperature,
-            stage.max_response_tokens,
-            stage.max_turns,
-        )
-        return RollOut(step, tasks)
+        return self._await(Phase.TRAIN, self.rollouts.take(step))
 
     def _submit_ahead(self) -> list[Command]:
-        """Asynchronous RL (`rl.max_staleness = k`): before step t's update, submit the
-        rollouts of steps t+1..t+k not submitted yet. The engines hold version t-1, and step
-        u may start generating once they hold u-1-k, so u <= t+k. Not across a stage's start
-        (its solved-filter probe and optimizer reset come first, as in a synchronous run)."""
-        k, t = self.cfg.rl.max_staleness, self._in_flight().step
-        if not k or self.rollout_only:
+        """Asynchronous RL (`rl.max_staleness`): the later steps' rollouts to submit before
+        this step's update (`StepRollouts.ahead`)."""
+        if not self.cfg.rl.max_staleness or self.rollout_only:
             return []
-        commands: list[Command] = []
-        for u in range(t + 1, min(t + k, self.cfg.total_steps) + 1):
-            if self.stage_at(u) != self.stage_at(t):
-                break
-            if u in self._ahead:
-                continue
-            before = copy.deepcopy(self.stream.state())
-            rollout = self._train_rollout(u)
-            self._ahead[u] = (rollout, before)
-            commands.append(Submit(rollout))
-        return commands
+        return [Submit(r) for r in self.rollouts.ahead(self._in_flight().step)]
 
     def _rolled_out(
         self, results: list[TrajectoryResult], started: float, finished: float
@@ -385,27 +331,10 @@ class Controller:
         if self.rollout_only:
             self.progress.step = s.step
             return [*commands, *self._updated()]
-        fresh = self._within_staleness(s, results)
+        fresh, s.staleness = within_staleness(
+            results, s.step, self.progress.step, self.cfg.rl.max_staleness
+        )
         return [*commands, *self._submit_ahead(), self._await(Phase.UPDATE, Update(s.step, fresh))]
-
-    def _within_staleness(
-        self, s: StepInFlight, results: list[TrajectoryResult]
-    ) -> list[list[TrajectoryResult]]:
-        """The step's rollouts by prompt (`group_results`), the groups at most
-        `rl.max_staleness` versions behind the learner (version `step - 1`); the step's
-        staleness figures go to its metrics row."""
-        learner = self.progress.step
-        ages = [staleness(r.policy_versions, learner) for r in results]
-        kept, dropped = fresh_groups(group_results(results), learner, self.cfg.rl.max_staleness)
-        s.staleness = {**staleness_metrics(ages), "stale_dropped": dropped}
-        if dropped:
-            log.warning(
-                "step %d: %d rollout(s) dropped, their groups more than %d version(s) stale",
-                s.step,
-                dropped,
-                self.cfg.rl.max_staleness,
-            )
-        return kept
 
     def _updated(self) -> list[Command]:
         """The step's policy is out: its metrics row, then its evaluation when due."""
@@ -454,15 +383,19 @@ class Controller:
         p = self.progress
         p.last_accuracy = last
         self._enter(Phase.DONE)
-        summary = {
-            "steps": p.step,
+        self._saved_step = p.step
+        summary = {"steps": p.step, **self._summary(last, evaluations=True)}
+        return [Checkpoint(p.step, self.state()), Finish(summary)]
+
+    def _summary(self, last: float | None, evaluations: bool) -> dict[str, Any]:
+        p = self.progress
+        kept = {"evaluations": copy.deepcopy(p.evaluations)} if evaluations else {}
+        return {
             "sft_accuracy": p.sft_accuracy,
             "final_accuracy": last,
-            "evaluations": copy.deepcopy(p.evaluations),
+            **kept,
             "extra": copy.deepcopy(p.extra),
         }
-        self._saved_step = p.step
-        return [Checkpoint(p.step, self.state()), Finish(summary)]
 
     # --- bookkeeping -----------------------------------------------------------------------
 

@@ -82,7 +82,7 @@ from rstar2.train.run_commands import (
 )
 from rstar2.train.step_metrics import progress_line
 from rstar2.train.step_rollouts import StepRollouts, within_staleness
-from rstar2.wire import RolloutTask, TrajectoryResult
+from rstar2.wire import TrajectoryResult
 
 log = logging.getLogger(__name__)
 
@@ -400,12 +400,14 @@ class Controller:
     # --- bookkeeping -----------------------------------------------------------------------
 
     def _evaluate(self, phase: Phase) -> RollOut:
-        """Evaluate the validation split (the test split with `test`), `eval_samples` each,
-        with seeds that do not depend on the step: every evaluation of a split samples alike,
-        so two evaluations differ by the policy alone."""
+        """Evaluate the validation split (the test split in `TEST_PHASES`), `eval_samples`
+        each, with seeds that do not depend on the step: every evaluation of a split samples
+        alike, so two evaluations differ by the policy alone."""
         step, test = self.progress.step, phase in TEST_PHASES
-        tasks = self._tasks(
+        tasks = rollout_tasks(
             self.test if test else self.heldout,
+            self.encode,
+            self.cfg.seed,
             step,
             "test" if test else "eval",
             self.cfg.eval_samples,
@@ -413,10 +415,6 @@ class Controller:
             seed_step=0,
         )
         return self._await(phase, RollOut(step, tasks))
-
-    def _tasks(self, problems: Sequence[TrainProblem], *args: Any, **kw: Any) -> list[RolloutTask]:
-        """`rollout_groups.rollout_tasks` with this run's prompt encoding and seed."""
-        return rollout_tasks(problems, self.encode, self.cfg.seed, *args, **kw)
 
     def _await(self, phase: Phase, command: _Awaited) -> _Awaited:
         self._enter(phase)

@@ -17,11 +17,13 @@ from collections.abc import Sequence
 
 from transformers import PreTrainedTokenizerBase
 
+from rstar2.format_markers import IM_END, RESPONSE_PREFIX, RESPONSE_SUFFIX, TOOL_CALL_END
+
 Message = dict[str, str]
 
-TOOL_RESPONSE_OPEN = "<|im_end|>\n<|im_start|>user\n<tool_response>\n"
+TOOL_RESPONSE_OPEN = RESPONSE_PREFIX
 """Forced text after `</tool_call>`, before the tool output (docs/format.md)."""
-TOOL_RESPONSE_CLOSE = "\n</tool_response><|im_end|>\n<|im_start|>assistant\n"
+TOOL_RESPONSE_CLOSE = RESPONSE_SUFFIX
 """Forced text after the tool output; the model generates the next assistant turn after it."""
 
 
@@ -81,8 +83,8 @@ def encode_conversation(
     for m in messages[start:]:
         if m["role"] == "assistant":
             text = m["content"]
-            if not text.endswith("</tool_call>"):
-                text += "<|im_end|>"
+            if not text.endswith(TOOL_CALL_END):
+                text += IM_END
             seg = tokenizer.encode(text, add_special_tokens=False)
             ids += seg
             mask += [1] * len(seg)

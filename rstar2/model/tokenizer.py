@@ -30,6 +30,7 @@ from tokenizers import (
 )
 from transformers import PreTrainedTokenizerBase, PreTrainedTokenizerFast
 
+from rstar2.format_markers import EOS, FORMAT_MARKERS, MARKER_FIELDS
 from rstar2.model.chat_template import CHAT_TEMPLATE
 
 # Qwen2's pre-tokenizer split with `\p{N}` widened to `\p{N}{1,G}`: numbers are cut into
@@ -51,20 +52,7 @@ def pretokenize_regex(digit_group: int) -> str:
     return _PRETOKENIZE.replace("DIGITS", str(digit_group))
 
 
-EOS = "<|endoftext|>"
-SPECIAL_TOKENS: tuple[str, ...] = (
-    EOS,
-    "<|im_start|>",
-    "<|im_end|>",
-    "<tool_call>",
-    "</tool_call>",
-    "<tool_response>",
-    "</tool_response>",
-    "<answer>",
-    "</answer>",
-    "<think>",
-    "</think>",
-)
+SPECIAL_TOKENS: tuple[str, ...] = FORMAT_MARKERS
 """Every special token of docs/format.md; ids 0..10 in the embedded tokenizer, in this order."""
 
 
@@ -90,19 +78,7 @@ class SpecialTokens:
         return (self.tool_call_end, self.im_end, self.eos)
 
 
-_FIELDS: dict[str, str] = {
-    "im_start": "<|im_start|>",
-    "im_end": "<|im_end|>",
-    "eos": EOS,
-    "tool_call": "<tool_call>",
-    "tool_call_end": "</tool_call>",
-    "tool_response": "<tool_response>",
-    "tool_response_end": "</tool_response>",
-    "answer": "<answer>",
-    "answer_end": "</answer>",
-    "think": "<think>",
-    "think_end": "</think>",
-}
+_FIELDS = MARKER_FIELDS
 
 
 def _single_id(tokenizer: PreTrainedTokenizerBase, text: str) -> int:
@@ -121,7 +97,7 @@ def special_token_ids(tokenizer: PreTrainedTokenizerBase) -> SpecialTokens:
     for name, text in _FIELDS.items():
         if name == "eos" and text not in tokenizer.get_vocab():
             if tokenizer.eos_token_id is None:
-                raise ValueError("tokenizer has neither <|endoftext|> nor an eos token")
+                raise ValueError(f"tokenizer has neither {EOS} nor an eos token")
             ids[name] = int(tokenizer.eos_token_id)
             continue
         ids[name] = _single_id(tokenizer, text)

@@ -30,12 +30,15 @@ from rstar2.actors import Actor, ActorContext, Port, port
 from rstar2.actors.handling import BusyTrack
 from rstar2.actors.service import Route, Service
 from rstar2.finish_reason import TRUNCATED_REASONS
+from rstar2.format_markers import TOOL_RESPONSE, TOOL_RESPONSE_END
 from rstar2.reward.infra_failure import infra_failure_of
 from rstar2.reward.reward_config import RewardConfig
 from rstar2.reward.reward_pool import RewardPool, open_reward_pool
 from rstar2.wire import TrajectoryResult
 
-_TOOL_RESPONSE = re.compile(r"<tool_response>.*?(</tool_response>|$)", re.DOTALL)
+_TOOL_RESPONSE = re.compile(
+    f"{re.escape(TOOL_RESPONSE)}.*?({re.escape(TOOL_RESPONSE_END)}|$)", re.DOTALL
+)
 
 
 def model_text(response: str) -> str:

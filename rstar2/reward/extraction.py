@@ -17,9 +17,9 @@ from __future__ import annotations
 
 import re
 
+from rstar2.format_markers import ANSWER, ANSWER_END
+
 _BOX = re.compile(r"\\(?:boxed|fbox)(?![A-Za-z])")
-_ANSWER_OPEN = "<answer>"
-_ANSWER_CLOSE = "</answer>"
 
 
 def extract_answer(response: str) -> str | None:
@@ -36,11 +36,11 @@ def extract_answer(response: str) -> str | None:
 
 def last_answer_block(text: str) -> str | None:
     """Text of the last `<answer>` block (to its `</answer>` or the end), or None."""
-    start = text.rfind(_ANSWER_OPEN)
+    start = text.rfind(ANSWER)
     if start < 0:
         return None
-    body_start = start + len(_ANSWER_OPEN)
-    end = text.find(_ANSWER_CLOSE, body_start)
+    body_start = start + len(ANSWER)
+    end = text.find(ANSWER_END, body_start)
     return text[body_start:] if end < 0 else text[body_start:end]
 
 

@@ -17,18 +17,14 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
-CALL_END = "</tool_call>"
-TURN_END = "<|im_end|>"
-EOS = "<|endoftext|>"
-RESPONSE_PREFIX = "<|im_end|>\n<|im_start|>user\n<tool_response>\n"
-"""Forced after `</tool_call>`: closes the assistant turn and opens the tool response."""
-RESPONSE_SUFFIX = "\n</tool_response><|im_end|>\n<|im_start|>assistant\n"
-"""Forced after the tool output: closes the response and reopens the assistant turn."""
-FORMAT_MARKERS = (
-    "<|endoftext|>", "<|im_start|>", "<|im_end|>", "<tool_call>", "</tool_call>",
-    "<tool_response>", "</tool_response>", "<answer>", "</answer>", "<think>", "</think>",
-)  # fmt: skip
-"""The special tokens of docs/format.md."""
+from rstar2.format_markers import (
+    EOS,
+    FORMAT_MARKERS,
+    IM_END,
+    RESPONSE_PREFIX,
+    RESPONSE_SUFFIX,
+    TOOL_CALL_END,
+)
 
 
 class Tokenizer(Protocol):
@@ -48,8 +44,8 @@ class TokenCodec:
 
     def __init__(self, tokenizer: Tokenizer) -> None:
         self.tokenizer = tokenizer
-        self.call_end_id = _single_token(tokenizer, CALL_END)
-        turn_end = _single_token(tokenizer, TURN_END)
+        self.call_end_id = _single_token(tokenizer, TOOL_CALL_END)
+        turn_end = _single_token(tokenizer, IM_END)
         end_ids = {turn_end}
         eos = _optional_token(tokenizer, EOS)
         if eos is not None:

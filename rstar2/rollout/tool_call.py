@@ -14,6 +14,8 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
+from rstar2.format_markers import TOOL_CALL, TOOL_CALL_END
+
 TOOL_NAME = "execute_python_code_with_standard_io"
 """The paper's tool name, the one the loop advertises."""
 
@@ -37,9 +39,6 @@ TOOL_SCHEMA: dict[str, object] = {
 }
 """The JSON schema of the tool, for system prompts that list tools."""
 
-CALL_OPEN = "<tool_call>"
-CALL_CLOSE = "</tool_call>"
-
 
 @dataclass(frozen=True)
 class ToolCall:
@@ -62,11 +61,11 @@ def extract_call_body(turn_text: str) -> str | None:
     Returns None when the turn contains no `</tool_call>` at all (a turn without a call).
     A `</tool_call>` with no opener yields the text before it, which then fails to parse.
     """
-    end = turn_text.rfind(CALL_CLOSE)
+    end = turn_text.rfind(TOOL_CALL_END)
     if end < 0:
         return None
-    start = turn_text.rfind(CALL_OPEN, 0, end)
-    start = 0 if start < 0 else start + len(CALL_OPEN)
+    start = turn_text.rfind(TOOL_CALL, 0, end)
+    start = 0 if start < 0 else start + len(TOOL_CALL)
     return turn_text[start:end]
 
 

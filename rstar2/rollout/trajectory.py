@@ -34,8 +34,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from rstar2.finish_reason import TRUNCATED_REASONS
-
-ANSWER_TAG = "<answer>"
+from rstar2.format_markers import ANSWER
 
 
 @dataclass
@@ -108,7 +107,7 @@ def classify_stop(
 
 def count_answer_tags(text: str) -> int:
     """Number of `<answer>` opening tags in model-written text."""
-    return text.count(ANSWER_TAG)
+    return text.count(ANSWER)
 
 
 def unfit_trajectory(prompt_ids: Sequence[int], prompt_id: str, sample: int) -> Trajectory:

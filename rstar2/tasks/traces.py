@@ -20,6 +20,7 @@ import json
 import random
 from typing import Literal
 
+from rstar2.format_markers import ANSWER, ANSWER_END, TOOL_CALL, TOOL_CALL_END
 from rstar2.tasks.arithmetic import Problem
 
 TOOL_NAME = "execute_python_code_with_standard_io"
@@ -52,7 +53,7 @@ _FIXES = ("That was a typo. Let me fix it.", "I made a mistake. Fixing it.")
 def tool_call_text(code: str, stdin: str = "") -> str:
     """The `<tool_call>` block for `code`, exactly as docs/format.md writes it."""
     call = json.dumps({"name": TOOL_NAME, "arguments": {"code": code, "input": stdin}})
-    return f"<tool_call>\n{call}\n</tool_call>"
+    return f"{TOOL_CALL}\n{call}\n{TOOL_CALL_END}"
 
 
 def tool_success_text(stdout: str) -> str:
@@ -67,7 +68,7 @@ def tool_error_text(error_type: str, line: int, message: str, source_line: str) 
 
 
 def answer_text(answer: str) -> str:
-    return f"<answer>The answer is \\boxed{{{answer}}}</answer>"
+    return f"{ANSWER}The answer is \\boxed{{{answer}}}{ANSWER_END}"
 
 
 def _mistake_call(expression: str, mistake: Mistake) -> tuple[str, str]:

@@ -74,10 +74,6 @@ def decode(data: bytes | memoryview) -> Message:
         raise WireError(str(e)) from None
 
 
-def message_types() -> dict[int, type[Message]]:
-    return dict(_REGISTRY)
-
-
 def message_union() -> Any:
     """The tagged union of every registered message kind (what the decoders decode)."""
     return Union[tuple(_REGISTRY.values())]  # noqa: UP007 - runtime union of classes

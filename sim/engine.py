@@ -188,10 +188,6 @@ class EngineModel:
         """These prompts will not come again (their step is over): forget they were seen."""
         self._prompts_seen.difference_update(prompt_ids)
 
-    @property
-    def used_blocks(self) -> int:
-        return self.num_blocks - self.free_blocks
-
     # --- segment arithmetic -------------------------------------------------------------------
 
     def _seg_time(self, j: int) -> float:

@@ -31,7 +31,6 @@ the caller to send).
 from __future__ import annotations
 
 import logging
-import os
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
@@ -86,27 +85,6 @@ def resolve_backend(backend: str) -> str:
     if backend == "auto":
         return "nccl" if torch.cuda.is_available() else "gloo"
     return backend
-
-
-def init_distributed(cfg: DistributedConfig) -> torch.device:
-    """Join the process group described by torchrun's environment; returns this rank's device.
-
-    Reads RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR and MASTER_PORT (set by `torchrun`).
-    """
-    cfg.validate()
-    missing = [
-        k for k in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT") if k not in os.environ
-    ]
-    if missing:
-        raise RuntimeError(f"not started by torchrun: environment lacks {', '.join(missing)}")
-    backend = resolve_backend(cfg.backend)
-    device = torch.device("cpu")
-    if backend == "nccl":
-        device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
-        torch.cuda.set_device(device)
-    dist.init_process_group(backend)
-    log.info("rank %d/%d joined (%s, %s)", dist.get_rank(), dist.get_world_size(), backend, device)
-    return device
 
 
 def decoder_layers(model: nn.Module) -> Sequence[nn.Module]:

@@ -30,10 +30,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from rstar2.config import ConfigError
+from rstar2.problem import Problem
 from rstar2.tasks.arithmetic import generate_problems
 from rstar2.train.config import TrainConfig
 from rstar2.train.problem_files import load_problem_file
-from rstar2.train.problem_stream import TrainProblem
 from rstar2.train.step_metrics import rollout_metrics
 from rstar2.wire import TrajectoryResult
 
@@ -56,10 +56,6 @@ class Accuracy:
     rollout: dict[str, float] = field(default_factory=dict)
     """How the evaluation's rollouts went: `response_tokens_mean`, `tool_calls_mean` (per
     rollout) and `tool_error_ratio_correct` (failed calls among the calls of correct rollouts)."""
-
-    @property
-    def half_width(self) -> float:
-        return (self.high - self.low) / 2
 
     def as_dict(self) -> dict[str, object]:
         return {
@@ -95,15 +91,13 @@ def rollout_figures(results: Sequence[TrajectoryResult]) -> dict[str, float]:
     return {k: step[k] for k in ROLLOUT_FIGURES}
 
 
-def _source(cfg: TrainConfig, key: str) -> list[TrainProblem]:
+def _source(cfg: TrainConfig, key: str) -> list[Problem]:
     if getattr(cfg, key):
         return load_problem_file(cfg, key)
-    return [TrainProblem(p.id, p.problem, p.answer) for p in generate_problems(cfg.task, "heldout")]
+    return [Problem(p.id, p.problem, p.answer) for p in generate_problems(cfg.task, "heldout")]
 
 
-def eval_splits(
-    cfg: TrainConfig, train: Sequence[TrainProblem]
-) -> tuple[list[TrainProblem], list[TrainProblem]]:
+def eval_splits(cfg: TrainConfig, train: Sequence[Problem]) -> tuple[list[Problem], list[Problem]]:
     """(validation, test) problems of a run (see the module docstring)."""
     heldout = _source(cfg, "heldout_data")
     validation = heldout[: cfg.heldout_problems]

@@ -47,6 +47,8 @@ from functools import partial
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from rstar2.problem import Problem
+
 log = logging.getLogger(__name__)
 
 JSONL_SUFFIXES = (".jsonl", ".ndjson")
@@ -58,13 +60,6 @@ ANSWER_FIELDS = ("answer", "reward_model.ground_truth", "ground_truth", "final_a
 """The answer field of a file that names none: the first of these it has."""
 GSM8K_MARK = "####"
 """GSM8K's answers are a worked solution ending `#### 72`; the reference is what follows."""
-
-
-@dataclass(frozen=True)
-class Problem:
-    id: str
-    problem: str
-    answer: str
 
 
 class LoadedProblems(NamedTuple):

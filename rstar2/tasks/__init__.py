@@ -1,7 +1,7 @@
 """The embedded default task: seeded arithmetic problems and SFT traces in the chat format."""
 
 from rstar2.tasks.arithmetic import (
-    Problem,
+    ArithmeticProblem,
     TaskConfig,
     evaluate,
     generate_problems,
@@ -22,8 +22,8 @@ from rstar2.tasks.traces import (
 __all__ = [
     "TOOL_NAME",
     "TOOL_SCHEMA",
+    "ArithmeticProblem",
     "Message",
-    "Problem",
     "TaskConfig",
     "build_trace",
     "build_traces",

@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Literal
 
 from rstar2.config import ConfigError, require
+from rstar2.problem import Problem
 
 Split = Literal["train", "heldout"]
 
@@ -119,17 +120,11 @@ class TaskConfig:
 
 
 @dataclass(frozen=True)
-class Problem:
-    """One problem: its text, the Python expression that solves it and the exact answer."""
+class ArithmeticProblem(Problem):
+    """A generated `Problem`: with the Python expression that solves it and its split."""
 
-    id: str
-    problem: str
     expression: str
-    answer: str
     split: Split = field(default="train")
-
-    def to_json(self) -> dict[str, str]:
-        return {"id": self.id, "problem": self.problem, "answer": self.answer}
 
 
 def _operand(rng: random.Random, cfg: TaskConfig) -> int:
@@ -266,7 +261,7 @@ def evaluate(expression: str) -> int:
     return value
 
 
-def _stream(cfg: TaskConfig, split: Split) -> Iterator[Problem]:
+def _stream(cfg: TaskConfig, split: Split) -> Iterator[ArithmeticProblem]:
     # One generator per split, seeded from (seed, split), so growing train_size does not
     # change the held-out problems.
     rng = random.Random(f"{cfg.seed}:{split}")
@@ -287,19 +282,19 @@ def _stream(cfg: TaskConfig, split: Split) -> Iterator[Problem]:
             continue
         misses = 0
         seen.add(text)
-        yield Problem(f"{split}-{len(seen) - 1}", text, expr, str(evaluate(expr)), split)
+        yield ArithmeticProblem(f"{split}-{len(seen) - 1}", text, str(evaluate(expr)), expr, split)
 
 
 _MAX_MISSES = 100_000
 """Draws in a row without a new problem after which a split is taken to be exhausted."""
 
 
-def generate_problems(cfg: TaskConfig, split: Split) -> list[Problem]:
+def generate_problems(cfg: TaskConfig, split: Split) -> list[ArithmeticProblem]:
     """The first `train_size` or `heldout_size` problems of a split, deterministically."""
     if split not in ("train", "heldout"):
         raise ValueError(f"split must be 'train' or 'heldout', got {split!r}")
     n = cfg.train_size if split == "train" else cfg.heldout_size
-    out: list[Problem] = []
+    out: list[ArithmeticProblem] = []
     for problem in _stream(cfg, split):
         out.append(problem)
         if len(out) == n:
@@ -312,7 +307,7 @@ def generate_problems(cfg: TaskConfig, split: Split) -> list[Problem]:
     )
 
 
-def write_jsonl(problems: list[Problem], path: str | Path) -> Path:
+def write_jsonl(problems: list[ArithmeticProblem], path: str | Path) -> Path:
     """Write problems as JSON lines with `id`, `problem`, `answer` (the data loader's fields)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)

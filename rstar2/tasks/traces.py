@@ -21,7 +21,7 @@ import random
 from typing import Literal
 
 from rstar2.format_markers import ANSWER, ANSWER_END, TOOL_CALL, TOOL_CALL_END
-from rstar2.tasks.arithmetic import Problem
+from rstar2.tasks.arithmetic import ArithmeticProblem
 
 TOOL_NAME = "execute_python_code_with_standard_io"
 """The paper's tool name (docs/format.md)."""
@@ -82,7 +82,9 @@ def _mistake_call(expression: str, mistake: Mistake) -> tuple[str, str]:
     raise ValueError(f"unknown mistake kind {mistake!r}")
 
 
-def build_trace(problem: Problem, rng: random.Random, mistake: Mistake = "none") -> list[Message]:
+def build_trace(
+    problem: ArithmeticProblem, rng: random.Random, mistake: Mistake = "none"
+) -> list[Message]:
     """The chat messages of one worked solution of `problem` (user turn first)."""
     code = f"print({problem.expression})"
     messages: list[Message] = [{"role": "user", "content": problem.problem}]
@@ -99,7 +101,7 @@ def build_trace(problem: Problem, rng: random.Random, mistake: Mistake = "none")
 
 
 def build_traces(
-    problems: list[Problem], seed: int = 0, mistake_fraction: float = 0.15
+    problems: list[ArithmeticProblem], seed: int = 0, mistake_fraction: float = 0.15
 ) -> list[list[Message]]:
     """One trace per problem; about `mistake_fraction` of them fix a failed first call."""
     if not 0.0 <= mistake_fraction <= 1.0:

@@ -59,11 +59,12 @@ from collections.abc import Sequence
 from typing import Any, TypeVar
 
 from rstar2.config import from_dict
+from rstar2.problem import Problem
 from rstar2.train.accuracy import Accuracy, score
 from rstar2.train.config import TrainConfig
 from rstar2.train.heldout import TEST_PHASES, EvaluationPlan, record
 from rstar2.train.phase import EVALUATIONS, Phase, check_transition
-from rstar2.train.problem_stream import ProblemStream, TrainProblem
+from rstar2.train.problem_stream import ProblemStream
 from rstar2.train.progress import Progress, StepInFlight, stage_index
 from rstar2.train.rollout_groups import Encode, rollout_tasks, unsolved
 from rstar2.train.run_commands import (
@@ -96,11 +97,11 @@ class Controller:
     def __init__(
         self,
         cfg: TrainConfig,
-        train: Sequence[TrainProblem],
-        heldout: Sequence[TrainProblem],
+        train: Sequence[Problem],
+        heldout: Sequence[Problem],
         encode: Encode,
         rollout_only: bool = False,
-        test: Sequence[TrainProblem] = (),
+        test: Sequence[Problem] = (),
     ) -> None:
         self.cfg = cfg
         self.stream = ProblemStream(train, cfg.seed)

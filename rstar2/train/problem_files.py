@@ -16,8 +16,8 @@ from __future__ import annotations
 
 from rstar2.config import ConfigError
 from rstar2.data import BadRow, load_problems
+from rstar2.problem import Problem
 from rstar2.train.config import TrainConfig
-from rstar2.train.problem_stream import TrainProblem
 
 FIELD_HINT = (
     "; data_format.problem_field, data_format.answer_field and data_format.id_field name the fields"
@@ -25,7 +25,7 @@ FIELD_HINT = (
 BUILT_IN = "the built-in arithmetic task's"
 
 
-def load_problem_file(cfg: TrainConfig, key: str) -> list[TrainProblem]:
+def load_problem_file(cfg: TrainConfig, key: str) -> list[Problem]:
     """The problems of the file named by `cfg.<key>` (see the module docstring)."""
     path: str = getattr(cfg, key)
     fmt = cfg.data_format
@@ -41,7 +41,7 @@ def load_problem_file(cfg: TrainConfig, key: str) -> list[TrainProblem]:
         raise ConfigError(key, path, f"a usable problem file ({reason})") from None
     if not loaded.problems:
         raise ConfigError(key, path, "a problem file with at least one problem")
-    return [TrainProblem(p.id, p.problem, p.answer) for p in loaded.problems]
+    return [Problem(p.id, p.problem, p.answer) for p in loaded.problems]
 
 
 def split_sources(cfg: TrainConfig) -> dict[str, str]:

@@ -12,19 +12,13 @@ from __future__ import annotations
 
 import random
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
-
-@dataclass(frozen=True)
-class TrainProblem:
-    id: str
-    problem: str
-    answer: str
+from rstar2.problem import Problem
 
 
 class ProblemStream:
-    def __init__(self, problems: Sequence[TrainProblem], seed: int) -> None:
+    def __init__(self, problems: Sequence[Problem], seed: int) -> None:
         if not problems:
             raise ValueError("ProblemStream needs at least one problem")
         self.all = list(problems)
@@ -39,7 +33,7 @@ class ProblemStream:
         random.Random(f"{self.seed}:{self.epoch}:{len(self.pool)}").shuffle(order)
         return order
 
-    def next_batch(self, n: int) -> list[TrainProblem]:
+    def next_batch(self, n: int) -> list[Problem]:
         if n < 1:
             raise ValueError(f"batch size must be >= 1, got {n}")
         out = []

@@ -12,16 +12,16 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from rstar2.train.problem_stream import TrainProblem
+from rstar2.problem import Problem
 from rstar2.train.seeds import derive_seed
 from rstar2.wire import RolloutTask, TrajectoryResult
 
-Encode = Callable[[TrainProblem], list[int]]
+Encode = Callable[[Problem], list[int]]
 """A problem's prompt as token ids (the chat template applied)."""
 
 
 def rollout_tasks(
-    problems: Sequence[TrainProblem],
+    problems: Sequence[Problem],
     encode: Encode,
     seed: int,
     step: int,
@@ -69,7 +69,7 @@ def group_results(results: Sequence[TrajectoryResult]) -> list[list[TrajectoryRe
     return [sorted(g, key=lambda r: r.sample) for _, g in ordered]
 
 
-def unsolved(problems: Sequence[TrainProblem], results: Sequence[TrajectoryResult]) -> list[str]:
+def unsolved(problems: Sequence[Problem], results: Sequence[TrajectoryResult]) -> list[str]:
     """The solved-filter: ids of the probed problems that some sample failed (reward <= 0).
     `results` are the probe's rollouts, prompt `i` being `problems[i]`."""
     groups = group_results(results)

@@ -41,12 +41,12 @@ from rstar2.learner.policy import LearnerPolicy, load_policy
 from rstar2.learner.rank_group import RankGroup
 from rstar2.model.chat_format import render_prompt
 from rstar2.model.saver import save_model_dir
+from rstar2.problem import Problem
 from rstar2.rl import build_training_batch
 from rstar2.tasks.arithmetic import generate_problems
 from rstar2.train.config import TrainConfig
 from rstar2.train.learner_ranks import start_ranks
 from rstar2.train.problem_files import load_problem_file
-from rstar2.train.problem_stream import TrainProblem
 from rstar2.train.seeds import derive_seed
 from rstar2.weights.buckets import WeightManifest, manifest_of
 from rstar2.wire import TrajectoryResult
@@ -54,12 +54,12 @@ from rstar2.wire import TrajectoryResult
 log = logging.getLogger(__name__)
 
 
-def load_split(cfg: TrainConfig, split: str) -> list[TrainProblem]:
+def load_split(cfg: TrainConfig, split: str) -> list[Problem]:
     """Training or held-out problems: from the configured files, else the embedded task."""
     key = "data" if split == "train" else "heldout_data"
     if getattr(cfg, key):
         return load_problem_file(cfg, key)
-    return [TrainProblem(p.id, p.problem, p.answer) for p in generate_problems(cfg.task, split)]
+    return [Problem(p.id, p.problem, p.answer) for p in generate_problems(cfg.task, split)]
 
 
 class RunState:
@@ -162,7 +162,7 @@ class RunState:
         """The whole policy's tensors (gathered from every rank): the exported model."""
         return dict(self._run("full_weights"))
 
-    def prompt_ids(self, problem: TrainProblem) -> list[int]:
+    def prompt_ids(self, problem: Problem) -> list[int]:
         # Keyed by the text, not the id: ids are only unique within a split (problem files
         # number their rows), and held-out and training problems share this cache.
         ids = self._prompt_cache.get(problem.problem)

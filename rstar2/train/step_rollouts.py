@@ -21,9 +21,10 @@ import logging
 from collections.abc import Sequence
 from typing import Any
 
+from rstar2.problem import Problem
 from rstar2.rl.staleness import fresh_groups, staleness, staleness_metrics
 from rstar2.train.config import TrainConfig
-from rstar2.train.problem_stream import ProblemStream, TrainProblem
+from rstar2.train.problem_stream import ProblemStream
 from rstar2.train.progress import stage_index
 from rstar2.train.rollout_groups import Encode, group_results, rollout_tasks
 from rstar2.train.run_commands import RollOut
@@ -80,7 +81,7 @@ class StepRollouts:
         )
         return RollOut(-1 - index, tasks)
 
-    def probe_pool(self, index: int) -> list[TrainProblem]:
+    def probe_pool(self, index: int) -> list[Problem]:
         """The problems stage `index`'s probe rolls out: the data cursor's pool (its first
         `filter_pool`)."""
         stage = self.cfg.stages[index]

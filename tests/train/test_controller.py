@@ -18,9 +18,9 @@ from typing import Any
 import pytest
 
 from rstar2.config import from_dict
+from rstar2.problem import Problem
 from rstar2.train.config import TrainConfig
 from rstar2.train.controller import Controller
-from rstar2.train.problem_stream import TrainProblem
 from rstar2.train.rollout_groups import rollout_tasks, unsolved
 from rstar2.train.run_commands import (
     Checkpoint,
@@ -39,8 +39,8 @@ from rstar2.train.seeds import derive_seed
 from rstar2.train.step_metrics import progress_line
 from rstar2.wire import RolloutTask, TrajectoryResult
 
-PROBLEMS = [TrainProblem(f"p{i}", f"{i} + 1", f"a{i}") for i in range(8)]
-HELDOUT = [TrainProblem(f"h{i}", f"{i} * 2", f"h{i}") for i in range(3)]
+PROBLEMS = [Problem(f"p{i}", f"{i} + 1", f"a{i}") for i in range(8)]
+HELDOUT = [Problem(f"h{i}", f"{i} * 2", f"h{i}") for i in range(3)]
 UPDATE = {"loss": 0.5, "clip_fraction": 0.25, "trained_rollouts": 4}
 PUSH = {"weights_broadcast_bytes": 0.0, "weights_bus_bytes": 64.0}
 
@@ -62,7 +62,7 @@ def make_config(**over: Any) -> TrainConfig:
     return from_dict(TrainConfig, data)
 
 
-def encode(problem: TrainProblem) -> list[int]:
+def encode(problem: Problem) -> list[int]:
     return [ord(c) for c in problem.problem]
 
 
@@ -511,7 +511,7 @@ def test_an_interruption_checkpoints_the_last_step_done_as_of_its_end(k: int) ->
 
 # --- the evaluation protocol ----------------------------------------------------------------
 
-TEST = [TrainProblem(f"t{i}", f"{i} - 1", f"t{i}") for i in range(4)]
+TEST = [Problem(f"t{i}", f"{i} - 1", f"t{i}") for i in range(4)]
 
 
 def test_validation_during_training_and_test_only_after_sft_and_at_the_end() -> None:

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from rstar2.train.problem_stream import ProblemStream, TrainProblem
+from rstar2.problem import Problem
+from rstar2.train.problem_stream import ProblemStream
 
-PROBLEMS = [TrainProblem(f"p{i}", f"q{i}", str(i)) for i in range(5)]
+PROBLEMS = [Problem(f"p{i}", f"q{i}", str(i)) for i in range(5)]
 
 
-def ids(batch: list[TrainProblem]) -> list[str]:
+def ids(batch: list[Problem]) -> list[str]:
     return [p.id for p in batch]
 
 

@@ -7,8 +7,8 @@ from types import SimpleNamespace
 
 from rstar2.model import TinyModelConfig, init_model, render_prompt
 from rstar2.model.loader import load_tokenizer
+from rstar2.problem import Problem
 from rstar2.train.config import load_train_config
-from rstar2.train.problem_stream import TrainProblem
 from rstar2.train.run_state import RunState
 
 
@@ -21,8 +21,8 @@ def test_problems_of_two_splits_with_the_same_id_get_their_own_prompts(tmp_path:
     policy = SimpleNamespace(pad_id=0)
     state = RunState(load_train_config(), tmp_path, policy, tok)  # type: ignore[arg-type]
     heldout, train = (
-        TrainProblem("3", "Compute 1 + 1.", "2"),
-        TrainProblem("3", "Compute 7 * 8.", "56"),
+        Problem("3", "Compute 1 + 1.", "2"),
+        Problem("3", "Compute 7 * 8.", "56"),
     )
     assert state.prompt_ids(heldout) == render_prompt(tok, heldout.problem)
     assert state.prompt_ids(train) == render_prompt(tok, train.problem)

@@ -27,6 +27,7 @@ What it does not do: scheduling across engines, reward, or retrying a failed eng
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Protocol
@@ -200,13 +201,16 @@ async def _answer_call(
     emit(ToolCallEvent(turn=turn, call=call))
     if isinstance(call, MalformedCall):
         text, failed, timed_out, infra = format_malformed(call.error), True, False, ""
+        latency = 0.0
     else:
+        started = time.perf_counter()
         result = await _execute(tools, call, cfg, f"{base_id}/t{turn}", turn_seed(seed, turn))
+        latency = time.perf_counter() - started
         text = format_result(result, max_chars=cfg.tool_output_chars, show_time=cfg.tool_show_time)
         failed, timed_out, infra = result.status != "ok", result.status == "timeout", result.infra
     emit(ToolResultEvent(turn=turn, text=text, failed=failed))
     ids = codec.tool_response_ids(text)
-    state.add_tool_response(ids, failed=failed, timed_out=timed_out, infra=infra)
+    state.add_tool_response(ids, failed=failed, timed_out=timed_out, infra=infra, latency=latency)
 
 
 async def _execute(

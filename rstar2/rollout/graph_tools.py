@@ -4,15 +4,13 @@
 worker's ``tools`` client port to the sandbox service instance with the fewest of this worker's
 calls outstanding. A call with no reply in time ("transport_timeout") or a reply of the wrong
 kind ("bad_reply") comes back as a failed result flagged as an infrastructure failure
-(`ExecResult.infra`), which marks its trajectory. `TimedTools` wraps it for one trajectory and
-keeps the wall time of each call.
+(`ExecResult.infra`), which marks its trajectory. (Each call's wall time is the agent loop's:
+`Trajectory.tool_latencies`.)
 
 What it does not do: run code (the sandbox actor) or retry a failed call.
 """
 
 from __future__ import annotations
-
-import time
 
 from rstar2.actors import ActorContext
 from rstar2.wire import ExecRequest, ExecResult
@@ -44,36 +42,6 @@ class GraphTools:
             message = f"unexpected reply {type(reply).__name__}"
             return _failed(req.id, "killed", message, infra="bad_reply")
         return reply
-
-
-class TimedTools:
-    """Adds up the wall time one trajectory spends waiting on tools, and keeps each call's."""
-
-    def __init__(self, inner: GraphTools) -> None:
-        self.inner = inner
-        self.latencies: dict[str, float] = {}
-        """Request id ("<traj>/t<turn>") -> wall seconds of that call (one call per turn)."""
-
-    async def run(self, req: ExecRequest) -> ExecResult:
-        start = time.perf_counter()
-        try:
-            return await self.inner.run(req)
-        finally:
-            self.latencies[req.id] = time.perf_counter() - start
-
-    @property
-    def seconds(self) -> float:
-        """Wall time spent waiting on tools, all calls together."""
-        return sum(self.latencies.values())
-
-    def per_turn(self, turns: int) -> list[float]:
-        """Latency of turn k's call for k < turns (0.0 where the turn ran none)."""
-        by_turn: dict[int, float] = {}
-        for request_id, seconds in self.latencies.items():
-            _, _, turn = request_id.rpartition("/t")
-            if turn.isdigit():
-                by_turn[int(turn)] = seconds
-        return [by_turn.get(k, 0.0) for k in range(turns)]
 
 
 def _failed(request_id: str, status: str, message: str, *, infra: str) -> ExecResult:

@@ -61,6 +61,9 @@ class Trajectory:
     "reward:<status>"): see the module docstring."""
     policy_versions: list[int] = field(default_factory=list)
     """The policy version that generated each turn (-1: unknown), in turn order."""
+    tool_latencies: list[float] = field(default_factory=list, compare=False)
+    """Wall seconds of each turn's tool call, by turn (0.0: the turn ran none); a measurement,
+    so two trajectories compare equal without it."""
 
     @property
     def response_tokens(self) -> int:
@@ -143,6 +146,8 @@ class TrajectoryState:
             raise ValueError(f"max_turns must be >= 1, got {max_turns}")
         self.token_ids: list[int] = list(prompt_ids)
         self.loss_mask: list[int] = [0] * len(prompt_ids)
+        self.tool_latencies: list[float] = []
+        """Wall seconds of each turn's tool call so far, by turn (0.0: none)."""
         self.logprobs: list[float] = [0.0] * len(prompt_ids)
         self.prompt_len = len(prompt_ids)
         self.budget = budget
@@ -206,19 +211,28 @@ class TrajectoryState:
             self.awaiting_tool = True
 
     def add_tool_response(
-        self, token_ids: Sequence[int], *, failed: bool, timed_out: bool, infra: str = ""
+        self,
+        token_ids: Sequence[int],
+        *,
+        failed: bool,
+        timed_out: bool,
+        infra: str = "",
+        latency: float = 0.0,
     ) -> None:
         """Record the forced tokens (mask 0) answering the pending call, cut at the budget.
 
         `timed_out` implies a failure; it is counted in `tool_timeouts` only. `infra` is the
         result's infrastructure reason (empty: the code's own doing); the first one marks the
-        whole rollout (`infra_failure`).
+        whole rollout (`infra_failure`). `latency`: the call's wall seconds (this turn's).
         """
         self._check_open("add_tool_response")
         if not self.awaiting_tool:
             raise RuntimeError("add_tool_response without a pending tool call")
         self.awaiting_tool = False
         self.tool_calls += 1
+        turn = self.turns - 1
+        self.tool_latencies.extend([0.0] * (turn + 1 - len(self.tool_latencies)))
+        self.tool_latencies[turn] = latency
         self.tool_timeouts += int(timed_out)
         self.tool_errors += int(failed and not timed_out)
         if infra and not self.infra_failure:
@@ -256,6 +270,7 @@ class TrajectoryState:
             finish_reason=self.finish_reason,
             infra_failure=self.infra_failure,
             policy_versions=self.policy_versions,
+            tool_latencies=[*self.tool_latencies, *[0.0] * (self.turns - len(self.tool_latencies))],
         )
 
     def _check_open(self, what: str) -> None:

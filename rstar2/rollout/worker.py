@@ -58,7 +58,7 @@ from rstar2.engine.protocol import Engine
 from rstar2.rollout.agent_loop import run_trajectory
 from rstar2.rollout.config import RolloutConfig
 from rstar2.rollout.engine_backend import ENGINE_BACKENDS, open_worker_engine, sleep_or_wake
-from rstar2.rollout.graph_tools import GraphTools, TimedTools
+from rstar2.rollout.graph_tools import GraphTools
 from rstar2.rollout.token_codec import TokenCodec
 from rstar2.rollout.traced_engine import TracedEngine
 from rstar2.rollout.trajectory import Trajectory
@@ -95,7 +95,6 @@ def to_result(
     stats: EngineLoad,
     gen_s: float,
     tool_s: float,
-    tool_latencies: list[float] | None = None,
     moved_turns: int = 0,
 ) -> TrajectoryResult:
     """The wire form of a finished trajectory, with the engine's stats attached."""
@@ -121,7 +120,7 @@ def to_result(
         gen_s=gen_s,
         tool_s=tool_s,
         load=stats,
-        tool_latencies=tool_latencies or [],
+        tool_latencies=traj.tool_latencies,
         moved_turns=moved_turns,
         infra_failure=traj.infra_failure,
         policy_versions=traj.policy_versions,
@@ -244,13 +243,12 @@ class RolloutWorker(Actor):
         task: RolloutTask,
     ) -> TrajectoryResult:
         cfg = self._task_config(task)
-        timed = TimedTools(tools)
         start = time.perf_counter()
         route = self.move_turns and ctx.peers("peers") > 1
         routed = RoutedEngine(ctx, engine, self.index, task, route)
         traj = await run_trajectory(
             routed,
-            timed,
+            tools,
             codec,
             list(task.prompt_ids),
             cfg,
@@ -261,7 +259,7 @@ class RolloutWorker(Actor):
             on_tool_turn=routed.turn_ended,
         )
         wall = time.perf_counter() - start
-        tool_s = timed.seconds
+        tool_s = sum(traj.tool_latencies)
         return to_result(
             task,
             traj,
@@ -269,7 +267,6 @@ class RolloutWorker(Actor):
             engine.stats(),
             wall - tool_s,
             tool_s,
-            timed.per_turn(traj.turns),
             routed.moved_turns,
         )
 

@@ -37,6 +37,19 @@ def test_masks_and_logprobs_over_turns_and_tool_tokens():
     assert t.prompt_len == 3 and t.response_tokens == 7
 
 
+def test_tool_latencies_are_kept_by_turn():
+    """Turn k's call's wall seconds at index k (0.0: none ran), not parsed from a request id."""
+    s = state()
+    s.add_turn([10, CALL_END], [-1.0] * 2, TurnStop.CALL, answer_tags=0)
+    s.add_tool_response([20], failed=False, timed_out=False, latency=0.5)
+    s.add_turn([11, CALL_END], [-1.0] * 2, TurnStop.CALL, answer_tags=0)
+    s.add_tool_response([22], failed=True, timed_out=False)  # a malformed call: none ran
+    s.add_turn([13, CALL_END], [-1.0] * 2, TurnStop.CALL, answer_tags=0)
+    s.add_tool_response([21], failed=True, timed_out=False, latency=0.25)
+    s.add_turn([14, IM_END], [-1.0] * 2, TurnStop.END, answer_tags=1)
+    assert s.to_trajectory("p", 0, "text").tool_latencies == [0.5, 0.0, 0.25, 0.0]
+
+
 def test_turn_without_call_or_answer():
     s = state()
     s.add_turn([10, IM_END], [-1.0, -1.0], TurnStop.END, answer_tags=0)

@@ -6,12 +6,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import pytest
-
 from rstar2.analysis import load_trajectories
-from rstar2.rollout.graph_tools import TimedTools
 from rstar2.train.rollout_trace import TRACE_FILE, RolloutTrace
-from rstar2.wire import ExecRequest, ExecResult, TrajectoryResult
+from rstar2.wire import TrajectoryResult
 from sim.workload import load_trace
 
 
@@ -46,11 +43,6 @@ def test_each_step_is_appended_and_resume_drops_later_steps(tmp_path: Path) -> N
     assert lines(tmp_path) == []
 
 
-class _Tools:
-    async def run(self, req: ExecRequest) -> ExecResult:
-        return ExecResult(id=req.id, status="ok", stdout="", stderr="", exit_code=0, wall_s=0.0)
-
-
 def test_rollout_trace_tokens_makes_the_trace_analysable(tmp_path: Path) -> None:
     """With `tokens` (rollout_trace_tokens) a line carries the token ids and mask that
     `rstar2 analyze` reads; the simulator still reads the file."""
@@ -65,14 +57,3 @@ def test_rollout_trace_tokens_makes_the_trace_analysable(tmp_path: Path) -> None
     plain.write(4, [result("a", mask, [0.2])], 8)
     plain.close()
     assert "token_ids" not in lines(tmp_path / "plain")[0]
-
-
-@pytest.mark.anyio
-async def test_tool_latencies_are_kept_per_turn() -> None:
-    timed = TimedTools(_Tools())  # type: ignore[arg-type]
-    for turn in (0, 2):
-        await timed.run(ExecRequest(id=f"p/t1/0/t{turn}", code="print(1)"))
-    latencies = timed.per_turn(4)
-    assert len(latencies) == 4 and latencies[1] == latencies[3] == 0.0
-    assert latencies[0] > 0 and latencies[2] > 0
-    assert sum(latencies) == pytest.approx(timed.seconds)

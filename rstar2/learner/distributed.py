@@ -40,7 +40,6 @@ from torch import nn
 from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
 
-from rstar2.config import require
 from rstar2.learner.policy_update import (
     LearnerConfig,
     Proximal,
@@ -56,7 +55,6 @@ from rstar2.rl import Mismatch, RLConfig, TrainingBatch
 
 log = logging.getLogger(__name__)
 
-BACKENDS = ("auto", "nccl", "gloo")
 METRIC_KEYS = ("loss", "clip_fraction", "approx_kl", "entropy")
 TIS_METRIC_KEYS = ("tis_weight_mean", "tis_truncated_fraction")
 
@@ -65,26 +63,12 @@ TIS_METRIC_KEYS = ("tis_weight_mean", "tis_truncated_fraction")
 class DistributedConfig:
     """How the learner's ranks talk and shard the model."""
 
-    backend: str = "auto"
-    """"auto" (nccl when CUDA/ROCm GPUs are visible, else gloo), "nccl" or "gloo"."""
     reshard_after_forward: bool = True
     """FSDP2: free gathered parameters after each forward (ZeRO-3 memory; one more all-gather in
     backward). False keeps them until backward (ZeRO-2-like, faster, more memory)."""
     bf16_params: bool = False
     """FSDP2 mixed precision on GPUs: bf16 compute copies of the parameters, fp32 gradient
     reduction and fp32 master weights. Ignored on CPU."""
-
-    def validate(self) -> None:
-        require(self.backend in BACKENDS, "distributed.backend", self.backend, f"one of {BACKENDS}")
-
-
-def resolve_backend(backend: str) -> str:
-    """The process-group backend `backend` means on this machine."""
-    if backend not in BACKENDS:
-        raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
-    if backend == "auto":
-        return "nccl" if torch.cuda.is_available() else "gloo"
-    return backend
 
 
 def decoder_layers(model: nn.Module) -> Sequence[nn.Module]:
@@ -107,7 +91,6 @@ def shard_model(model: nn.Module, cfg: DistributedConfig | None = None) -> nn.Mo
     count, so a sum is the mean over the whole mini-batch.
     """
     cfg = cfg or DistributedConfig()
-    cfg.validate()
     kwargs: dict[str, object] = {"reshard_after_forward": cfg.reshard_after_forward}
     on_gpu = next(model.parameters()).is_cuda
     if cfg.bf16_params and on_gpu:

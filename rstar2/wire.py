@@ -330,6 +330,9 @@ class RolloutTask(Message, tag=70):
     temperature: float = 1.0
     max_response_tokens: int = 0  # 0 = the worker's configured budget
     max_turns: int = 0  # 0 = the worker's configured limit
+    prompt: int = -1
+    """The prompt's index in its batch (`prompt_id`'s number; -1: not in a batch): what the
+    learner groups results by, never parsed back out of `prompt_id`."""
 
 
 @register
@@ -371,6 +374,8 @@ class TrajectoryResult(Message, tag=71):
     tool call's `ExecResult.infra`, set by the rollout worker) or "reward:<status>" (the
     verification timed out or failed, set by the reward actor). Its reward says nothing about
     the model, so RL masks it out of the loss (`rstar2.rl.resampling.build_training_batch`)."""
+    prompt: int = -1
+    """The task's `RolloutTask.prompt`: its prompt's index in the batch."""
     policy_versions: list[int] = msgspec.field(default_factory=list)
     """The policy version that generated each turn, in turn order (every token of a turn comes
     from one version: updates load between turns, `rstar2.rollout.weight_gate`); -1 for a turn

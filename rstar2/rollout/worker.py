@@ -124,6 +124,7 @@ def to_result(
         moved_turns=moved_turns,
         infra_failure=traj.infra_failure,
         policy_versions=traj.policy_versions,
+        prompt=task.prompt,
     )
 
 

@@ -1,8 +1,8 @@
 """A batch of rollouts by prompt and sample: the tasks, and their results grouped back.
 
-`rollout_tasks` numbers a batch's tasks (`samples` per problem: trajectory ids
-`kind/step/prompt/sample`, seeds derived from the same parts); `group_results` groups their
-results by that numbering in a fixed order (prompts in order, each group's samples in order)
+`rollout_tasks` numbers a batch's tasks (`samples` per problem: `RolloutTask.prompt` and
+`sample`, trajectory ids `kind/step/prompt/sample`, seeds derived from the same parts);
+`group_results` groups their results by the integer numbering in a fixed order (prompts in order, each group's samples in order)
 whatever order the trajectories finished in: the controller groups once and hands the groups
 on (staleness filter, `Update`, `RunState.train_on`); `unsolved` is the solved-filter over a
 probe's groups. What it does not do: select, weigh or drop rollouts (`rstar2.rl`).
@@ -48,25 +48,22 @@ def rollout_tasks(
             temperature=temperature,
             max_response_tokens=max_response_tokens,
             max_turns=max_turns,
+            prompt=i,
         )
         for i, p in enumerate(problems)
         for s in range(samples)
     ]
 
 
-def prompt_index(prompt_id: str) -> int:
-    """The prompt's position in its step: the last part of `kind/step/prompt`."""
-    return int(prompt_id.rsplit("/", 1)[1])
-
-
 def group_results(results: Sequence[TrajectoryResult]) -> list[list[TrajectoryResult]]:
     """Rollouts grouped by prompt, groups in prompt order, each sorted by sample: a fixed
     order whatever order the trajectories finished in."""
-    groups: dict[str, list[TrajectoryResult]] = {}
+    groups: dict[int, list[TrajectoryResult]] = {}
     for r in results:
-        groups.setdefault(r.prompt_id, []).append(r)
-    ordered = sorted(groups.items(), key=lambda kv: prompt_index(kv[0]))
-    return [sorted(g, key=lambda r: r.sample) for _, g in ordered]
+        if r.prompt < 0:
+            raise ValueError(f"result {r.traj_id!r} has no prompt index (RolloutTask.prompt)")
+        groups.setdefault(r.prompt, []).append(r)
+    return [sorted(groups[i], key=lambda r: r.sample) for i in sorted(groups)]
 
 
 def unsolved(problems: Sequence[Problem], results: Sequence[TrajectoryResult]) -> list[str]:

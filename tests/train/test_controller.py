@@ -72,6 +72,7 @@ def scored(task: RolloutTask, reward: float) -> TrajectoryResult:
         traj_id=task.traj_id,
         prompt_id=task.prompt_id,
         sample=task.sample,
+        prompt=task.prompt,
         step=task.step,
         kind=task.kind,
         answer=task.answer,

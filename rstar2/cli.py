@@ -43,7 +43,6 @@ from rstar2.commands.arguments import EXIT_USAGE, CommandParser
 from rstar2.config import ConfigError, UsageError
 from rstar2.log_format import setup_logging
 
-EXIT_FAILURE = 1
 EXIT_INTERRUPTED = 130
 EXIT_BROKEN_PIPE = 141
 GOMP_SPINCOUNT = "10000"

@@ -114,9 +114,8 @@ class EngineModel:
         self._cached_blocks = 0
         self._prompts_seen: set[str] = set()
         self._prefill_pending = 0
-        # current segment: started at _seg_t0, planned _seg_steps, boundary after _pending steps
+        # current segment: started at _seg_t0, boundary after _pending steps
         self._seg_t0 = 0.0
-        self._seg_steps = 0
         self._pending = 0
         self._seg_d0 = 0.0
         self._seg_h = 0.0
@@ -369,7 +368,6 @@ class EngineModel:
         cost = self.cost
         context = self._sum_off + n * self.step
         self._seg_t0 = now
-        self._seg_steps = steps
         self._seg_d0 = (
             cost.step_overhead_s + cost.per_seq_s * n + cost.per_context_token_s * context
         )

@@ -103,7 +103,6 @@ class FixedDecoder:
         self.graphs = graphs and self.device.type == "cuda"
         self._buffers: dict[Shape, _Buffers] = {}
         self._pool = torch.cuda.graph_pool_handle() if self.graphs else None
-        self.captures = 0
         self.capture_failures = 0
 
     def shape(self, rows: list[Request]) -> Shape:
@@ -260,7 +259,6 @@ class FixedDecoder:
             with torch.cuda.graph(graph, pool=self._pool, capture_error_mode="thread_local"):
                 out = self._step(buf, shape)
             buf.graph, buf.out = graph, out
-            self.captures += 1
         except Exception as exc:  # noqa: BLE001 - any capture failure falls back to eager
             self.capture_failures += 1
             buf.eager = True

@@ -23,8 +23,6 @@ import torch
 
 from rstar2.wire import EngineLoad
 
-FINISH_REASONS = ("stop", "length", "abort")
-
 
 @dataclass(frozen=True)
 class SamplingParams:

@@ -113,12 +113,10 @@ class Admission:
         self.max_items, self.max_bytes = max_items, max_bytes
         self.items = 0
         self.bytes = 0
-        self.refused = 0
 
     def take_bytes(self, n: int) -> bool:
         """Hold `n` more body bytes; False (nothing held) when that would pass `max_bytes`."""
         if self.bytes + n > self.max_bytes:
-            self.refused += 1
             return False
         self.bytes += n
         return True
@@ -130,7 +128,6 @@ class Admission:
                 413, f"a batch of {n} submissions exceeds this service's {self.max_items}: split it"
             )
         if self.items + n > self.max_items:
-            self.refused += 1
             return Refusal(503, f"overloaded: {self.items} submissions in flight, retry later")
         self.items += n
         return None

@@ -48,7 +48,7 @@ from rstar2.commands.arguments import (
     positive_int,
 )
 from rstar2.config import UsageError, to_dict
-from rstar2.scheduler import POLICY_NAMES, SchedulerConfig
+from rstar2.scheduler import COMPARED_POLICIES, POLICY_NAMES, compared_config
 from sim.bound import bound_parts
 from sim.config import LearnerConfig, SimConfig, build, build_run
 from sim.cost import GPUS, MODELS, StepPoint, fit, load_points
@@ -65,10 +65,6 @@ from sim.training_run import RunResult
 from sim.workload import SCENARIOS, WorkloadConfig, load_trace
 
 log = logging.getLogger(__name__)
-
-COMPARED = (*POLICY_NAMES, "kv_aware_max")
-"""Policies of `compare`: the five, plus kv_aware with the literal rStar2 'max' reservation."""
-
 
 ACTIONS = {
     "run": "simulate one policy (the default action: `rstar2 sim [options]`)",
@@ -122,7 +118,7 @@ def _add_run_options(parser: argparse.ArgumentParser, suppress: bool) -> None:
             default = argparse.SUPPRESS
         parser.add_argument(*flags, default=default, help=help, **kwargs)  # type: ignore[arg-type]
 
-    add("--policy", default="kv_aware", choices=COMPARED, help="routing policy")
+    add("--policy", default="kv_aware", choices=COMPARED_POLICIES, help="routing policy")
     add("--gpus", type=positive_int, default=64, help="GPUs in the cluster")
     add("--gpu", default="mi300x", choices=sorted(GPUS), help="GPU type (cost model)")
     add("--model", default="qwen3-14b", choices=sorted(MODELS), help="model (cost model)")
@@ -249,10 +245,8 @@ def config_from_args(args: argparse.Namespace, policy: str) -> SimConfig:
             raise UsageError(f"--trace: {e}") from None
     if args.calibration is not None:
         _points(args.calibration, "--calibration")  # the same: checked here, read by build
-    scheduler = SchedulerConfig(policy="kv_aware" if policy == "kv_aware_max" else policy)  # type: ignore[arg-type]
-    if policy == "kv_aware_max":
-        scheduler.reservation = "max"
-    elif args.reservation is not None:
+    scheduler = compared_config(policy)
+    if policy in POLICY_NAMES and args.reservation is not None:
         scheduler.reservation = args.reservation
     scheduler.move_turns = not args.no_turn_moves
     if args.overload_factor is not None:
@@ -341,7 +335,7 @@ def run(args: argparse.Namespace) -> int:
         return 0
     if args.action == "compare":
         check_out_dir(args.out_dir)
-    policies = list(COMPARED) if args.action == "compare" else [args.policy]
+    policies = list(COMPARED_POLICIES) if args.action == "compare" else [args.policy]
     results = [simulate(args, p) for p in policies]
     if args.json:
         out = [r.summary() for r in results]

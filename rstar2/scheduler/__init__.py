@@ -6,21 +6,18 @@ every policy implements is documented in `rstar2.scheduler.policy`.
 
 from __future__ import annotations
 
-from rstar2.scheduler.config import SchedulerConfig
+from rstar2.scheduler.config import (
+    COMPARED_POLICIES,
+    POLICY_NAMES,
+    SchedulerConfig,
+    compared_config,
+)
 from rstar2.scheduler.kv_aware import KVAware
 from rstar2.scheduler.least_outstanding import LeastOutstanding
 from rstar2.scheduler.policy import EngineLoad, Policy, TurnRequest, is_saturated
 from rstar2.scheduler.prefix_aware import PrefixAware
 from rstar2.scheduler.round_robin import RoundRobin
 from rstar2.scheduler.static_split import StaticSplit
-
-POLICY_NAMES: tuple[str, ...] = (
-    "static",
-    "round_robin",
-    "least_outstanding",
-    "prefix_aware",
-    "kv_aware",
-)
 
 
 def make_policy(config: SchedulerConfig, num_engines: int) -> Policy:
@@ -52,6 +49,7 @@ def make_policy(config: SchedulerConfig, num_engines: int) -> Policy:
 
 
 __all__ = [
+    "COMPARED_POLICIES",
     "POLICY_NAMES",
     "EngineLoad",
     "KVAware",
@@ -62,6 +60,7 @@ __all__ = [
     "SchedulerConfig",
     "StaticSplit",
     "TurnRequest",
+    "compared_config",
     "is_saturated",
     "make_policy",
 ]

@@ -7,11 +7,15 @@ how many engines there are: that comes from the deployment (or the simulator's `
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, get_args
 
 from rstar2.config import require
 
 PolicyName = Literal["static", "round_robin", "least_outstanding", "prefix_aware", "kv_aware"]
+POLICY_NAMES: tuple[PolicyName, ...] = get_args(PolicyName)
+COMPARED_POLICIES = (*POLICY_NAMES, "kv_aware_max")
+"""The names the simulator compares: every policy, and kv_aware_max (kv_aware with the literal
+rStar2 "max" reservation); `compared_config` gives the config of each."""
 
 
 @dataclass
@@ -65,3 +69,13 @@ class SchedulerConfig:
         require(
             0.0 <= self.cache_threshold <= 1.0, "cache_threshold", self.cache_threshold, "in [0, 1]"
         )
+
+
+def compared_config(name: str) -> SchedulerConfig:
+    """The SchedulerConfig one name of `COMPARED_POLICIES` stands for, with default knobs."""
+    if name == "kv_aware_max":
+        return SchedulerConfig(policy="kv_aware", reservation="max")
+    for policy in POLICY_NAMES:
+        if policy == name:
+            return SchedulerConfig(policy=policy)
+    raise ValueError(f"unknown policy {name!r}; expected one of {', '.join(COMPARED_POLICIES)}")

@@ -6,7 +6,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rstar2.scheduler import POLICY_NAMES, SchedulerConfig, make_policy
+from rstar2.scheduler import COMPARED_POLICIES, compared_config, make_policy
 from sim.bound import bound_parts
 from sim.config import SimConfig, build
 from sim.cost import CostModel
@@ -52,11 +52,8 @@ def test_invariants_hold_for_every_policy(raw, engines, kv_blocks, max_num_seqs,
     workload = make_workload(raw)
     cost = CostModel(*coef)
     expected_tokens = sum(s.model_tokens for s in workload)
-    for name in (*POLICY_NAMES, "kv_aware_max"):
-        cfg = SchedulerConfig(policy="kv_aware" if name == "kv_aware_max" else name)  # type: ignore[arg-type]
-        if name == "kv_aware_max":
-            cfg.reservation = "max"
-        policy = make_policy(cfg, engines)
+    for name in COMPARED_POLICIES:
+        policy = make_policy(compared_config(name), engines)
         r = Simulation(policy, workload, engines, kv_blocks * 16, cost, max_num_seqs).run()
         assert r.makespan_s >= r.lower_bound_s * (1 - 1e-9), name
         assert r.spread_floor_s >= r.lower_bound_s, name
@@ -90,7 +87,7 @@ def small_config(seed: int, policy: str = "least_outstanding") -> SimConfig:
         gpus=4,
         seed=seed,
         workload=WorkloadConfig(prompts=4, rollouts=8),
-        scheduler=SchedulerConfig(policy=policy),  # type: ignore[arg-type]
+        scheduler=compared_config(policy),
     )
 
 
@@ -111,7 +108,7 @@ def test_kv_aware_max_avoids_the_preemptions_of_an_oversubscribed_static_split()
     cfg.kv_tokens, cfg.gpus = 24_000, 2
     cfg.workload = WorkloadConfig(prompts=8, rollouts=8, max_response_tokens=8192)
     static = build(cfg).run()
-    cfg.scheduler = SchedulerConfig(policy="kv_aware", reservation="max")
+    cfg.scheduler = compared_config("kv_aware_max")
     kv = build(cfg).run()
     assert static.preemptions > 0 and static.recomputed_tokens > 0
     assert kv.preemptions == 0 and kv.recomputed_tokens == 0

@@ -22,18 +22,18 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import os
 import sys
 import time
 
 from rstar2.actors.graph import stats_endpoints
-from rstar2.actors.graph_dirs import parse_graph_dir, sweep_stale_dirs
+from rstar2.actors.graph_dirs import sweep_stale_dirs
 from rstar2.commands.arguments import positive_float, zmq_endpoint
 from rstar2.config import UsageError
 from rstar2.profile.live_view import (
     LiveRow,
     StatsUnavailable,
     format_rows,
+    graph_dir,
     live_rows,
     timed_poll,
 )
@@ -83,7 +83,7 @@ def graph_title(endpoint: str) -> str:
     run directory); the endpoint itself for anything else."""
     if not endpoint.startswith("ipc://"):
         return f"graph at {endpoint}"
-    d = parse_graph_dir(os.path.dirname(endpoint.removeprefix("ipc://")))
+    d = graph_dir(endpoint)
     pid = d.owner.get("pid", d.pid)
     where = f"run {d.run_dir}" if d.run_dir else " ".join(map(str, d.owner.get("argv", [])))
     started = d.owner.get("started")

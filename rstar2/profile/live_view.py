@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 import zmq
 
-from rstar2.actors.graph_dirs import parse_graph_dir
+from rstar2.actors.graph_dirs import GraphDir, parse_graph_dir
 from rstar2.frames import from_frames, to_frames
 from rstar2.wire import ActorStats, StatsReply, StatsRequest, WireError
 
@@ -55,9 +55,10 @@ class StatsUnavailable(RuntimeError):
     """The endpoint did not answer in time (graph gone or busy)."""
 
 
-def graph_name(endpoint: str) -> str:
-    """ "ipc:///tmp/rstar2-graph-demo-4242-abc123/stats.sock" -> "demo"."""
-    return parse_graph_dir(os.path.dirname(endpoint.removeprefix("ipc://"))).name
+def graph_dir(endpoint: str) -> GraphDir:
+    """The graph directory of a local stats endpoint: its name, owner and run directory
+    ("ipc:///tmp/rstar2-graph-demo-4242-abc123/stats.sock" -> the graph named "demo")."""
+    return parse_graph_dir(os.path.dirname(endpoint.removeprefix("ipc://")))
 
 
 def poll_stats(

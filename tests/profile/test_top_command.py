@@ -13,7 +13,7 @@ from rstar2.actors.graph import run_graph_blocking, stats_endpoints
 from rstar2.cli import main
 from rstar2.commands import top as top_command
 from rstar2.commands.top import SHARES
-from rstar2.profile.live_view import format_rows, graph_name, live_rows
+from rstar2.profile.live_view import format_rows, graph_dir, live_rows
 from rstar2.profile.synthetic import synthetic_graph
 from rstar2.wire import ActorStats
 
@@ -61,12 +61,12 @@ def test_shares_of_overlapping_counters_add_to_at_most_100_percent() -> None:
     assert row.busy + row.blocked + row.idle <= 1.0
 
 
-def test_graph_name_from_endpoint() -> None:
-    assert graph_name("ipc:///tmp/rstar2-graph-synthetic-sandbox-4242-k2j3/stats.sock") == (
+def test_graph_dir_from_endpoint() -> None:
+    assert graph_dir("ipc:///tmp/rstar2-graph-synthetic-sandbox-4242-k2j3/stats.sock").name == (
         "synthetic-sandbox"
     )
     # a folder named by an older rstar2 (no pid)
-    assert graph_name("ipc:///tmp/rstar2-graph-synthetic-sandbox-k2j3/stats.sock") == (
+    assert graph_dir("ipc:///tmp/rstar2-graph-synthetic-sandbox-k2j3/stats.sock").name == (
         "synthetic-sandbox"
     )
 
@@ -83,7 +83,9 @@ def test_top_attaches_to_a_running_graph(capsys: pytest.CaptureFixture[str]) -> 
         mine: list[str] = []
         while not mine and time.monotonic() < deadline:
             mine = [
-                e for e in set(stats_endpoints()) - before if graph_name(e) == "synthetic-sandbox"
+                e
+                for e in set(stats_endpoints()) - before
+                if graph_dir(e).name == "synthetic-sandbox"
             ]
             time.sleep(0.02)
         assert mine, "the graph's stats endpoint did not appear"
@@ -121,7 +123,7 @@ def test_top_titles_each_graph_with_its_pid_and_run_directory(
         deadline = time.monotonic() + 10
         mine: list[str] = []
         while not mine and time.monotonic() < deadline:
-            mine = [e for e in stats_endpoints() if graph_name(e) == cfg.name]
+            mine = [e for e in stats_endpoints() if graph_dir(e).name == cfg.name]
             time.sleep(0.02)
         assert mine, "the graph's stats endpoint did not appear"
         assert main(["-q", "top", "--once", "--interval", "0.2", "--endpoint", mine[0]]) == 0

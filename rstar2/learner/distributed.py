@@ -24,8 +24,8 @@ mini-batches, or TIS with several epochs) runs the same per-rank micro-batches a
 each rank holds the proximal logprobs of exactly the rollouts it trains on.
 
 What it does not do: start processes (use torchrun, or `torch.multiprocessing` in tests), move
-rollouts between ranks, or push weights to engines (`full_state_dict` gathers them on rank 0 for
-the caller to send).
+rollouts between ranks, or push weights to engines (`LearnerPolicy.weights` gathers them on
+rank 0 for the caller to send).
 """
 
 from __future__ import annotations
@@ -37,7 +37,6 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 from torch import nn
-from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
 
 from rstar2.learner.policy_update import (
@@ -249,12 +248,3 @@ class _EmptyRollout:
     @property
     def logprobs(self) -> list[float]:
         return [0.0, 0.0]
-
-
-def full_state_dict(model: nn.Module) -> dict[str, torch.Tensor]:
-    """The unsharded weights (HF names, CPU tensors) on rank 0; `{}` on other ranks.
-
-    Collective: every rank must call it. Rank 0 sends the result to the engines.
-    """
-    options = StateDictOptions(full_state_dict=True, cpu_offload=True)
-    return get_model_state_dict(model, options=options)

@@ -10,9 +10,10 @@ from pathlib import Path
 
 import torch
 import torch.distributed as dist
+from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 from transformers import Qwen2Config, Qwen2ForCausalLM
 
-from rstar2.learner.distributed import full_state_dict, shard_model, update_policy_sharded
+from rstar2.learner.distributed import shard_model, update_policy_sharded
 from rstar2.learner.policy_update import (
     LearnerConfig,
     make_lr_schedule,
@@ -130,7 +131,9 @@ def sharded_step(s: Scenario) -> tuple[dict[str, float], dict[str, torch.Tensor]
     shard_model(model)
     opt = make_optimizer(model, s)
     metrics = update_policy_sharded(model, opt, make_lr_schedule(opt, s.cfg), batch, s.cfg, s.rl)
-    return metrics, full_state_dict(model)
+    # the unsharded weights on rank 0 ({} on the others)
+    options = StateDictOptions(full_state_dict=True, cpu_offload=True)
+    return metrics, get_model_state_dict(model, options=options)
 
 
 def rank_main(rank: int, world: int, init_method: str, out_dir: str) -> None:

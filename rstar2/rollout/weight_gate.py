@@ -42,10 +42,6 @@ class WeightGate:
         self._updating = False
         self._changed = anyio.Condition()
 
-    @property
-    def turns_in_flight(self) -> int:
-        return self._turns
-
     @asynccontextmanager
     async def turn(self) -> AsyncIterator[int]:
         """Generate one turn under the gate; yields the version generating it. Waits while an

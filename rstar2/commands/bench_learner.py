@@ -36,6 +36,7 @@ import statistics
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -45,7 +46,13 @@ import torch.distributed as dist
 from rstar2.commands.arguments import model_directory
 from rstar2.config import ConfigError
 from rstar2.learner import packing
-from rstar2.learner.policy import backend_for, load_policy, policy_rank, use_device
+from rstar2.learner.policy import (
+    LearnerPolicy,
+    backend_for,
+    load_policy,
+    policy_rank,
+    use_device,
+)
 from rstar2.learner.policy_update import LearnerConfig
 from rstar2.learner.rank_group import RankGroup, free_port, join_group
 from rstar2.learner.step_timer import StepTimer
@@ -74,6 +81,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--tokens", type=int, default=256, help="tokens per sequence")
     p.add_argument("--micro-batch", type=int, default=8, help="sequences per forward")
     p.add_argument("--steps", type=int, default=3, help="timed updates (after one warm-up)")
+    _add_precision_options(p)
+    _add_workload_options(p)
+    _add_compile_options(p)
+    _add_output_options(p)
+
+
+def _add_precision_options(p: argparse.ArgumentParser) -> None:
+    """Precision, activation checkpointing and FSDP on one rank."""
     p.add_argument("--bf16", action="store_true", help="bf16 compute, fp32 master weights")
     p.add_argument(
         "--activation-checkpointing",
@@ -85,6 +100,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         action="store_true",
         help="with --ranks 1: FSDP2 in a one-rank group (NCCL on a GPU) instead of the plain model",
     )
+
+
+def _add_workload_options(p: argparse.ArgumentParser) -> None:
+    """The sequence shapes of the batch and how it is cut into micro-batches."""
     p.add_argument(
         "--workload",
         choices=WORKLOADS,
@@ -110,6 +129,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "chunked head)",
     )
     p.add_argument("--head-chunk", type=int, default=1024, help="positions per LM-head chunk")
+
+
+def _add_compile_options(p: argparse.ArgumentParser) -> None:
+    """torch.compile, checkpoint spacing and FSDP resharding."""
     p.add_argument(
         "--compile",
         action=argparse.BooleanOptionalAction,
@@ -136,6 +159,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="FSDP2 on one rank reshards after forward (the earlier setting; default: keeps "
         "the gathered parameters for backward)",
     )
+
+
+def _add_output_options(p: argparse.ArgumentParser) -> None:
+    """The weight-push measurement, threads, the MFU peak and the output format."""
     p.add_argument("--no-push", action="store_true", help="skip the weight-push measurement")
     p.add_argument("--bucket-mb", type=float, default=8.0, help="weight-push bucket (MiB)")
     p.add_argument("--threads", type=int, default=0, help="torch threads per rank (0: cores/ranks)")
@@ -233,22 +260,7 @@ def _rss_mb() -> float:
 def measure(args: argparse.Namespace, model_dir: Path) -> dict[str, Any]:
     cfg = _learner_config(args)
     device = use_device(cfg.device)
-    packing.attention_paths.clear()
-    if device.type == "cuda":  # one process may measure several variants (gpu_figures.py)
-        torch.cuda.reset_peak_memory_stats(device)
-    threads = _threads(args.ranks, args.threads)
-    torch.set_num_threads(threads)
-    backend = backend_for(device)
-    group = (
-        RankGroup.spawn(
-            args.ranks, policy_rank, (str(model_dir), cfg, RLConfig(), threads), backend
-        )
-        if args.ranks > 1
-        else None
-    )
-    alone = args.fsdp and group is None  # a one-rank group: FSDP2 (and NCCL) on one device
-    if alone:
-        join_group(0, 1, f"tcp://127.0.0.1:{free_port()}", backend)
+    group, alone = _start_ranks(args, model_dir, cfg, device)
 
     def run(op: str, *a: Any) -> Any:
         return group.run(policy, op, *a) if group else getattr(policy, op)(*a)
@@ -259,35 +271,11 @@ def measure(args: argparse.Namespace, model_dir: Path) -> dict[str, Any]:
         params = sum(p.numel() for p in policy.model.parameters())  # DTensors: global
         batch = benchmark_batch(args, vocab)
         run("update", batch)  # warm-up
-        times = []
-        for _ in range(args.steps):
-            if device.type == "cuda":
-                torch.cuda.synchronize()
-            start = time.perf_counter()
-            run("update", batch)
-            if device.type == "cuda":
-                torch.cuda.synchronize()
-            times.append(time.perf_counter() - start)
+        times = _timed_updates(run, batch, args.steps, device)
         peak = run("peak_memory_mb")
-        split = None
-        if group is None:  # one more update, its phases timed (they synchronise the device)
-            with StepTimer(device) as timer:
-                start = time.perf_counter()
-                run("update", batch)
-                timer.seconds["total"] = time.perf_counter() - start
-            split = timer.seconds
-        push: dict[str, float | None] = {"bucket": None, "full": None}
-        for name, size in (("bucket", int(args.bucket_mb * 2**20)), ("full", 2**62)):
-            if args.no_push:
-                break
-            with _RssPeak() as rss:
-                if group:
-                    group.call("weights", size)
-                for bucket in policy.weights(size):
-                    # as the learner actor: flatten into the message buffer, send, drop both
-                    flat = flatten_weights(bucket)[2]
-                    del bucket, flat
-            push[name] = rss.extra_mb
+        # one more update, its phases timed (they synchronise the device)
+        split = _update_phases(run, batch, device) if group is None else None
+        push = _push_extra_mb(policy, group, args)
     finally:
         if group:
             group.close()
@@ -326,6 +314,77 @@ def measure(args: argparse.Namespace, model_dir: Path) -> dict[str, Any]:
         "push_bucket_extra_mb": push["bucket"],
         "push_full_extra_mb": push["full"],
     }
+
+
+def _start_ranks(
+    args: argparse.Namespace, model_dir: Path, cfg: LearnerConfig, device: torch.device
+) -> tuple[RankGroup | None, bool]:
+    """Resets this process's counters, sets its threads, and spawns the other ranks (a group of
+    `--ranks`) or, for `--fsdp` on one rank, joins a one-rank process group. Returns the group
+    (None on one rank) and whether a one-rank process group was joined."""
+    packing.attention_paths.clear()
+    if device.type == "cuda":  # one process may measure several variants (gpu_figures.py)
+        torch.cuda.reset_peak_memory_stats(device)
+    threads = _threads(args.ranks, args.threads)
+    torch.set_num_threads(threads)
+    backend = backend_for(device)
+    group = (
+        RankGroup.spawn(
+            args.ranks, policy_rank, (str(model_dir), cfg, RLConfig(), threads), backend
+        )
+        if args.ranks > 1
+        else None
+    )
+    alone = args.fsdp and group is None  # a one-rank group: FSDP2 (and NCCL) on one device
+    if alone:
+        join_group(0, 1, f"tcp://127.0.0.1:{free_port()}", backend)
+    return group, alone
+
+
+def _timed_updates(
+    run: Callable[..., Any], batch: TrainingBatch, steps: int, device: torch.device
+) -> list[float]:
+    """Seconds of each of `steps` updates, the device synchronised around each."""
+    times = []
+    for _ in range(steps):
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+        start = time.perf_counter()
+        run("update", batch)
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+        times.append(time.perf_counter() - start)
+    return times
+
+
+def _update_phases(
+    run: Callable[..., Any], batch: TrainingBatch, device: torch.device
+) -> dict[str, float]:
+    """Seconds of each phase of one update, and its total."""
+    with StepTimer(device) as timer:
+        start = time.perf_counter()
+        run("update", batch)
+        timer.seconds["total"] = time.perf_counter() - start
+    return timer.seconds
+
+
+def _push_extra_mb(
+    policy: LearnerPolicy, group: RankGroup | None, args: argparse.Namespace
+) -> dict[str, float | None]:
+    """The resident memory a weight push adds, in bucket-sized pieces and in one piece."""
+    push: dict[str, float | None] = {"bucket": None, "full": None}
+    for name, size in (("bucket", int(args.bucket_mb * 2**20)), ("full", 2**62)):
+        if args.no_push:
+            break
+        with _RssPeak() as rss:
+            if group:
+                group.call("weights", size)
+            for bucket in policy.weights(size):
+                # as the learner actor: flatten into the message buffer, send, drop both
+                flat = flatten_weights(bucket)[2]
+                del bucket, flat
+        push[name] = rss.extra_mb
+    return push
 
 
 def _mfu(params: int, tokens_per_s: float, args: argparse.Namespace, device: torch.device) -> Any:

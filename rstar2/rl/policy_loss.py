@@ -104,25 +104,58 @@ def policy_loss(
         metrics["clip_fraction"] = float(((clipped < unclipped) & mask).sum().item() / per_call)
         metrics["approx_kl"] = float((((ratio - 1) - log_ratio) * mask).sum().item() / per_call)
 
-    if ref_logprobs is not None:
-        _same_shape(ref_logprobs, logprobs, "ref_logprobs")
-        diff = torch.where(mask, ref_logprobs.detach() - logprobs, zeros)
-        kl = (torch.exp(diff) - diff - 1) * mask
-        metrics["kl_ref"] = float(kl.sum().item() / per_call)
-        if kl_coef > 0:
-            loss = loss + kl_coef * kl.sum() / denom
-    elif kl_coef > 0:
-        raise ValueError("kl_coef > 0 needs ref_logprobs")
-
-    if entropy is not None:
-        _same_shape(entropy, logprobs, "entropy")
-        ent = torch.where(mask, entropy, torch.zeros_like(entropy))
-        metrics["entropy"] = float(ent.sum().item() / per_call)
-        if entropy_coef > 0:
-            loss = loss - entropy_coef * ent.sum() / denom
-    elif entropy_coef > 0:
-        raise ValueError("entropy_coef > 0 needs entropy")
+    loss = _add_kl_ref(loss, metrics, logprobs, ref_logprobs, mask, kl_coef, denom, per_call)
+    loss = _add_entropy(loss, metrics, logprobs, entropy, mask, entropy_coef, denom, per_call)
     return loss, metrics
+
+
+def _add_kl_ref(
+    loss: torch.Tensor,
+    metrics: dict[str, float],
+    logprobs: torch.Tensor,
+    ref_logprobs: torch.Tensor | None,
+    mask: torch.Tensor,
+    kl_coef: float,
+    denom: float,
+    per_call: float,
+) -> torch.Tensor:
+    """`loss` plus the KL penalty to the reference policy (k3 estimator) when `kl_coef` > 0;
+    sets `metrics["kl_ref"]` when `ref_logprobs` is given."""
+    if ref_logprobs is None:
+        if kl_coef > 0:
+            raise ValueError("kl_coef > 0 needs ref_logprobs")
+        return loss
+    _same_shape(ref_logprobs, logprobs, "ref_logprobs")
+    diff = torch.where(mask, ref_logprobs.detach() - logprobs, torch.zeros_like(logprobs))
+    kl = (torch.exp(diff) - diff - 1) * mask
+    metrics["kl_ref"] = float(kl.sum().item() / per_call)
+    if kl_coef > 0:
+        loss = loss + kl_coef * kl.sum() / denom
+    return loss
+
+
+def _add_entropy(
+    loss: torch.Tensor,
+    metrics: dict[str, float],
+    logprobs: torch.Tensor,
+    entropy: torch.Tensor | None,
+    mask: torch.Tensor,
+    entropy_coef: float,
+    denom: float,
+    per_call: float,
+) -> torch.Tensor:
+    """`loss` minus the entropy bonus when `entropy_coef` > 0; sets `metrics["entropy"]` when
+    `entropy` is given."""
+    if entropy is None:
+        if entropy_coef > 0:
+            raise ValueError("entropy_coef > 0 needs entropy")
+        return loss
+    _same_shape(entropy, logprobs, "entropy")
+    ent = torch.where(mask, entropy, torch.zeros_like(entropy))
+    metrics["entropy"] = float(ent.sum().item() / per_call)
+    if entropy_coef > 0:
+        loss = loss - entropy_coef * ent.sum() / denom
+    return loss
 
 
 def _tis_weight(

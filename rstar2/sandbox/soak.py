@@ -351,28 +351,7 @@ async def run_soak(
             limits = httpx2.Limits(max_connections=cfg.in_flight + 4)
             start = time.monotonic()
             async with httpx2.AsyncClient(base_url=base, limits=limits, timeout=30.0) as client:
-                async with anyio.create_task_group() as tg:
-                    fault_scope = anyio.CancelScope()
-
-                    async def faults() -> None:
-                        with fault_scope:
-                            await _faults(served, client, cfg, rng, tally, tg)
-
-                    tg.start_soon(faults)
-                    slots = anyio.Semaphore(cfg.in_flight)
-
-                    async def one(i: int) -> None:
-                        async with slots:
-                            await _one(client, i, cfg, tally)
-
-                    async with anyio.create_task_group() as requests:
-                        for i in range(cfg.requests):
-                            await slots.acquire()  # no more than in_flight tasks exist
-                            slots.release()
-                            requests.start_soon(one, i)
-                            if (i + 1) % max(1, cfg.requests // 10) == 0:
-                                progress(f"{i + 1}/{cfg.requests} sent; {dict(tally.outcomes)}")
-                    fault_scope.cancel()
+                await _load_under_faults(served, client, cfg, rng, tally, progress)
                 wall_s = time.monotonic() - start
                 up = await _still_up(client)
             leftover_before = served.descendants()
@@ -384,6 +363,53 @@ async def run_soak(
             if served.proc.poll() is None:
                 served.proc.kill()
                 served.proc.wait()
+    return _report(cfg, tally, served.log, wall_s, up, exit_code, len(leftover))
+
+
+async def _load_under_faults(
+    served: ServedProcess,
+    client: httpx2.AsyncClient,
+    cfg: SoakConfig,
+    rng: random.Random,
+    tally: _Tally,
+    progress: Callable[[str], None],
+) -> None:
+    """Sends `cfg.requests` requests, `cfg.in_flight` at once, while `_faults` kills processes;
+    returns when every request is answered or given up, the faults stopped."""
+    async with anyio.create_task_group() as tg:
+        fault_scope = anyio.CancelScope()
+
+        async def faults() -> None:
+            with fault_scope:
+                await _faults(served, client, cfg, rng, tally, tg)
+
+        tg.start_soon(faults)
+        slots = anyio.Semaphore(cfg.in_flight)
+
+        async def one(i: int) -> None:
+            async with slots:
+                await _one(client, i, cfg, tally)
+
+        async with anyio.create_task_group() as requests:
+            for i in range(cfg.requests):
+                await slots.acquire()  # no more than in_flight tasks exist
+                slots.release()
+                requests.start_soon(one, i)
+                if (i + 1) % max(1, cfg.requests // 10) == 0:
+                    progress(f"{i + 1}/{cfg.requests} sent; {dict(tally.outcomes)}")
+        fault_scope.cancel()
+
+
+def _report(
+    cfg: SoakConfig,
+    tally: _Tally,
+    log: list[str],
+    wall_s: float,
+    up: bool,
+    exit_code: int,
+    processes_left: int,
+) -> dict[str, Any]:
+    """The soak's counts and the service's end state; its log's tail when it did not pass."""
     answered = cfg.requests - tally.outcomes["unanswered"]
     report = {
         "requests": cfg.requests,
@@ -405,13 +431,11 @@ async def run_soak(
         "wall_s": round(wall_s, 1),
         "up_at_end": up,
         "sigterm_exit_code": exit_code,
-        "processes_left": len(leftover),
-        "tracebacks_logged": sum(
-            "Traceback (most recent call last)" in line for line in served.log
-        ),
+        "processes_left": processes_left,
+        "tracebacks_logged": sum("Traceback (most recent call last)" in line for line in log),
     }
     if not passed(report):
-        report["service_log_tail"] = served.log[-15:]
+        report["service_log_tail"] = log[-15:]
     return report
 
 

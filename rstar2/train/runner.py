@@ -190,11 +190,51 @@ def train_graph(
     started_at: float = 0.0,
 ) -> GraphConfig:
     """The RL actor graph of one run (resuming from `checkpoint`, else the latest one)."""
-    g = cfg.graph
+    actors = _train_actors(cfg, run_dir, model_dir, resume, checkpoint, started_at)
+    edges = [
+        "learner.tasks -> scheduler.tasks",
+        "learner.weights -> rollout.weights",
+        "learner.control -> rollout.control",
+        "learner.report -> rollout.report",
+        "scheduler.assign -> rollout.assign",
+        "scheduler.report -> rollout.report",
+        "rollout.route -> scheduler.route",
+        "rollout.turns -> scheduler.turns",
+        "rollout.peers -> rollout.generate",
+        "scheduler.done -> reward.trajectories",
+        "rollout.tools -> sandbox.exec",
+        "reward.scored -> learner.scored",
+    ]
+    graph = graph_config(
+        {
+            "name": "train",
+            "actors": actors,
+            "edges": edges,
+            "handshake_timeout_s": 120.0,
+            "max_message_bytes": message_limit(cfg, model_dir),
+        }
+    )
+    # The learner roots the weight group (weight_sync "broadcast") on its host's graph address.
+    learner = graph.actors[0]
+    learner.params["weight_sync_host"] = graph.hosts[learner.host]
+    return graph
 
+
+def _train_actors(
+    cfg: TrainConfig,
+    run_dir: Path,
+    model_dir: Path,
+    resume: bool,
+    checkpoint: Path | None,
+    started_at: float,
+) -> list[dict[str, Any]]:
+    """The graph's actors, the learner first, placed by `graph.processes`: 1 holds them all in
+    the main process, 2 put the engines and tools in one other process, 3 or more give the tools
+    a process of their own."""
+    g = cfg.graph
     workers = "main" if g.processes == 1 else "engines"
     tools = "main" if g.processes == 1 else ("engines" if g.processes == 2 else "tools")
-    actors = [
+    return [
         actor_node(
             "learner",
             LearnerActor,
@@ -230,33 +270,6 @@ def train_graph(
         actor_node("sandbox", SandboxActor, cfg.sandbox, count=g.sandboxes, process=tools),
         actor_node("reward", RewardActor, cfg.reward, process=tools),
     ]
-    edges = [
-        "learner.tasks -> scheduler.tasks",
-        "learner.weights -> rollout.weights",
-        "learner.control -> rollout.control",
-        "learner.report -> rollout.report",
-        "scheduler.assign -> rollout.assign",
-        "scheduler.report -> rollout.report",
-        "rollout.route -> scheduler.route",
-        "rollout.turns -> scheduler.turns",
-        "rollout.peers -> rollout.generate",
-        "scheduler.done -> reward.trajectories",
-        "rollout.tools -> sandbox.exec",
-        "reward.scored -> learner.scored",
-    ]
-    graph = graph_config(
-        {
-            "name": "train",
-            "actors": actors,
-            "edges": edges,
-            "handshake_timeout_s": 120.0,
-            "max_message_bytes": message_limit(cfg, model_dir),
-        }
-    )
-    # The learner roots the weight group (weight_sync "broadcast") on its host's graph address.
-    learner = graph.actors[0]
-    learner.params["weight_sync_host"] = graph.hosts[learner.host]
-    return graph
 
 
 def check_splits(cfg: TrainConfig) -> None:

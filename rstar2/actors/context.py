@@ -11,9 +11,8 @@ Framing on the sockets (bodies and array frames come from `frames.to_frames`):
 - request (DEALER -> ROUTER): [request id (8 bytes), body, *arrays]; the ROUTER prepends the
   client identity, and the reply goes back as [identity, request id, body, *arrays].
 
-Received frames are decoded when they are drained, so the buffer holds decoded messages.
-
-A message over `max_message_bytes` or one that does not decode is logged, counted
+Received frames are decoded when they are drained (`inbox.py`), so the buffer holds decoded
+messages. A message over `max_message_bytes` or one that does not decode is logged, counted
 (`malformed` / `oversized`) and skipped; the actor goes on. Sending an oversized message raises
 `MessageTooLarge` in the sender (that is a bug in the sender, not bad input).
 
@@ -32,20 +31,13 @@ import anyio.abc
 import zmq
 
 from rstar2.actors.actor import Actor, Incoming, Outputs, Port, StopCallback
+from rstar2.actors.inbox import Inbox
 from rstar2.actors.outbox import ALONE, QUEUED, REFUSED, Outbox
 from rstar2.actors.request_client import RequestClient
-from rstar2.actors.sockets import AsyncSocket, Frames
+from rstar2.actors.sockets import AsyncSocket
 from rstar2.actors.trace import Tracer, now
-from rstar2.frames import (
-    Buffer,
-    MessageTooLarge,
-    frames_size,
-    from_frames,
-    is_packed,
-    to_frames,
-    unpack_frame,
-)
-from rstar2.wire import ActorFailed, Message, WireError, encode_body
+from rstar2.frames import Buffer, MessageTooLarge, frames_size, to_frames
+from rstar2.wire import ActorFailed, Message, encode_body
 
 log = logging.getLogger(__name__)
 
@@ -90,13 +82,21 @@ class ActorContext:
         self._stop = stop
         self._buffer = sockets.received
         self._outboxes = sockets.outboxes
-        self._input_order = list(sockets.inputs)
+        self._inbox = Inbox(
+            name,
+            ports_in,
+            sockets.inputs,
+            sockets.received,
+            tracer,
+            batch=batch,
+            max_message_bytes=max_message_bytes,
+        )
         self._client = RequestClient(
             name,
             tracer,
             sockets.requests,
             self._send_frames,
-            self._count_bad,
+            self._inbox.count_bad,
             batch=batch,
             max_message_bytes=max_message_bytes,
         )
@@ -133,95 +133,10 @@ class ActorContext:
         self.tracer.stats.queue_depth = len(buffer)
         return incoming
 
-    def _decode_input(self, port: str, frames: Frames) -> None:
-        """Decode one received message (or packed frame) into the buffer; count bad ones."""
-        spec = self._ports_in[port]
-        reply_to = None
-        if spec.is_request_reply:
-            if len(frames) < 3:
-                self.tracer.stats.received += 1
-                self._count_bad(WireError(f"request with {len(frames)} frames"), port)
-                return
-            reply_to = (frames[0], frames[1])
-            frames = frames[2:]
-        elif is_packed(frames):
-            messages, errors = unpack_frame(frames[0], self.max_message_bytes)
-            self.tracer.stats.received += len(messages) + len(errors)
-            for error in errors:
-                self._count_bad(error, port)
-            append, types = self._buffer.append, spec.msg
-            for msg in messages:
-                if isinstance(msg, types):
-                    append(Incoming(port, msg))
-                else:
-                    self._count_bad(WireError(f"unexpected {type(msg).__name__}"), port)
-            return
-        self.tracer.stats.received += 1
-        try:
-            msg = from_frames(frames, self.max_message_bytes)
-        except WireError as e:
-            self._count_bad(e, port)
-            return
-        self._accept(port, spec, msg, reply_to)
-
-    def _accept(
-        self, port: str, spec: Port, msg: Message, reply_to: tuple[bytes, bytes] | None
-    ) -> None:
-        if spec.accepts(msg):
-            self._buffer.append(Incoming(port, msg, reply_to))
-        else:
-            self._count_bad(WireError(f"unexpected {type(msg).__name__}"), port)
-
-    def _count_bad(self, error: WireError, port: str) -> None:
-        stats = self.tracer.stats
-        if isinstance(error, MessageTooLarge):
-            what = "oversized"
-            stats.oversized += 1
-        else:
-            what = "malformed"
-            stats.malformed += 1
-        log.warning("%s: dropped %s message on port %r: %s", self.name, what, port, error)
-
     async def _fill(self) -> None:
         """Send what the last batch produced, then drain input, waiting if none is queued."""
-        if not self._input_order:
-            raise RuntimeError(f"actor {self.name} has no input ports to receive from")
         await self.flush()
-        if self._drain():
-            return
-        token = self.tracer.begin("wait")
-        try:
-            while not self._drain():
-                if len(self._input_order) == 1:
-                    await self._sockets.inputs[self._input_order[0]].wait(zmq.POLLIN)
-                else:
-                    await self._wait_any_input()
-        finally:
-            self.tracer.end(token, depth=len(self._buffer))
-
-    def _drain(self) -> bool:
-        """Decode up to `batch` queued messages per port into the buffer, without waiting."""
-        # Rotate the start port so that a busy port cannot starve the others.
-        self._input_order.append(self._input_order.pop(0))
-        buffer = self._buffer
-        for port in self._input_order:
-            sock = self._sockets.inputs[port]
-            limit = len(buffer) + self.batch
-            while len(buffer) < limit:
-                frames = sock.recv_nowait()
-                if frames is None:
-                    break
-                self._decode_input(port, frames)
-        return bool(buffer)
-
-    async def _wait_any_input(self) -> None:
-        async def wait_one(sock: AsyncSocket, scope: anyio.CancelScope) -> None:
-            await sock.wait(zmq.POLLIN)
-            scope.cancel()
-
-        async with anyio.create_task_group() as tg:
-            for port in self._input_order:
-                tg.start_soon(wait_one, self._sockets.inputs[port], tg.cancel_scope)
+        await self._inbox.fill()
 
     # --- handling and sending --------------------------------------------------------------
 

@@ -1,19 +1,15 @@
 """The actor's view of the runtime: receive, send, request, reply, trace.
 
-One `ActorContext` per running actor instance. It owns no sockets (the supervisor does, so a
-restarted actor keeps its queued messages) and it is used from the actor's tasks, plus the
-reply-reader tasks of its requests (`request_client.py`) and one flusher task for its outboxes.
+One `ActorContext` per running actor instance: a facade over the parts that do the work, all
+used from the actor's tasks, the reply-reader tasks of its requests and one flusher task:
+- `Inbox` (`inbox.py`): drains the input sockets and decodes into the buffer that `recv` reads;
+- `Sender` (`sender.py`): encodes, packs small messages into outboxes, sends frames (`send`,
+  `reply`, and the requests' frames);
+- `RequestClient` (`request_client.py`): requests and their replies.
+It owns no sockets (the supervisor does, so a restarted actor keeps its queued messages).
 
-Framing on the sockets (bodies and array frames come from `frames.to_frames`):
-- stream (PUSH -> PULL): [body, *arrays], or, on an edge to a single instance, one packed frame
-  holding the bodies of several small array-free messages sent in one step (see `outbox.py`:
-  the outputs of one drained input batch go out as one frame, decoded in one call);
-- request (DEALER -> ROUTER): [request id (8 bytes), body, *arrays]; the ROUTER prepends the
-  client identity, and the reply goes back as [identity, request id, body, *arrays].
-
-Received frames are decoded when they are drained (`inbox.py`), so the buffer holds decoded
-messages. A message over `max_message_bytes` or one that does not decode is logged, counted
-(`malformed` / `oversized`) and skipped; the actor goes on. Sending an oversized message raises
+A received message that is too big or does not decode is logged, counted (`malformed` /
+`oversized`) and skipped; the actor goes on. Sending an oversized message raises
 `MessageTooLarge` in the sender (that is a bug in the sender, not bad input).
 
 What it does not do: decide anything (actors do), or restart (the supervisor does).
@@ -24,24 +20,24 @@ from __future__ import annotations
 import logging
 import traceback
 from collections import deque
+from collections.abc import Coroutine
 from dataclasses import dataclass, field
+from typing import Any
 
-import anyio
 import anyio.abc
 import zmq
 
 from rstar2.actors.actor import Actor, Incoming, Outputs, Port, StopCallback
 from rstar2.actors.inbox import Inbox
-from rstar2.actors.outbox import ALONE, QUEUED, REFUSED, Outbox
+from rstar2.actors.outbox import Outbox
 from rstar2.actors.request_client import RequestClient
+from rstar2.actors.sender import Sender
 from rstar2.actors.sockets import AsyncSocket
 from rstar2.actors.trace import Tracer, now
-from rstar2.frames import Buffer, MessageTooLarge, frames_size, to_frames
-from rstar2.wire import ActorFailed, Message, encode_body
+from rstar2.frames import to_frames
+from rstar2.wire import ActorFailed, Message
 
 log = logging.getLogger(__name__)
-
-_CHECKPOINT_EVERY = 64  # sends that never blocked before we yield to other tasks anyway
 
 
 @dataclass
@@ -74,59 +70,42 @@ class ActorContext:
     ) -> None:
         self.name = name
         self.tracer = tracer
-        self.max_message_bytes = max_message_bytes
         self.batch = batch
-        self._ports_in = ports_in
-        self._ports_out = ports_out
-        self._sockets = sockets
         self._stop = stop
-        self._buffer = sockets.received
-        self._outboxes = sockets.outboxes
-        self._inbox = Inbox(
+        limits = {"batch": batch, "max_message_bytes": max_message_bytes}
+        self._inbox = Inbox(name, ports_in, sockets.inputs, sockets.received, tracer, **limits)
+        self._sender = Sender(
             name,
-            ports_in,
-            sockets.inputs,
-            sockets.received,
-            tracer,
-            batch=batch,
-            max_message_bytes=max_message_bytes,
-        )
-        self._client = RequestClient(
-            name,
-            tracer,
+            ports_out,
+            sockets.streams,
+            sockets.outboxes,
             sockets.requests,
-            self._send_frames,
-            self._inbox.count_bad,
-            batch=batch,
+            tracer,
+            sockets.received,
             max_message_bytes=max_message_bytes,
         )
-        self._task_group: anyio.abc.TaskGroup | None = None
-        self._flush_wanted: anyio.Event | None = None
-        self._flush_scheduled = False
-        self._unyielded_sends = 0
-        self._yields = 0
-        """Sends that awaited (let other tasks run): `serve_handle` ends its span run there."""
-        self._packed_ports = {
-            name: (box, ports_out[name].msg)
-            for name, box in sockets.outboxes.items()
-            if name in ports_out
-        }
-        """Packed stream ports: (outbox, accepted types), for `send`'s fast path."""
+        self._client = RequestClient(name, tracer, sockets.requests, self._sender, **limits)
+
+    @property
+    def max_message_bytes(self) -> int:
+        """The largest message sent or received, in bytes (bigger ones are refused)."""
+        return self._sender.max_message_bytes
+
+    @max_message_bytes.setter
+    def max_message_bytes(self, limit: int) -> None:
+        self._sender.max_message_bytes = self._inbox.max_message_bytes = limit
+        self._client.max_message_bytes = limit
 
     def attach(self, task_group: anyio.abc.TaskGroup | None) -> None:
         """Give the context a task group for its reply readers and flusher (by the supervisor)."""
-        self._task_group = task_group
         self._client.attach(task_group)
-        self._flush_wanted = None
-        self._flush_scheduled = False
-        if task_group is not None and any(self._outboxes.values()):
-            self._schedule_flush()  # what a failed incarnation left in its outboxes
+        self._sender.attach(task_group)
 
-    # --- receiving -------------------------------------------------------------------------
+    # --- receiving and handling ------------------------------------------------------------
 
     async def recv(self) -> Incoming:
         """The next well-formed message on any input port (waits; bad ones are skipped)."""
-        buffer = self._buffer
+        buffer = self._inbox.buffer
         if not buffer:
             await self._fill()
         incoming = buffer.popleft()
@@ -135,10 +114,8 @@ class ActorContext:
 
     async def _fill(self) -> None:
         """Send what the last batch produced, then drain input, waiting if none is queued."""
-        await self.flush()
+        await self._sender.flush()
         await self._inbox.fill()
-
-    # --- handling and sending --------------------------------------------------------------
 
     async def serve_handle(self, actor: Actor) -> None:
         """The default `Actor.serve`: receive and dispatch to `actor.handle`, forever.
@@ -149,7 +126,7 @@ class ActorContext:
         that time is this actor's work), recorded when the run ends: at a port change, before
         the actor waits for input, or when a send yielded. One clock read per message.
         """
-        buffer = self._buffer
+        buffer = self._inbox.buffer
         tracer = self.tracer
         handle = actor.handle
         while True:
@@ -184,9 +161,9 @@ class ActorContext:
                             f"{self.name}.handle must return a list, got {type(outputs).__name__}"
                         )
                     tracer.stats.queue_depth = len(buffer)  # stats are read only while we await
-                    yields = self._yields
+                    yields = self._sender.yields
                     await self._send_outputs(incoming, outputs)
-                    if self._yields != yields:  # other tasks ran: the run ends before the send
+                    if self._sender.yields != yields:  # other tasks ran: the run ends before it
                         tracer.handled(run_start, end, run_port, depth, count)
                         count = depth = 0
                         run_start = end = now()
@@ -210,7 +187,7 @@ class ActorContext:
             if incoming.reply_to is not None:
                 self.reply_failure(incoming)
             raise
-        self.tracer.handled(start, now(), incoming.port, len(self._buffer))
+        self.tracer.handled(start, now(), incoming.port, len(self._inbox.buffer))
         if not isinstance(outputs, list):
             raise TypeError(f"{self.name}.handle must return a list, got {type(outputs).__name__}")
         return outputs
@@ -225,161 +202,32 @@ class ActorContext:
             else:
                 await self.send(out_port, msg)
 
-    def _frames_for(self, port: str, msg: Message, spec: Port | None) -> list[Buffer]:
-        if spec is None:
-            raise ValueError(f"actor {self.name} has no output port {port!r}")
-        if not isinstance(msg, spec.msg):
-            raise TypeError(
-                f"{self.name}: port {port!r} takes {sorted(spec.type_names())}, "
-                f"got {type(msg).__name__}"
-            )
-        frames = to_frames(msg)
-        if len(frames) > 1 or len(frames[0]) > self.max_message_bytes:
-            size = frames_size(frames)
-            if size > self.max_message_bytes:
-                raise MessageTooLarge(
-                    f"{self.name}: {type(msg).__name__} of {size} bytes on port {port!r} is "
-                    f"over the limit of {self.max_message_bytes}"
-                )
-        return frames
+    # --- sending ---------------------------------------------------------------------------
 
-    async def send(self, port: str, msg: Message) -> None:
-        """Send on a stream output port; waits (and records a "blocked" span) when full.
+    def send(self, port: str, msg: Message) -> Coroutine[Any, Any, None]:
+        """Send on a stream output port (await it); waits, with a "blocked" span, when full.
 
         On an edge to a single instance a small message may leave packed with others, at the
-        latest when this actor next waits for input or the event loop next turns.
+        latest when this actor next waits for input or the event loop next turns. (Not an
+        `async def`: handing back the sender's coroutine saves one per message.)
         """
-        packed = self._packed_ports.get(port)
-        if packed is not None and self._task_group is not None and isinstance(msg, packed[1]):
-            # Fast path, the common case of a packed edge: the body fits in the outbox beside
-            # what is queued and does not fill it. Everything else takes the general path.
-            outbox = packed[0]
-            try:
-                body = encode_body(msg)
-            except TypeError:  # array fields: they travel as frames of their own
-                body = None
-            if body is not None:
-                size = len(body)
-                bodies = outbox.bodies
-                if (
-                    size <= self.max_message_bytes
-                    and outbox.nbytes + size <= outbox.room
-                    and len(bodies) + 1 < outbox.max_messages
-                ):
-                    bodies.append(body)
-                    outbox.nbytes += size
-                    if not self._flush_scheduled:
-                        self._schedule_flush()
-                    return
-        await self._send_general(port, msg)
-
-    async def _send_general(self, port: str, msg: Message) -> None:
-        outbox = self._outboxes.get(port)
-        if outbox is None:
-            sock = self._sockets.streams.get(port)
-            if sock is None:
-                if port in self._sockets.requests:
-                    raise ValueError(f"{self.name}: port {port!r} is request/reply: use request()")
-                raise ValueError(f"{self.name}: output port {port!r} is not connected")
-            frames = self._frames_for(port, msg, self._ports_out.get(port))
-            await self._send_frames(sock, frames, port)
-            return
-        frames = self._frames_for(port, msg, self._ports_out.get(port))
-        body = frames[0]
-        while True:
-            offer = outbox.offer(body) if len(frames) == 1 and isinstance(body, bytes) else ALONE
-            if offer is not REFUSED:
-                break
-            # Make room and offer again: the flush yields, and the other tasks of this actor
-            # (the scheduler's rollouts finishing together) may fill the outbox meanwhile.
-            await self._flush_outbox(port, outbox)
-        if offer is QUEUED and self._task_group is not None:
-            if not self._flush_scheduled:
-                self._schedule_flush()
-        elif offer is ALONE:
-            await self._flush_outbox(port, outbox)  # what was queued before it leaves first
-            await self._send_frames(outbox.sock, frames, port)
-        else:  # FULL, or no flusher task to send it later
-            await self._flush_outbox(port, outbox)
+        return self._sender.send(port, msg)
 
     async def flush(self, *, trace: bool = True) -> None:
         """Send what the outboxes hold now (the runtime does this; actors need not)."""
-        for port, outbox in self._outboxes.items():
-            if outbox.bodies:
-                await self._flush_outbox(port, outbox, trace=trace)
-
-    async def _flush_outbox(self, port: str, outbox: Outbox, *, trace: bool = True) -> None:
-        """Send the outbox as one frame; yields to other tasks once it is out."""
-        if not outbox.bodies:
-            return
-        if not outbox.lock.locked() and outbox.sock.send_nowait([outbox.frame()]):
-            self.tracer.stats.sent += outbox.clear()
-            self._yields += 1
-            await anyio.lowlevel.checkpoint()  # a producer that never blocks still lets others run
-            return
-        # Full downstream, or another task is sending this outbox's previous frame: wait in
-        # line (the lock keeps frames in order) and count it as blocked on output.
-        token = self.tracer.begin("blocked", port, len(self._buffer)) if trace else None
-        self._yields += 1
-        try:
-            async with outbox.lock:
-                while outbox.bodies:
-                    frame = outbox.frame()
-                    count = outbox.clear()
-                    await outbox.sock.send([frame])
-                    self.tracer.stats.sent += count
-        finally:
-            if token is not None:
-                self.tracer.end(token)
-
-    def _schedule_flush(self) -> None:
-        """Have the flusher task send the outboxes on the event loop's next turn."""
-        if self._task_group is None:
-            return
-        if self._flush_wanted is None:
-            self._flush_wanted = anyio.Event()
-            self._task_group.start_soon(self._serve_flushes)
-        self._flush_wanted.set()
-        self._flush_scheduled = True
-
-    async def _serve_flushes(self) -> None:
-        while True:
-            assert self._flush_wanted is not None
-            await self._flush_wanted.wait()
-            self._flush_wanted = anyio.Event()
-            self._flush_scheduled = False
-            # Not traced: the actor itself is not blocked while this task waits for room.
-            await self.flush(trace=False)
-
-    async def _send_frames(self, sock: AsyncSocket, frames: list[Buffer], port: str) -> None:
-        if sock.send_nowait(frames):
-            self._unyielded_sends += 1
-            if self._unyielded_sends >= _CHECKPOINT_EVERY:  # let other tasks run now and then
-                self._unyielded_sends = 0
-                self._yields += 1
-                await anyio.lowlevel.checkpoint()
-        else:
-            token = self.tracer.begin("blocked", port, len(self._buffer))
-            self._yields += 1
-            try:
-                await sock.send(frames)
-            finally:
-                self.tracer.end(token)
-            self._unyielded_sends = 0
-        self.tracer.stats.sent += 1
+        await self._sender.flush(trace=trace)
 
     async def reply(self, incoming: Incoming, msg: Message) -> None:
         """Answer a request received on a service port (may be called later, from serve())."""
         if incoming.reply_to is None:
             raise ValueError(f"{self.name}: message on port {incoming.port!r} is not a request")
-        spec = self._ports_in[incoming.port]
+        spec = self._inbox.port(incoming.port)
         reply_spec = Port(spec.reply) if spec.reply is not None else None
-        frames = self._frames_for(incoming.port, msg, reply_spec)
+        frames = self._sender.encode(incoming.port, msg, reply_spec)
         identity, request_id = incoming.reply_to
+        sock = self._inbox.socket(incoming.port)
         try:
-            await self._send_frames(
-                self._sockets.inputs[incoming.port], [identity, request_id, *frames], incoming.port
-            )
+            await self._sender.send_frames(sock, [identity, request_id, *frames], incoming.port)
         except zmq.ZMQError as e:  # EHOSTUNREACH: the client went away; nobody to tell
             log.info("%s: reply on %r not delivered: %s", self.name, incoming.port, e)
 
@@ -389,7 +237,7 @@ class ActorContext:
         failure = ActorFailed(actor=self.name, traceback=traceback.format_exc())
         assert incoming.reply_to is not None
         identity, request_id = incoming.reply_to
-        sock = self._sockets.inputs[incoming.port]
+        sock = self._inbox.socket(incoming.port)
         sock.send_nowait([identity, request_id, *to_frames(failure)])
 
     # --- requests --------------------------------------------------------------------------
@@ -406,8 +254,7 @@ class ActorContext:
         Without `peer`, instances are used round-robin. Raises `TimeoutError` after `timeout`
         seconds and `RemoteError` when the service raised while handling the request.
         """
-        frames = self._frames_for(port, msg, self._ports_out.get(port))
-        return await self._client.request(port, frames, peer, timeout)
+        return await self._client.request(port, msg, peer, timeout)
 
     def stop_graph(self, reason: str = "", result: object = None) -> None:
         """Ask the whole graph to stop (from a custom serve())."""

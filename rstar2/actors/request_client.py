@@ -5,25 +5,26 @@ instance as [request id (8 bytes), body, *arrays]; one reader task per DEALER (s
 use, in the context's task group) matches each reply to its waiting request by id. While any
 request of the actor awaits its reply, one "reply" span is open in its trace. A reply that
 names the service's failure (`ActorFailed`) raises `RemoteError`; a late reply (the request
-timed out) is dropped; a malformed one is counted as bad input.
+timed out) is dropped; a malformed one is counted as bad input (`inbox.count_bad`).
 
-What it does not do: encode messages or send frames (the context does, with its send-side
-spans), or retry.
+What it does not do: encode messages or send frames (the actor's `Sender` does, with its
+"blocked" spans), or retry.
 """
 
 from __future__ import annotations
 
 import itertools
 import logging
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 import anyio
 import anyio.abc
 
+from rstar2.actors.inbox import count_bad
+from rstar2.actors.sender import Sender
 from rstar2.actors.sockets import AsyncSocket
 from rstar2.actors.trace import Tracer
-from rstar2.frames import Buffer, from_frames
+from rstar2.frames import from_frames
 from rstar2.wire import ActorFailed, Message, WireError
 
 log = logging.getLogger(__name__)
@@ -43,10 +44,6 @@ class _Pending:
     reply: Message | None = None
 
 
-SendFrames = Callable[[AsyncSocket, list[Buffer], str], Awaitable[None]]
-CountBad = Callable[[WireError, str], None]
-
-
 class RequestClient:
     """Requests of one actor instance and the reader tasks that collect their replies."""
 
@@ -55,8 +52,7 @@ class RequestClient:
         name: str,
         tracer: Tracer,
         sockets: dict[str, list[AsyncSocket]],
-        send_frames: SendFrames,
-        count_bad: CountBad,
+        sender: Sender,
         *,
         batch: int,
         max_message_bytes: int,
@@ -64,8 +60,7 @@ class RequestClient:
         self.name = name
         self.tracer = tracer
         self.sockets = sockets
-        self._send_frames = send_frames
-        self._count_bad = count_bad
+        self.sender = sender
         self.batch = batch
         self.max_message_bytes = max_message_bytes
         self._pending: dict[int, _Pending] = {}
@@ -85,9 +80,10 @@ class RequestClient:
         return len(self.sockets.get(port, ()))
 
     async def request(
-        self, port: str, frames: list[Buffer], peer: int | None, timeout: float | None
+        self, port: str, msg: Message, peer: int | None, timeout: float | None
     ) -> Message:
-        """Send one encoded request and wait for its reply (see `ActorContext.request`)."""
+        """Send a request and wait for its reply (see `ActorContext.request`)."""
+        frames = self.sender.encode(port, msg)
         socks = self.sockets.get(port)
         if not socks:
             raise ValueError(f"{self.name}: port {port!r} is not a connected request port")
@@ -103,7 +99,8 @@ class RequestClient:
             self._reply_span = self.tracer.begin("reply", port)
         self._pending[request_id] = pending
         try:
-            await self._send_frames(socks[peer], [request_id.to_bytes(8, "little"), *frames], port)
+            request = [request_id.to_bytes(8, "little"), *frames]
+            await self.sender.send_frames(socks[peer], request, port)
             with anyio.fail_after(timeout):
                 await pending.event.wait()
         finally:
@@ -128,12 +125,12 @@ class RequestClient:
         while True:
             for frames in await sock.recv_batch(self.batch):
                 if len(frames) < 2:
-                    self._count_bad(WireError("reply without request id"), sock.endpoint)
+                    self._count_bad(WireError("reply without request id"), sock)
                     continue
                 try:
                     msg = from_frames(frames[1:], self.max_message_bytes)
                 except WireError as e:
-                    self._count_bad(e, sock.endpoint)
+                    self._count_bad(e, sock)
                     continue
                 pending = self._pending.get(int.from_bytes(frames[0], "little"))
                 if pending is None:
@@ -141,3 +138,6 @@ class RequestClient:
                     continue
                 pending.reply = msg
                 pending.event.set()
+
+    def _count_bad(self, error: WireError, sock: AsyncSocket) -> None:
+        count_bad(self.name, self.tracer.stats, error, sock.endpoint)

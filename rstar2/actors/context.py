@@ -5,7 +5,8 @@ used from the actor's tasks, the reply-reader tasks of its requests and one flus
 - `Inbox` (`inbox.py`): drains the input sockets and decodes into the buffer that `recv` reads;
 - `Sender` (`sender.py`): encodes, packs small messages into outboxes, sends frames (`send`,
   `reply`, and the requests' frames);
-- `RequestClient` (`request_client.py`): requests and their replies.
+- `RequestClient` (`request_client.py`): requests and their replies;
+- `HandleRuns` (`handle_runs.py`): calls `handle` and records the "handle" spans.
 It owns no sockets (the supervisor does, so a restarted actor keeps its queued messages).
 
 A received message that is too big or does not decode is logged, counted (`malformed` /
@@ -28,12 +29,13 @@ import anyio.abc
 import zmq
 
 from rstar2.actors.actor import Actor, Incoming, Outputs, Port, StopCallback
+from rstar2.actors.handle_runs import HandleRuns
 from rstar2.actors.inbox import Inbox
 from rstar2.actors.outbox import Outbox
 from rstar2.actors.request_client import RequestClient
 from rstar2.actors.sender import Sender
 from rstar2.actors.sockets import AsyncSocket
-from rstar2.actors.trace import Tracer, now
+from rstar2.actors.trace import Tracer
 from rstar2.frames import to_frames
 from rstar2.wire import ActorFailed, Message
 
@@ -85,6 +87,9 @@ class ActorContext:
             max_message_bytes=max_message_bytes,
         )
         self._client = RequestClient(name, tracer, sockets.requests, self._sender, **limits)
+        self._runs = HandleRuns(name, tracer, sockets.received, self.reply_failure)
+        self._dispatched = HandleRuns(name, tracer, sockets.received, self.reply_failure)
+        """`dispatch`'s messages (a custom serve()'s), each a run of its own."""
 
     @property
     def max_message_bytes(self) -> int:
@@ -122,75 +127,30 @@ class ActorContext:
 
         The same as `dispatch(await recv())` in a loop, made cheaper per message: no await for
         a message whose `handle` sends nothing, and one "handle" span per run of messages
-        handled back to back on one port (sends that did not let another task run included:
-        that time is this actor's work), recorded when the run ends: at a port change, before
-        the actor waits for input, or when a send yielded. One clock read per message.
+        handled back to back on one port (see `handle_runs.py`).
         """
-        buffer = self._inbox.buffer
-        tracer = self.tracer
-        handle = actor.handle
+        buffer, stats = self._inbox.buffer, self.tracer.stats
+        sender, runs, handle = self._sender, self._runs, actor.handle
         while True:
             if not buffer:
                 await self._fill()
-            run_start = end = now()
-            run_port = ""
-            count = depth = 0
-            while buffer:
-                incoming = buffer.popleft()
-                port = incoming.port
-                if port != run_port:
-                    if count:  # a run on another port ends here
-                        tracer.handled(run_start, end, run_port, depth, count)
-                        run_start, count, depth = end, 0, 0
-                    run_port = port
-                try:
-                    outputs = handle(port, incoming.msg)
-                except BaseException:  # the run so far is recorded; the failure is reported
-                    if count:
-                        tracer.handled(run_start, end, run_port, depth, count)
-                    if incoming.reply_to is not None:
-                        self.reply_failure(incoming)
-                    raise
-                count += 1
-                if len(buffer) > depth:
-                    depth = len(buffer)
-                end = now()
-                if outputs:
-                    if not isinstance(outputs, list):
-                        raise TypeError(
-                            f"{self.name}.handle must return a list, got {type(outputs).__name__}"
-                        )
-                    tracer.stats.queue_depth = len(buffer)  # stats are read only while we await
-                    yields = self._sender.yields
+            runs.begin()
+            try:
+                while (step := runs.handle_until_output(handle)) is not None:
+                    incoming, outputs = step
+                    stats.queue_depth = len(buffer)  # stats are read only while we await
+                    yields = sender.yields
                     await self._send_outputs(incoming, outputs)
-                    if self._sender.yields != yields:  # other tasks ran: the run ends before it
-                        tracer.handled(run_start, end, run_port, depth, count)
-                        count = depth = 0
-                        run_start = end = now()
-                    else:
-                        end = now()
-            if count:
-                tracer.handled(run_start, end, run_port, depth, count)
-            tracer.stats.queue_depth = 0
+                    runs.sent(yielded=sender.yields != yields)
+            finally:
+                runs.close()
+            stats.queue_depth = 0
 
     async def dispatch(self, actor: Actor, incoming: Incoming) -> None:
         """Run `actor.handle` on one message and send what it returns (replies too)."""
-        outputs = self._handle(actor, incoming)
+        outputs = self._dispatched.handle_one(actor.handle, incoming)
         if outputs:
             await self._send_outputs(incoming, outputs)
-
-    def _handle(self, actor: Actor, incoming: Incoming) -> Outputs:
-        start = now()
-        try:
-            outputs = actor.handle(incoming.port, incoming.msg)
-        except BaseException:
-            if incoming.reply_to is not None:
-                self.reply_failure(incoming)
-            raise
-        self.tracer.handled(start, now(), incoming.port, len(self._inbox.buffer))
-        if not isinstance(outputs, list):
-            raise TypeError(f"{self.name}.handle must return a list, got {type(outputs).__name__}")
-        return outputs
 
     async def _send_outputs(self, incoming: Incoming, outputs: Outputs) -> None:
         for item in outputs:

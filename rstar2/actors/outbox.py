@@ -1,23 +1,22 @@
 """Small messages on their way to a single receiver, packed several to a frame.
 
-A stream output port whose edge reaches exactly one instance gets an `Outbox`. The context
-puts the body of each small, array-free message in it and sends the outbox as one packed frame
-(`frames.pack_bodies`) when it holds `max_messages` bodies or `max_bytes` bytes, when the actor
-is about to wait for input, or on the next turn of the event loop (a flusher task), so a
-message never waits longer than the actor's current step. Edges that fan out to several
+A stream output port whose edge reaches exactly one instance gets an `Outbox`. The sender
+(`sender.py`) puts the body of each small, array-free message in it and sends the outbox as one
+packed frame (`frames.pack_bodies`) when it holds `max_messages` bodies or the next body would
+pass `room`, when the actor is about to wait for input, or on the next turn of the event loop
+(a flusher task), so a message never waits longer than the actor's current step. Edges that fan out to several
 instances are never packed: ZeroMQ's PUSH round-robin spreads frames, and a packed frame would
 give one instance a whole batch.
 
 The ZeroMQ high-water marks count frames; sockets of packed edges get `frame_hwm(hwm, batch)`
 of them, so the messages an edge can hold stay about `hwm` per side.
 
-What it does not do: encode, trace or wait (the context does all three), or pack messages
-that carry array frames (they go out alone, in order, after what the outbox held).
+What it does not do: decide what is packed, encode, trace or wait (the sender does all four),
+or pack messages that carry array frames (they go out alone, in order, after what the outbox
+held).
 """
 
 from __future__ import annotations
-
-from enum import IntEnum
 
 import anyio
 
@@ -31,18 +30,6 @@ PACK_BYTES = 60 * 1024
 1 KB, and under pyzmq's copy threshold (64 KiB): bigger frames go zero-copy, and releasing
 those runs through pyzmq's garbage-collector thread, which cost more than the copy (measured
 with cProfile on `rstar2 bench bus`)."""
-
-
-class Offer(IntEnum):
-    """What `Outbox.offer` did with a body."""
-
-    QUEUED = 0
-    FULL = 1
-    REFUSED = 2
-    ALONE = 3
-
-
-QUEUED, FULL, REFUSED, ALONE = Offer  # module constants: cheaper to read once per message
 
 
 def frame_hwm(hwm: int, batch: int) -> int:
@@ -62,29 +49,11 @@ class Outbox:
         self.bodies: list[bytes] = []
         self.nbytes = 0
         self.room = max_bytes - _PACK_OVERHEAD
-        """`nbytes` may grow to this (the frame's mark and array header take the rest)."""
+        """`nbytes` may grow to this (the frame's mark and array header take the rest): a body
+        that does not fit beside the queued ones waits for them to be sent; one bigger than
+        `room` is not packed at all."""
         self.lock = anyio.Lock(fast_acquire=True)
         """Held while a frame of this outbox is being sent, so frames leave in order."""
-
-    def __len__(self) -> int:
-        return len(self.bodies)
-
-    def offer(self, body: bytes) -> Offer:
-        """Queue `body` if it fits: QUEUED, or FULL (queued; send the outbox now).
-
-        REFUSED: it does not fit beside what is queued (send that, then offer again, and again
-        while REFUSED: sending yields, and other tasks may queue bodies meanwhile); ALONE: it
-        is too big to pack at all (send it by itself, after what is queued). The body is queued
-        only on QUEUED and FULL: on the others the caller still owns it.
-        """
-        size = len(body)
-        if self.nbytes + size > self.room:
-            if self.bodies and size <= self.room:
-                return REFUSED
-            return ALONE
-        self.bodies.append(body)
-        self.nbytes += size
-        return FULL if len(self.bodies) >= self.max_messages else QUEUED
 
     def frame(self) -> bytes:
         """What is queued as one frame: the body itself when there is only one."""

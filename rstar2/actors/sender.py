@@ -1,17 +1,17 @@
 """The send side of an actor instance: encode, pack into outboxes, send frames.
 
-One `Sender` per actor context, and one send path. On a stream port without an outbox, `send`
-encodes the message (`encode`: the port, its type and the size limit are checked) and sends
-its frames. On a port that packs (an edge to a single instance, `outbox.py`), the body of a
-message of the port's type, without arrays and under the limit, is offered to the port's
-`Outbox`, the one place that decides what is packed:
-- QUEUED: it waits there; a flusher task (started on first use, in the context's task group)
-  sends the outbox on the event loop's next turn, and the context before the actor next waits;
-- REFUSED: the outbox is sent to make room, and the body offered again;
-- FULL: queued, and the outbox is sent now;
-- ALONE (too big to pack): what was queued goes first, then the message by itself.
+One `Sender` per actor context, and one send path, `send`. On a stream port without an outbox
+it encodes the message (`encode`: the port, its type and the size limit are checked) and sends
+its frames. On a port that packs (an edge to a single instance, `outbox.py`), a message of the
+port's type, without arrays and under the limit, goes into the outbox as its body:
+- it is queued if it fits beside what is queued; a flusher task (started on first use, in the
+  context's task group) sends the outbox on the event loop's next turn, and the context before
+  the actor next waits; an outbox that holds `max_messages` bodies is sent at once;
+- if it does not fit, the outbox is sent to make room, and it is looked at again;
+- if it would not fit an empty outbox either, what is queued is sent, then the message alone.
 Any other message on a packing port goes through `encode`, which refuses it or frames it
-(arrays), and leaves alone, after what was queued.
+(arrays), and leaves alone, after what was queued. This is the hot path of the bus: it is
+written out in one function, with no call per message beyond the encoder's.
 
 A send that finds the socket full waits, with a "blocked" span open in the trace. A producer
 whose sends never block still lets other tasks run: after each outbox sent, and every
@@ -32,7 +32,7 @@ import anyio
 import anyio.abc
 
 from rstar2.actors.actor import Port
-from rstar2.actors.outbox import ALONE, FULL, QUEUED, REFUSED, Offer, Outbox
+from rstar2.actors.outbox import Outbox
 from rstar2.actors.sockets import AsyncSocket
 from rstar2.actors.trace import Tracer
 from rstar2.frames import Buffer, MessageTooLarge, frames_size, to_frames
@@ -118,30 +118,28 @@ class Sender:
             body = encode_body(msg) if isinstance(msg, types) else None
         except TypeError:  # array fields: they travel as frames of their own
             body = None
-        if body is not None and len(body) <= self.max_message_bytes:
-            offer = outbox.offer(body)
-            if offer is QUEUED and self._flush_scheduled:  # the common case: the flusher sends it
+        if body is None or (size := len(body)) > self.max_message_bytes:
+            # arrays, or what `encode` refuses (the wrong type, over the limit)
+            await self._send_alone(port, outbox, self.encode(port, msg))
+            return
+        while outbox.nbytes + size > outbox.room:  # it does not fit beside what is queued
+            if size > outbox.room:  # nor in an empty outbox
+                await self._send_alone(port, outbox, [body])
                 return
-            await self._offered(port, outbox, [body], offer)
-        else:  # arrays, or what `encode` refuses (the wrong type, over the limit)
-            await self._offered(port, outbox, self.encode(port, msg), ALONE)
-
-    async def _offered(self, port: str, outbox: Outbox, frames: list[Buffer], offer: Offer) -> None:
-        """The rest of `send` on a packing port, once the outbox answered `offer`."""
-        while offer is REFUSED:
-            # Make room and offer again: the flush yields, and the other tasks of this actor
+            # Make room and look again: the flush yields, and the other tasks of this actor
             # (the scheduler's rollouts finishing together) may fill the outbox meanwhile.
             await self._flush_outbox(port, outbox)
-            body = frames[0]
-            assert isinstance(body, bytes)  # it was offered: a body, never an array's frame
-            offer = outbox.offer(body)
-        if offer is ALONE:
-            await self._flush_outbox(port, outbox)  # what was queued before it leaves first
-            await self.send_frames(outbox.sock, frames, port)
-        elif offer is FULL or self._task_group is None:  # no flusher task to send it later
-            await self._flush_outbox(port, outbox)
+        outbox.bodies.append(body)
+        outbox.nbytes += size
+        if len(outbox.bodies) >= outbox.max_messages or self._task_group is None:
+            await self._flush_outbox(port, outbox)  # full, or no flusher task to send it later
         elif not self._flush_scheduled:
             self._schedule_flush()
+
+    async def _send_alone(self, port: str, outbox: Outbox, frames: list[Buffer]) -> None:
+        """Send one message by itself on a packing port, after what its outbox holds."""
+        await self._flush_outbox(port, outbox)
+        await self.send_frames(outbox.sock, frames, port)
 
     def _stream(self, port: str) -> AsyncSocket:
         sock = self._streams.get(port)

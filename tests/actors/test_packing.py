@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
+from contextlib import contextmanager
 
 import anyio
 import numpy as np
@@ -12,7 +13,7 @@ from actor_graphs import DEMO, expected_sum
 
 from rstar2.actors import graph_config, open_graph, port, run_graph
 from rstar2.actors.context import ActorContext, ContextSockets
-from rstar2.actors.outbox import ALONE, FULL, QUEUED, REFUSED, Outbox
+from rstar2.actors.outbox import Outbox
 from rstar2.actors.sockets import AsyncSocket, SocketFactory
 from rstar2.actors.trace import Tracer
 from rstar2.frames import MessageTooLarge, is_packed, pack_bodies, to_frames, unpack_frame
@@ -57,35 +58,20 @@ def test_packed_frame_over_the_limit_or_not_an_array_is_one_error() -> None:
     assert unpack_frame(b"\xc1\x81\x01\x02")[0] == []  # a map, not an array
 
 
-# --- outbox ---------------------------------------------------------------------------------
-
-
-def test_outbox_offer_limits_by_count_and_bytes() -> None:
-    factory = SocketFactory(zmq.Context())
-    try:
-        sock = factory.connect(zmq.PUSH, ["inproc://outbox-test"])
-        by_count = Outbox(sock, max_messages=2, max_bytes=10_000)
-        assert [by_count.offer(body(0)), by_count.offer(body(1))] == [QUEUED, FULL]
-        one = len(body(0, 100))
-        by_bytes = Outbox(sock, max_messages=64, max_bytes=2 * one + 6)
-        assert [by_bytes.offer(body(i, 100)) for i in range(3)] == [QUEUED, QUEUED, REFUSED]
-        assert len(by_bytes) == 2
-        assert Outbox(sock, 64, one).offer(body(0, 100)) == ALONE  # too big to pack at all
-    finally:
-        factory.close()
-
-
 # --- the context's send path ----------------------------------------------------------------
 
 
-@pytest.fixture
-async def packed_edge() -> AsyncIterator[tuple[ActorContext, AsyncSocket]]:
+@contextmanager
+def edge(
+    max_messages: int = 64, max_bytes: int = 60_000
+) -> Iterator[tuple[ActorContext, AsyncSocket]]:
     """A context whose "out" port packs (an Outbox over PUSH), and the PULL it reaches."""
     factory = SocketFactory(zmq.Context())
     try:
         pull = factory.bind(zmq.PULL, "inproc://packed-edge")
         push = factory.connect(zmq.PUSH, ["inproc://packed-edge"])
-        socks = ContextSockets(streams={"out": push}, outboxes={"out": Outbox(push, 64, 60_000)})
+        outbox = Outbox(push, max_messages, max_bytes)
+        socks = ContextSockets(streams={"out": push}, outboxes={"out": outbox})
         ports = {"out": port((Item, WeightUpdate))}
         ctx = ActorContext(
             "a.0", {}, ports, socks, Tracer("a.0", "main"), max_message_bytes=1 << 20
@@ -93,6 +79,38 @@ async def packed_edge() -> AsyncIterator[tuple[ActorContext, AsyncSocket]]:
         yield ctx, pull
     finally:
         factory.close()
+
+
+@pytest.fixture
+async def packed_edge() -> AsyncIterator[tuple[ActorContext, AsyncSocket]]:
+    with edge() as (ctx, pull):
+        yield ctx, pull
+
+
+async def send_all(ctx: ActorContext, messages: list[Item]) -> None:
+    """Send `messages` on "out" in one step, then the runtime's flush."""
+    async with anyio.create_task_group() as tg:
+        ctx.attach(tg)
+        for msg in messages:
+            await ctx.send("out", msg)
+        await ctx.flush()
+        tg.cancel_scope.cancel()
+
+
+async def test_the_outbox_limits_by_count() -> None:
+    with edge(max_messages=2) as (ctx, pull):
+        await send_all(ctx, [Item(i, i) for i in range(3)])
+        frames = pull.recv_batch_nowait(10)
+    assert [f[0] for f in frames] == [pack_bodies([body(0), body(1)]), body(2)]
+
+
+async def test_the_outbox_limits_by_bytes_and_what_cannot_pack_goes_alone() -> None:
+    one = len(body(0, 100))
+    with edge(max_bytes=2 * one + 6) as (ctx, pull):  # room for two such bodies
+        await send_all(ctx, [Item(i, i, b"x" * 100) for i in range(3)] + [Item(3, 3, b"x" * 300)])
+        frames = pull.recv_batch_nowait(10)
+    packed = pack_bodies([body(0, 100), body(1, 100)])
+    assert [f[0] for f in frames] == [packed, body(2, 100), body(3, 300)]
 
 
 async def test_messages_sent_in_one_step_leave_as_one_frame(

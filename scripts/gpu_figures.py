@@ -238,6 +238,16 @@ def run_command(args: list[str], timeout_s: float, log: Path) -> tuple[int, str,
             return 124, stdout, time.perf_counter() - start
 
 
+def run_check(command: list[str], timeout_s: float) -> dict[str, Any]:
+    """One of this script's `--check-*` runs in a process of its own: its JSON, or the error."""
+    try:
+        done = subprocess.run(command, capture_output=True, text=True, timeout=timeout_s,
+                              cwd=ROOT, env=script_env())  # fmt: skip
+    except subprocess.TimeoutExpired:
+        return {"error": "timed out"}
+    return last_json(done.stdout) or {"error": done.stderr[-1500:]}
+
+
 def last_json(stdout: str) -> dict[str, Any] | None:
     """The JSON object on stdout's last non-empty line (None if there is none)."""
     lines = [line for line in stdout.splitlines() if line.strip()]
@@ -660,12 +670,7 @@ def main(argv: list[str] | None = None) -> int:
         device = "cuda" if results["environment"]["device"] != "cpu" else "cpu"
         check = [sys.executable, str(Path(__file__).resolve()), "--check-engine", device,
                  *(["--smoke"] if args.smoke else [])]  # fmt: skip
-        try:
-            done = subprocess.run(check, capture_output=True, text=True, timeout=180, cwd=ROOT,
-                                  env=script_env())  # fmt: skip
-            results["engine_check"] = last_json(done.stdout) or {"error": done.stderr[-1500:]}
-        except subprocess.TimeoutExpired:
-            results["engine_check"] = {"error": "timed out"}
+        results["engine_check"] = run_check(check, 180)
         print(f"engine check: {json.dumps(results['engine_check'])}", flush=True)
         save()
         engines = results.setdefault("engine", {})
@@ -702,12 +707,7 @@ def main(argv: list[str] | None = None) -> int:
         check = [sys.executable, str(Path(__file__).resolve()), "--check-packed",
                  "cuda" if results["environment"]["device"] != "cpu" else "cpu"]  # fmt: skip
         if not args.only:  # `--only` runs the named entries and nothing else
-            try:
-                done = subprocess.run(check, capture_output=True, text=True, timeout=120,
-                                      cwd=ROOT, env=script_env())  # fmt: skip
-                results["packed_check"] = last_json(done.stdout) or {"error": done.stderr[-1500:]}
-            except subprocess.TimeoutExpired:
-                results["packed_check"] = {"error": "timed out"}
+            results["packed_check"] = run_check(check, 120)
             print(f"packed check: {json.dumps(results['packed_check'])}", flush=True)
             save()
         for name, shape, extra in select(bench_plan(args.smoke), args.only):

@@ -61,6 +61,11 @@ def bucket(n: int, sizes: list[int]) -> int:
     raise ValueError(f"{n} exceeds the largest bucket {sizes[-1]}")
 
 
+def _nucleus(rows: list[Request]) -> bool:
+    """Whether any sampled row restricts itself to a nucleus (the sort over the vocabulary)."""
+    return any(r.params.temperature > 0.0 and r.params.top_p < 1.0 for r in rows)
+
+
 @dataclass(frozen=True)
 class Shape:
     batch: int
@@ -108,8 +113,9 @@ class FixedDecoder:
     def shape(self, rows: list[Request]) -> Shape:
         bs = self.cache.block_size
         need = max(-(-(r.num_computed + 1) // bs) for r in rows)
-        nucleus = any(r.params.temperature > 0.0 and r.params.top_p < 1.0 for r in rows)
-        return Shape(bucket(len(rows), self.batch_sizes), bucket(need, self.width_sizes), nucleus)
+        return Shape(
+            bucket(len(rows), self.batch_sizes), bucket(need, self.width_sizes), _nucleus(rows)
+        )
 
     @torch.inference_mode()
     def decode(self, rows: list[Request], seeds: list[int]) -> torch.Tensor:
@@ -145,8 +151,7 @@ class FixedDecoder:
             [[r.params.temperature for r in rows], [r.params.top_p for r in rows]],
             dtype=torch.float32,
         ).to(self.device, non_blocking=True)
-        nucleus = any(r.params.temperature > 0.0 and r.params.top_p < 1.0 for r in rows)
-        return sample_fixed(logits, floats[0], floats[1], ints[0], ints[1], ints[2], nucleus)
+        return sample_fixed(logits, floats[0], floats[1], ints[0], ints[1], ints[2], _nucleus(rows))
 
     def stats(self) -> dict[str, int]:
         return {

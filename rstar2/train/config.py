@@ -309,15 +309,17 @@ class TrainConfig:
         for sub in (self.rl, self.learner, self.sft, self.task, self.cluster):
             sub.validate()
         self.demonstration_task()  # a bad [demo_task] key or value fails here
-        if self.ood_task:
-            from_dict(TaskConfig, {**to_dict(self.task), **self.ood_task}, "ood_task")
+        self._task_with(self.ood_task, "ood_task")  # ... and [ood_task]'s
 
     def demonstration_task(self) -> TaskConfig:
         """The task SFT's demonstrations come from: `task` with `demo_task`'s fields."""
-        if not self.demo_task:
+        return self._task_with(self.demo_task, "demo_task")
+
+    def _task_with(self, fields: dict[str, Any], key: str) -> TaskConfig:
+        """`task` with `fields` replaced, validated (errors named under `key`)."""
+        if not fields:
             return self.task
-        merged = {**to_dict(self.task), **self.demo_task}
-        return from_dict(TaskConfig, merged, "demo_task")
+        return from_dict(TaskConfig, {**to_dict(self.task), **fields}, key)
 
     @property
     def total_steps(self) -> int:

@@ -10,17 +10,10 @@ Public API (see docs/actors.md):
 
 from rstar2.actors.actor import Actor, Incoming, Outputs, Port, port
 from rstar2.actors.context import ActorContext
-from rstar2.actors.graph import (
-    GraphResult,
-    GraphStartError,
-    RunningGraph,
-    open_graph,
-    run_graph,
-    run_graph_blocking,
-    stats_endpoints,
-)
+from rstar2.actors.graph import open_graph, run_graph, run_graph_blocking, stats_endpoints
 from rstar2.actors.graph_config import ActorConfig, GraphConfig, graph_config, load_graph_config
 from rstar2.actors.request_client import RemoteError
+from rstar2.actors.running_graph import GraphResult, GraphStartError, RunningGraph
 from rstar2.actors.sockets import AsyncSocket, SocketFactory
 
 __all__ = [

@@ -22,9 +22,10 @@ import logging
 import sys
 
 from rstar2.actors.backend import BACKENDS
-from rstar2.actors.graph import GraphStartError, run_graph_blocking
+from rstar2.actors.graph import run_graph_blocking
 from rstar2.actors.graph_config import MAIN_PROCESS, GraphConfig, load_graph_config
 from rstar2.actors.nodes import node_host
+from rstar2.actors.running_graph import GraphStartError
 from rstar2.redaction import redact
 
 log = logging.getLogger(__name__)

@@ -36,8 +36,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 from rstar2.actors.backend import BACKENDS
-from rstar2.actors.graph import GraphResult
 from rstar2.actors.graph_config import GraphConfig, load_graph_config
+from rstar2.actors.running_graph import GraphResult
 from rstar2.commands.arguments import model_directory, positive_float, positive_int
 from rstar2.config import UsageError
 from rstar2.profile.chrome_trace import write_chrome_trace

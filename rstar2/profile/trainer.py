@@ -30,8 +30,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from rstar2.actors.graph import GraphResult
 from rstar2.actors.graph_config import GraphConfig
+from rstar2.actors.running_graph import GraphResult
 from rstar2.metrics import read_metrics
 from rstar2.model.tiny import init_model
 from rstar2.profile.recording import Recording, role_of

@@ -20,9 +20,10 @@ import time
 import anyio
 
 from rstar2.actors.backend import backend_options
-from rstar2.actors.graph import GraphResult, open_graph
+from rstar2.actors.graph import open_graph
 from rstar2.actors.graph_config import GraphConfig, parse_edge
 from rstar2.actors.plan import import_actor
+from rstar2.actors.running_graph import GraphResult
 from rstar2.profile.recording import Edge, Recording, extras_from_result, from_replies
 
 log = logging.getLogger(__name__)

@@ -26,10 +26,11 @@ import pytest
 import zmq
 
 from production.test_multihost_graph import free_base_port, toml_string
-from rstar2.actors.graph import TMP_PREFIX, RunningGraph
+from rstar2.actors.graph import TMP_PREFIX
 from rstar2.actors.graph_config import GraphConfig, graph_config
 from rstar2.actors.nodes import NodeRole, node_host, node_role
 from rstar2.actors.plan import build_plan
+from rstar2.actors.running_graph import RunningGraph
 from rstar2.actors.sockets import SocketFactory
 from rstar2.config import ConfigError
 from rstar2.profile.live_view import StatsUnavailable, poll_stats
@@ -171,10 +172,10 @@ def node_graph(host: str) -> tuple[RunningGraph, FakeLink]:
 async def test_a_member_forwards_events_and_stops_when_node_0_says() -> None:
     graph, link = node_graph("engines")
     graph._on_finished("square.0")
-    graph._on_failure(ActorFailed("square.1", "tb", restarting=True))
+    graph.on_failure(ActorFailed("square.1", "tb", restarting=True))
     assert link.sent == [ActorFinished("square.0"), ActorFailed("square.1", "tb", True)]
     assert not graph.stopping  # its own instances finishing is not the graph finishing
-    graph._on_node_message("learner", Shutdown("stopped"))
+    graph.on_node_message("learner", Shutdown("stopped"))
     assert (graph.result.reason, graph.result.stopped_by) == ("stopped", "node:learner")
     graph.notify_nodes()
     assert link.sent[-1] == ActorFailed("square.1", "tb", True)  # no Shutdown echoed back
@@ -192,9 +193,9 @@ async def test_a_member_that_stops_on_its_own_tells_node_0() -> None:
 async def test_node_0_counts_the_whole_graph_and_stops_every_member() -> None:
     graph, link = node_graph("learner")
     for name in ("source.0", "square.0", "square.1"):
-        graph._on_node_message("engines", ActorFinished(name))
+        graph.on_node_message("engines", ActorFinished(name))
     assert not graph.stopping
-    graph._on_node_message("sandbox", ActorFinished("sink.0"))
+    graph.on_node_message("sandbox", ActorFinished("sink.0"))
     assert graph.result.reason == "finished"
     graph.notify_nodes()
     assert link.broadcasts == [Shutdown("finished")] and link.sent == []
@@ -203,12 +204,12 @@ async def test_node_0_counts_the_whole_graph_and_stops_every_member() -> None:
 @pytest.mark.anyio
 async def test_node_0_stops_on_a_members_final_failure_or_lost_link() -> None:
     graph, _ = node_graph("learner")
-    graph._on_node_message("engines", ActorFailed("square.0", "tb", restarting=True))
+    graph.on_node_message("engines", ActorFailed("square.0", "tb", restarting=True))
     assert not graph.stopping
-    graph._on_node_message("engines", ActorFailed("square.0", "tb"))
+    graph.on_node_message("engines", ActorFailed("square.0", "tb"))
     assert (graph.result.reason, graph.result.stopped_by) == ("failed", "square.0")
     lost, _ = node_graph("learner")
-    lost._on_link_lost("control connection to a member node dropped")
+    lost.on_link_lost("control connection to a member node dropped")
     assert (lost.result.reason, lost.result.failures[0].actor) == ("failed", "node")
 
 

@@ -29,6 +29,8 @@ from rstar2.data import Problem
 from rstar2.engine.async_engine import open_engine
 from rstar2.model import render_prompt
 from rstar2.reward import open_reward_pool
+from rstar2.reward.extraction import extract_answer
+from rstar2.rollout.conversation import conversation, logprob_summary
 from rstar2.rollout.evaluation import EvalItem, EvalSummary, evaluate
 from rstar2.rollout.token_codec import TokenCodec
 from rstar2.rollout.trajectory import Trajectory
@@ -53,6 +55,7 @@ async def _evaluate(
     model, tok = load_model_of(args)
     codec = TokenCodec(tok)
     items = [EvalItem(p.id, render_prompt(tok, p.problem, args.system), p.answer) for p in problems]
+    texts = {p.id: p.problem for p in problems}
     out_path = Path(args.out)
     out_path.parent.mkdir(parents=True, exist_ok=True)
     total = len(items) * args.samples
@@ -68,7 +71,8 @@ async def _evaluate(
                 def on_done(traj: Trajectory, item: EvalItem) -> None:
                     if traj.finish_reason == "prompt_too_long" and traj.sample == 0:
                         warn_too_long(traj, args.data, engine.core.max_model_len)
-                    out.write_line(json.dumps(trajectory_record(traj, item)))
+                    record = trajectory_record(traj, item, texts.get(item.prompt_id, ""))
+                    out.write_line(json.dumps(record))
                     bar.advance(traj.reward)
 
                 try:
@@ -99,9 +103,20 @@ def warn_too_long(traj: Trajectory, data: str, context_limit: int) -> None:
     )  # fmt: skip
 
 
-def trajectory_record(traj: Trajectory, item: EvalItem) -> dict[str, object]:
-    """One JSONL line: the trajectory's fields plus the reference answer."""
-    return {**dataclasses.asdict(traj), "reference": item.reference}
+def trajectory_record(traj: Trajectory, item: EvalItem, problem: str = "") -> dict[str, object]:
+    """One JSONL line: the trajectory's fields plus the reference answer, and the fields a
+    training run's trajectory log has too (`rstar2.train.trajectory_log`): the problem, the
+    conversation by turn, the extracted answer and the log-probs' summary."""
+    return {
+        **dataclasses.asdict(traj),
+        "reference": item.reference,
+        "source": "eval",
+        "problem": problem,
+        "conversation": conversation(traj.response_text),
+        "answer": extract_answer(traj.response_text),
+        "response_tokens": traj.response_tokens,
+        "logprob": logprob_summary(traj.logprobs, traj.loss_mask),
+    }
 
 
 class ProgressBar:

@@ -228,6 +228,12 @@ class TrainConfig:
     rollout_trace_tokens: bool = False
     """Also record each trajectory's token ids, loss mask, logprobs and reward in the rollout
     trace, for `rstar2 analyze RUN/rollout_trace.jsonl` (about 10x larger file)."""
+    record_every: int = 5
+    """Record the full text of every rollout of RL step 1 and of every `record_every`-th step
+    in `RUN/trajectories.jsonl`, what `rstar2 view RUN` shows (0: no training step; about
+    1 KB a rollout on the embedded default)."""
+    record_evaluations: bool = True
+    """Also record every evaluation's rollouts (validation and test) in that file."""
     model: ModelSource = field(default_factory=ModelSource)
     """The initial policy."""
     task: TaskConfig = field(default_factory=TaskConfig)
@@ -290,6 +296,7 @@ class TrainConfig:
         require(self.test_problems >= 0, "test_problems", self.test_problems, ">= 0")
         require(self.eval_samples >= 1, "eval_samples", self.eval_samples, ">= 1")
         require(self.eval_every >= 0, "eval_every", self.eval_every, ">= 0")
+        require(self.record_every >= 0, "record_every", self.record_every, ">= 0")
         require(self.checkpoint_every >= 1, "checkpoint_every", self.checkpoint_every, ">= 1")
         require(self.keep_checkpoints >= 1, "keep_checkpoints", self.keep_checkpoints, ">= 1")
         require(len(self.stages) >= 1, "stages", self.stages, "at least one RL stage")

@@ -36,6 +36,9 @@ finish with the summary.
   abandons a rollout in flight, checkpoints that step (state as of its end, so the data
   cursor is not advanced by the abandoned batch) and finishes with "interrupted" in the
   summary; otherwise the shell carries on to the next such point (the end of the step).
+- Recording: RL step 1 and every `record_every`-th step's `Update`, and with
+  `record_evaluations` every evaluation's `RollOut`, carry a `Recording`: the shell writes
+  their rollouts' text to the trajectory log (`trajectory_log.py`).
 - `rollout_only` (`rstar2 profile`): no update and no push after the first; the policy stays.
 - A step that trained no rollout (no group had a reward signal: each prompt's rollouts all
   scored the same) warns "policy not updated" and is counted (`extra.steps_not_updated`).
@@ -74,6 +77,7 @@ from rstar2.train.run_commands import (
     Finish,
     OpenRun,
     PushWeights,
+    Recording,
     ResetOptimizer,
     RollOut,
     Submit,
@@ -83,6 +87,7 @@ from rstar2.train.run_commands import (
 )
 from rstar2.train.step_metrics import progress_line
 from rstar2.train.step_rollouts import StepRollouts, within_staleness
+from rstar2.train.trajectory_log import recorded_step
 from rstar2.wire import TrajectoryResult
 
 log = logging.getLogger(__name__)
@@ -192,7 +197,7 @@ class Controller:
             return self._evaluated(phase, score(results), started, finished)
         if phase == Phase.FILTER:
             return self._filtered(-1 - step, list(results))
-        return self._rolled_out(list(results), started, finished)
+        return self._rolled_out(list(results), started, finished, asked.problems)
 
     def update_done(
         self, step: int, metrics: dict[str, float], started: float, finished: float
@@ -322,7 +327,11 @@ class Controller:
         return [Submit(r) for r in self.rollouts.ahead(self._in_flight().step)]
 
     def _rolled_out(
-        self, results: list[TrajectoryResult], started: float, finished: float
+        self,
+        results: list[TrajectoryResult],
+        started: float,
+        finished: float,
+        problems: tuple[Problem, ...],
     ) -> list[Command]:
         s = self._in_flight()
         s.results, s.started, s.last, s.rollout_s = results, started, finished, finished - started
@@ -335,7 +344,11 @@ class Controller:
         fresh, s.staleness = within_staleness(
             results, s.step, self.progress.step, self.cfg.rl.max_staleness
         )
-        return [*commands, *self._submit_ahead(), self._await(Phase.UPDATE, Update(s.step, fresh))]
+        record = None
+        if recorded_step(s.step, self.cfg.record_every):
+            record = Recording("train", s.stage.name, problems)
+        update = Update(s.step, fresh, record)
+        return [*commands, *self._submit_ahead(), self._await(Phase.UPDATE, update)]
 
     def _updated(self) -> list[Command]:
         """The step's policy is out: its metrics row, then its evaluation when due."""
@@ -405,8 +418,9 @@ class Controller:
         each, with seeds that do not depend on the step: every evaluation of a split samples
         alike, so two evaluations differ by the policy alone."""
         step, test = self.progress.step, phase in TEST_PHASES
+        problems = tuple(self.test if test else self.heldout)
         tasks = rollout_tasks(
-            self.test if test else self.heldout,
+            problems,
             self.encode,
             self.cfg.seed,
             step,
@@ -415,7 +429,20 @@ class Controller:
             self.cfg.eval_temperature,
             seed_step=0,
         )
-        return self._await(phase, RollOut(step, tasks))
+        record = None
+        if self.cfg.record_evaluations:
+            source = "test" if test else "validation"
+            record = Recording(source, self._evaluation_stage(phase), problems)
+        return self._await(phase, RollOut(step, tasks, record=record))
+
+    def _evaluation_stage(self, phase: Phase) -> str:
+        """What the trajectory log calls an evaluation's stage: "sft", "final" or the RL
+        stage of the step evaluated."""
+        if phase in (Phase.SFT_EVAL, Phase.SFT_TEST):
+            return "sft"
+        if phase == Phase.STEP_EVAL:
+            return self._in_flight().stage.name
+        return "final"
 
     def _await(self, phase: Phase, command: _Awaited) -> _Awaited:
         self._enter(phase)

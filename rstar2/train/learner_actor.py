@@ -16,6 +16,7 @@ stamps of the command's start and end (the step's timings), until `Finish`:
   engines sleep through the update (`rstar2.train.colocation`, port ``control``);
 - `OpenRun`, `WriteMetrics`, `TraceStep`, `Checkpoint`: the run's files (`RUN/metrics.jsonl`
   and TensorBoard, `RUN/rollout_trace.jsonl` in the simulator's trace format, `checkpoints/`);
+  a `RollOut` or `Update` with a `Recording`: `RUN/trajectories.jsonl` (`trajectory_log.py`);
   `ResetOptimizer`; `EnterPhase`: the profiler's window.
 
 For `rstar2 profile`: the update and the weight push are handle spans (ports "update" and
@@ -57,6 +58,7 @@ from rstar2.train.run_commands import (
     Finish,
     OpenRun,
     PushWeights,
+    Recording,
     ResetOptimizer,
     RollOut,
     Submit,
@@ -65,6 +67,7 @@ from rstar2.train.run_commands import (
     WriteMetrics,
 )
 from rstar2.train.run_state import RunState, load_split
+from rstar2.train.trajectory_log import TrajectoryLog
 from rstar2.weights.learner_group import Request, layout_for
 from rstar2.weights.push import PushPlan, WeightPush, open_push
 from rstar2.wire import (
@@ -134,6 +137,8 @@ class LearnerActor(Actor):
         self.colocation: Colocation
         """The engines' sleep through each update (created in `serve`)."""
         self.trace: RolloutTrace | None = None
+        self.trajectories: TrajectoryLog | None = None
+        """The trajectory log (`RUN/trajectories.jsonl`, opened by `OpenRun`)."""
         self.metrics: MetricsLog | None = None
         self.rl_window: list[float] = []
         """Wall-clock start and end of the RL steps (the profiler's window)."""
@@ -163,6 +168,8 @@ class LearnerActor(Actor):
                 self.metrics.close()
             if self.trace is not None:
                 self.trace.close()
+            if self.trajectories is not None:
+                self.trajectories.close()
             state.close(abort=failed)  # blocking but short: a stop message, or kills
         if summary is None:
             raise RuntimeError("the RL controller ran out of commands before finishing")
@@ -241,19 +248,25 @@ class LearnerActor(Actor):
                     self.trace = RolloutTrace(
                         self.run_dir, resume_step, tokens=self.cfg.rollout_trace_tokens
                     )
+                self.trajectories = TrajectoryLog(self.run_dir, resume_step)
             case PushWeights(version=version):
                 await self.colocation.before_push()
                 pushed = (await self.push.push(state, version)).metrics()
                 return controller.weights_pushed(version, pushed, started, time.perf_counter())
-            case RollOut(step=step):
+            case RollOut(step=step, record=record):
                 results = await self.reader.collect(command)
+                if record is not None:
+                    self._record(step, results, record, None)
                 return controller.rollouts_done(step, results, started, time.perf_counter())
             case Submit(rollout=rollout):
                 await self.reader.submit(rollout)
-            case Update(step=step, groups=groups):
+            case Update(step=step, groups=groups, record=record):
                 await self.colocation.before_update()
                 with handling(ctx, "update"):
                     metrics = await anyio.to_thread.run_sync(state.train_on, groups, step)
+                if record is not None:
+                    results = [r for g in groups for r in g]
+                    self._record(step, results, record, state.last_trained)
                 return controller.update_done(step, metrics, started, time.perf_counter())
             case ResetOptimizer():
                 state.reset_optimizer()
@@ -274,6 +287,25 @@ class LearnerActor(Actor):
             case Finish():
                 raise ValueError("Finish is the shell's loop's to handle")
         return []
+
+    def _record(
+        self,
+        step: int,
+        results: list[TrajectoryResult],
+        record: Recording,
+        trained: dict[str, float] | None,
+    ) -> None:
+        """Write a batch to the trajectory log (`trained`: a training step's advantages)."""
+        if self.trajectories is None:
+            raise RuntimeError("a recording before OpenRun")
+        self.trajectories.write(
+            results,
+            record.problems,
+            source=record.source,
+            step=step,
+            stage=record.stage,
+            advantages=trained,
+        )
 
     def _open_push(self, ctx: ActorContext) -> AbstractAsyncContextManager[WeightPush]:
         """The weight push `cluster.weight_sync` chooses: over the bus or the weight group."""

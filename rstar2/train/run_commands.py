@@ -15,7 +15,21 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from rstar2.problem import Problem
 from rstar2.wire import RolloutTask, TrajectoryResult
+
+
+@dataclass(frozen=True)
+class Recording:
+    """Write a batch's scored rollouts to the trajectory log (`RUN/trajectories.jsonl`,
+    `rstar2.train.trajectory_log`) once they are back (a `RollOut`'s) or trained on (an
+    `Update`'s, with which rollouts trained)."""
+
+    source: Literal["train", "validation", "test"]
+    stage: str
+    """The RL stage's name, or "sft" / "final" for the evaluations before and after RL."""
+    problems: tuple[Problem, ...]
+    """The batch's problems, by prompt index (`RolloutTask.prompt`)."""
 
 
 @dataclass(frozen=True)
@@ -43,6 +57,10 @@ class RollOut:
     """The step of the `RolloutBatch` (negative for a stage's solved-filter probe)."""
     tasks: list[RolloutTask]
     """Every trajectory, all of one kind ("train", "eval" or "filter")."""
+    problems: tuple[Problem, ...] = ()
+    """The problems of `tasks`, by prompt index (a training step's; empty: not kept)."""
+    record: Recording | None = None
+    """Record the results in the trajectory log when they are back (an evaluation's)."""
 
     @property
     def kind(self) -> str:
@@ -67,6 +85,9 @@ class Update:
 
     step: int
     groups: list[list[TrajectoryResult]]
+    record: Recording | None = None
+    """Record the step's rollouts (these groups) in the trajectory log after the update, with
+    which of them trained (None: the step is not recorded)."""
 
 
 @dataclass(frozen=True)

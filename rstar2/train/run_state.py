@@ -90,6 +90,8 @@ class RunState:
         self.saved: dict[str, Any] | None = None
         """The controller's part of the checkpoint resumed from (None: a fresh start)."""
         self._prompt_cache: dict[str, list[int]] = {}
+        self.last_trained: dict[str, float] = {}
+        """The last `train_on`'s trained rollouts: their advantage by trajectory id."""
 
     @classmethod
     def open(
@@ -175,6 +177,9 @@ class RunState:
         """Update the policy on step `step`'s rollouts, grouped by prompt in a fixed order."""
         rng = random.Random(derive_seed(self.cfg.seed, "roc", step))
         batch = build_training_batch(groups, self.cfg.rl, rng)
+        self.last_trained = {
+            r.traj_id: a for r, a in zip(batch.rollouts, batch.advantages, strict=True)
+        }
         metrics: dict[str, float] = self._run("update", batch)
         metrics.update(batch.counts())
         # the step's compute, in tokens: through the learner's forward and backward (every

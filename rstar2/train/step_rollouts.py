@@ -96,8 +96,9 @@ class StepRollouts:
     def _draw(self, step: int) -> RollOut:
         cfg = self.cfg
         stage = cfg.stages[stage_index(cfg.stages, step)]
+        problems = tuple(self.stream.next_batch(cfg.prompts_per_step))
         tasks = rollout_tasks(
-            self.stream.next_batch(cfg.prompts_per_step),
+            problems,
             self.encode,
             cfg.seed,
             step,
@@ -107,7 +108,7 @@ class StepRollouts:
             stage.max_response_tokens,
             stage.max_turns,
         )
-        return RollOut(step, tasks)
+        return RollOut(step, tasks, problems)
 
 
 def within_staleness(

@@ -78,8 +78,12 @@ def test_record_and_table():
         prompt_len=1, response_text="r", turns=1, tool_calls=0, tool_errors=0,
         tool_timeouts=0, answer_tags=0, finish_reason="no_tool_call",
     )  # fmt: skip
-    record = trajectory_record(traj, EvalItem("a", [1], "7"))
+    record = trajectory_record(traj, EvalItem("a", [1], "7"), "3 + 4")
     assert record["reference"] == "7" and record["loss_mask"] == [0, 1] and record["sample"] == 1
+    # the fields a run's trajectory log has too (rstar2 view reads both)
+    assert record["problem"] == "3 + 4" and record["answer"] is None
+    assert record["conversation"] == [{"role": "assistant", "text": "r", "call": ""}]
+    assert record["logprob"] == {"tokens": 1, "mean": -0.5, "min": -0.5}
     out = io.StringIO()
     print_table(EvalSummary(0.5, 2, 3, 10.0, 1.5, 0.25, {"answer": 6}), "t.jsonl", out)
     assert "pass@1 (avg over samples)   0.5000\n" in out.getvalue()

@@ -107,6 +107,10 @@ def test_train_writes_metrics_plot_and_checkpoints(reference: tuple[Path, str]) 
     step2 = [r for r in trace if r["step"] == 2]
     generated = sum(t["model_tokens"] for r in step2 for t in r["turns"])
     assert replayed["tokens_per_s"] * replayed["makespan_s"] == pytest.approx(generated, rel=1e-3)
+    # the trajectory log (rstar2 view): step 1's rollouts and every evaluation's, with text
+    logged = [json.loads(line) for line in (run / "trajectories.jsonl").read_text().splitlines()]
+    assert {(r["source"], r["step"]) for r in logged} >= {("train", 1), ("validation", 0)}
+    assert all(r["problem"] and isinstance(r["conversation"], list) for r in logged)
 
 
 @pytest.mark.slow
@@ -128,6 +132,8 @@ def test_resume_after_sigkill_matches_uninterrupted(
     steps = [json.loads(line)["step"] for line in (run / "rollout_trace.jsonl").open()]
     ref_steps = [json.loads(line)["step"] for line in (ref / "rollout_trace.jsonl").open()]
     assert steps == ref_steps
+    logged = [json.loads(line)["traj_id"] for line in (run / "trajectories.jsonl").open()]
+    assert logged == [json.loads(line)["traj_id"] for line in (ref / "trajectories.jsonl").open()]
 
 
 def _tensors(state: object, prefix: str = "") -> dict[str, torch.Tensor]:

@@ -376,13 +376,9 @@ def packed_check(device: str) -> dict[str, Any]:
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
     from rstar2.learner import packing
-    from rstar2.learner.policy_update import (
-        LearnerConfig,
-        packed_head,
-        pad_batch,
-        prepare_model,
-        token_logprobs,
-    )  # fmt: skip
+    from rstar2.learner.learner_config import LearnerConfig
+    from rstar2.learner.micro_batch import pad_batch, token_logprobs
+    from rstar2.learner.model_preparation import packed_head, prepare_model
     from rstar2.learner.workload import rl_batch
 
     torch.manual_seed(0)

@@ -46,6 +46,7 @@ import torch.distributed as dist
 from rstar2.commands.arguments import model_directory
 from rstar2.config import ConfigError
 from rstar2.learner import packing
+from rstar2.learner.learner_config import LearnerConfig
 from rstar2.learner.policy import (
     LearnerPolicy,
     backend_for,
@@ -53,7 +54,6 @@ from rstar2.learner.policy import (
     policy_rank,
     use_device,
 )
-from rstar2.learner.policy_update import LearnerConfig
 from rstar2.learner.rank_group import RankGroup, free_port, join_group
 from rstar2.learner.step_timer import StepTimer
 from rstar2.learner.workload import WORKLOADS, fixed_batch, rl_batch, trace_batch

@@ -39,16 +39,16 @@ import torch.distributed as dist
 from torch import nn
 from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
 
-from rstar2.learner.policy_update import (
-    LearnerConfig,
+from rstar2.learner.learner_config import LearnerConfig
+from rstar2.learner.micro_batch import (
     Proximal,
     RolloutLike,
     micro_batch_logprobs,
     micro_batch_loss,
     model_device,
-    optimizer_steps,
     split_micro_batches,
 )
+from rstar2.learner.policy_update import optimizer_steps
 from rstar2.learner.step_timer import phase
 from rstar2.rl import Mismatch, RLConfig, TrainingBatch
 

@@ -53,14 +53,9 @@ from torch.distributed.tensor import DTensor
 
 from rstar2 import devices
 from rstar2.learner.distributed import DistributedConfig, shard_model, update_policy_sharded
-from rstar2.learner.policy_update import (
-    LearnerConfig,
-    make_lr_schedule,
-    make_optimizer,
-    packed_head,
-    prepare_model,
-    update_policy,
-)
+from rstar2.learner.learner_config import LearnerConfig
+from rstar2.learner.model_preparation import packed_head, prepare_model
+from rstar2.learner.policy_update import make_lr_schedule, make_optimizer, update_policy
 from rstar2.learner.rank_group import follow, join_group, leave, serve_commands
 from rstar2.model.loader import load_model
 from rstar2.rl import RLConfig, TrainingBatch

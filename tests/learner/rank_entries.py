@@ -7,8 +7,8 @@ from pathlib import Path
 
 import torch
 
+from rstar2.learner.learner_config import LearnerConfig
 from rstar2.learner.policy import LearnerPolicy
-from rstar2.learner.policy_update import LearnerConfig
 from rstar2.learner.rank_group import follow, join_group, leave, serve_commands
 from rstar2.rl import RLConfig
 from tests.production.distributed_ranks import tiny_model

@@ -12,13 +12,14 @@ import torch
 import torch.nn.functional as F
 
 from rstar2.learner import logprob_head
+from rstar2.learner.learner_config import LearnerConfig
 from rstar2.learner.logprob_head import (
     LogprobHead,
     chunk_logit_grad,
     chunk_stats,
     chunked_logprobs,
 )
-from rstar2.learner.policy_update import LearnerConfig, prepare_model
+from rstar2.learner.model_preparation import prepare_model
 from tests.engine.factories import tiny_qwen2
 
 HAS_CXX = any(shutil.which(c) for c in ("g++", "c++", "clang++"))

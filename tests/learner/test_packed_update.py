@@ -11,18 +11,12 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from rstar2.learner.learner_config import LearnerConfig
 from rstar2.learner.logprob_head import LogprobHead, chunked_logprobs, install
+from rstar2.learner.micro_batch import pad_batch, split_micro_batches, token_logprobs
+from rstar2.learner.model_preparation import packed_head, prepare_model
 from rstar2.learner.packing import pack, token_budget_micro_batches, use_packed_attention
-from rstar2.learner.policy_update import (
-    LearnerConfig,
-    make_lr_schedule,
-    packed_head,
-    pad_batch,
-    prepare_model,
-    split_micro_batches,
-    token_logprobs,
-    update_policy,
-)
+from rstar2.learner.policy_update import make_lr_schedule, update_policy
 from rstar2.rl import RLConfig, TrainingBatch
 from tests.engine.factories import tiny_qwen2
 

@@ -13,14 +13,9 @@ import torch
 from torch import nn
 
 from rstar2.engine import EngineConfig, EngineCore, SamplingParams
-from rstar2.learner.policy_update import (
-    LearnerConfig,
-    make_lr_schedule,
-    make_optimizer,
-    pad_batch,
-    token_logprobs,
-    update_policy,
-)
+from rstar2.learner.learner_config import LearnerConfig
+from rstar2.learner.micro_batch import pad_batch, token_logprobs
+from rstar2.learner.policy_update import make_lr_schedule, make_optimizer, update_policy
 from rstar2.rl import RLConfig, TrainingBatch
 from tests.engine.factories import random_prompts, tiny_qwen2
 

@@ -14,13 +14,9 @@ from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_
 from transformers import Qwen2Config, Qwen2ForCausalLM
 
 from rstar2.learner.distributed import shard_model, update_policy_sharded
-from rstar2.learner.policy_update import (
-    LearnerConfig,
-    make_lr_schedule,
-    pad_batch,
-    token_logprobs,
-    update_policy,
-)
+from rstar2.learner.learner_config import LearnerConfig
+from rstar2.learner.micro_batch import pad_batch, token_logprobs
+from rstar2.learner.policy_update import make_lr_schedule, update_policy
 from rstar2.learner.rank_group import join_group, leave, wait_for_leavers
 from rstar2.rl import RLConfig, TrainingBatch
 

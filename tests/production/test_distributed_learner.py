@@ -25,7 +25,7 @@ from rstar2.learner.distributed import (
     decoder_layers,
     rank_share,
 )
-from rstar2.learner.policy_update import even_chunks, pad_batch, token_logprobs
+from rstar2.learner.micro_batch import even_chunks, pad_batch, token_logprobs
 from rstar2.learner.rank_group import free_port
 
 TOL = 1e-5

@@ -22,38 +22,40 @@ caller's own doing: `rejected` without `infra`. With `cfg.fault_rate` > 0 a seed
 admitted requests is answered with an injected failure instead of running (`faults.py`): noise
 the model must cope with, deliberately NOT flagged as infrastructure.
 
-`execute_code(code, stdin, timeout_s)` is the synchronous convenience: one shared executor
-started on first use in a background event-loop thread.
+Starting, handshaking with and stopping the zygote's process is in `zygote_process.py`;
+`execute_code(code, stdin, timeout_s)`, the synchronous convenience, in `shared_executor.py`.
 
 What it does not do: talk to other hosts (see `service.py` and `pool.py`).
 """
 
 from __future__ import annotations
 
-import atexit
 import itertools
 import logging
-import os
-import subprocess
-import threading
 from collections.abc import AsyncIterator
-from contextlib import AbstractContextManager, asynccontextmanager
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
 
 import anyio
 import anyio.abc
-from anyio.from_thread import BlockingPortal, start_blocking_portal
 
 from rstar2.sandbox import framing, proctree
 from rstar2.sandbox.config import SandboxConfig
 from rstar2.sandbox.faults import injected_fault
 from rstar2.sandbox.isolation import (
-    ENV,
     IsolationError,
     IsolationReport,
     bwrap_status,
     zygote_argv,
+)
+from rstar2.sandbox.zygote_process import (
+    SandboxStartError,
+    handshake,
+    kill,
+    relay_stderr,
+    start_process,
+    stop,
 )
 from rstar2.wire import ExecRequest, ExecResult
 
@@ -68,10 +70,6 @@ RESTART_BACKOFF_S = (0.05, 2.0)
 
 BOOT_ATTEMPTS = 3
 """Starts the first zygote gets before `boot` gives up (a broken set-up fails fast)."""
-
-
-class SandboxStartError(RuntimeError):
-    """The zygote did not start (or did not report ready in time)."""
 
 
 @dataclass
@@ -260,7 +258,7 @@ class Executor:
         self.isolation.log()
         if self.cfg.require_isolation and self.isolation.missing():
             proc.kill()
-            await _stop(proc)
+            await stop(proc)
             missing = ", ".join(self.isolation.missing())
             raise IsolationError(f"require_isolation is set and these layers are off: {missing}")
         self._proc = proc
@@ -274,7 +272,7 @@ class Executor:
             # one synchronous step: no request can pick up the dead zygote after this
             self._up, self._proc = anyio.Event(), None
             self._fail_all("sandbox zygote exited", "sandbox_died")
-            await _stop(proc)
+            await stop(proc)
             if self._closed:
                 break
             self._restarts += 1
@@ -287,13 +285,14 @@ class Executor:
     async def _launch(self) -> tuple[anyio.abc.Process, dict[str, str]]:
         """A started zygote and its isolation layers; any failure, the zygote dying during
         its handshake included, is a `SandboxStartError` and leaves no process behind."""
-        proc = await self._start(self._argv)
+        proc = await start_process(self._argv)
         self._starting = proc
         try:
-            return proc, await self._handshake(proc)
+            layers, self._frames = await handshake(proc, self.cfg.start_timeout_s)
+            return proc, layers
         except BaseException as e:
-            _kill(proc)
-            await _stop(proc)
+            kill(proc)
+            await stop(proc)
             if isinstance(e, (anyio.EndOfStream, anyio.BrokenResourceError, OSError)):
                 raise SandboxStartError(f"sandbox zygote died while starting: {e!r}") from e
             raise
@@ -318,53 +317,19 @@ class Executor:
                 delay = min(2 * delay, longest)
                 continue
             if self._closed:  # closed while it started: nobody will use it
-                _kill(proc)
-                await _stop(proc)
+                kill(proc)
+                await stop(proc)
                 return None
             if failures:
                 log.warning("sandbox zygote up again after %d failed start(s)", failures)
             return proc
         return None
 
-    async def _start(self, argv: list[str]) -> anyio.abc.Process:
-        env = dict(ENV)
-        try:
-            return await anyio.open_process(
-                argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                env=env, cwd="/tmp",
-            )  # fmt: skip
-        except OSError as e:
-            raise SandboxStartError(f"cannot start the sandbox zygote: {e}") from e
-
-    async def _handshake(self, proc: anyio.abc.Process) -> dict[str, str]:
-        assert proc.stdout is not None and proc.stderr is not None
-        frames = framing.FrameBuffer()
-        self._frames = frames
-        with anyio.move_on_after(self.cfg.start_timeout_s):
-            while True:
-                try:
-                    data = await proc.stdout.receive(1 << 16)
-                except anyio.EndOfStream:
-                    break
-                got = frames.feed(data)
-                if got:
-                    ready = got[0]
-                    for name, err in ready.get("errors", {}).items():
-                        log.warning("sandbox preload of %s failed: %s", name, err)
-                    return dict(ready.get("layers", {}))
-        err = b""
-        with anyio.move_on_after(1.0):
-            try:
-                err = await proc.stderr.receive(4096)
-            except (anyio.EndOfStream, anyio.BrokenResourceError, anyio.ClosedResourceError):
-                pass  # it died without a word
-        raise SandboxStartError(f"sandbox zygote did not start: {err.decode(errors='replace')}")
-
     async def _pump(self, proc: anyio.abc.Process) -> None:
         """Dispatch results until the zygote's output ends; relay its stderr to the log."""
         assert proc.stdout is not None and proc.stderr is not None
         async with anyio.create_task_group() as tg:
-            tg.start_soon(_relay_stderr, proc.stderr)
+            tg.start_soon(relay_stderr, proc.stderr)
             while True:
                 try:
                     data = await proc.stdout.receive(1 << 20)
@@ -392,7 +357,7 @@ class Executor:
                 async with self._write_lock:
                     await proc.stdin.aclose()
             if proc is not None:
-                await _stop(proc)  # also when the caller was cancelled: no zygote outlives us
+                await stop(proc)  # also when the caller was cancelled: no zygote outlives us
                 await proc.aclose()
         self._fail_all("executor is shut down", "shut_down")
 
@@ -419,34 +384,6 @@ def _report(bwrap_reason: str, zygote_layers: dict[str, str]) -> IsolationReport
     return IsolationReport(layers)
 
 
-async def _relay_stderr(stream: anyio.abc.ByteReceiveStream) -> None:
-    """Log the zygote's stderr until it ends, or until `aclose` closes the stream under us
-    (shutdown races the relay: nothing is left to relay then)."""
-    try:
-        async for chunk in stream:
-            for line in chunk.decode(errors="replace").splitlines():
-                log.warning("sandbox zygote: %s", line)
-    except (anyio.BrokenResourceError, anyio.ClosedResourceError):
-        return
-
-
-def _kill(proc: anyio.abc.Process) -> None:
-    """SIGKILL `proc`, which may have died already."""
-    try:
-        proc.kill()
-    except ProcessLookupError:
-        pass
-
-
-async def _stop(proc: anyio.abc.Process) -> None:
-    with anyio.CancelScope(shield=True):
-        with anyio.move_on_after(5.0):
-            await proc.wait()
-            return
-        _kill(proc)
-        await proc.wait()
-
-
 @asynccontextmanager
 async def open_executor(cfg: SandboxConfig | None = None) -> AsyncIterator[Executor]:
     """Start a local executor; on exit its zygote and every child are gone."""
@@ -458,38 +395,3 @@ async def open_executor(cfg: SandboxConfig | None = None) -> AsyncIterator[Execu
             yield ex
         finally:
             await ex.aclose()
-
-
-# -- the synchronous convenience ------------------------------------------------------------
-
-
-class _SharedExecutor:
-    """One executor in a background event-loop thread, for `execute_code`."""
-
-    def __init__(self, cfg: SandboxConfig) -> None:
-        self._portal_cm: AbstractContextManager[BlockingPortal] = start_blocking_portal()
-        self.portal = self._portal_cm.__enter__()
-        self._ex_cm = self.portal.wrap_async_context_manager(open_executor(cfg))
-        self.executor = self._ex_cm.__enter__()
-
-    def close(self) -> None:
-        self._ex_cm.__exit__(None, None, None)
-        self._portal_cm.__exit__(None, None, None)
-
-
-_shared: _SharedExecutor | None = None
-_shared_lock = threading.Lock()
-_shared_pid = 0
-
-
-def execute_code(code: str, stdin: str = "", timeout_s: float = 5.0) -> ExecResult:
-    """Run `code` in the shared default executor and wait for its result (thread-safe)."""
-    global _shared, _shared_pid
-    with _shared_lock:
-        if _shared is None or _shared_pid != os.getpid():
-            _shared = _SharedExecutor(SandboxConfig())
-            _shared_pid = os.getpid()
-            atexit.register(_shared.close)
-        shared = _shared
-    request = ExecRequest(id="execute_code", code=code, stdin=stdin, timeout_s=timeout_s)
-    return shared.portal.call(shared.executor.run, request)

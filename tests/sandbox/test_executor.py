@@ -10,8 +10,10 @@ import pytest
 
 from rstar2.config import ConfigError, from_dict
 from rstar2.sandbox.config import SandboxConfig
-from rstar2.sandbox.executor import Executor, _relay_stderr, execute_code, open_executor
+from rstar2.sandbox.executor import Executor, open_executor
 from rstar2.sandbox.isolation import IsolationError, bwrap_status, zygote_argv
+from rstar2.sandbox.shared_executor import execute_code
+from rstar2.sandbox.zygote_process import relay_stderr
 from rstar2.wire import ExecRequest, ExecResult
 
 from .conftest import Sandbox
@@ -247,7 +249,7 @@ async def test_the_stderr_relay_ends_quietly_when_shutdown_closes_its_stream(
     # The race behind a rare failure of the concurrency test under trio: aclose() closed the
     # zygote's stderr while the relay task was still iterating it.
     with caplog.at_level("WARNING"):
-        await _relay_stderr(_ClosedUnderUs())  # type: ignore[arg-type]
+        await relay_stderr(_ClosedUnderUs())  # type: ignore[arg-type]
     assert "sandbox zygote: a line" in caplog.text
 
 

@@ -1,6 +1,6 @@
 """Commands fed a user-sized count keep their memory bounded by the work in flight (issue 34,
-"beyond the rows"): `sandbox exec` given 10^6 lines on stdin. (`eval --samples 1000000` is in
-tests/rollout/test_eval_command.py.)"""
+"beyond the rows"): `sandbox exec` given 10^6 lines on stdin, `sim run --steps 1000000`.
+(`eval --samples 1000000` is in tests/rollout/test_eval_command.py.)"""
 
 from __future__ import annotations
 
@@ -66,3 +66,27 @@ def test_sandbox_exec_of_a_million_lines_keeps_its_memory_and_stops_on_ctrl_c() 
     assert max(rss) - rss[0] < 10, rss
     assert proc.returncode == 130 and took < 5, (proc.returncode, took)
     assert len(results) < LINES
+
+
+def test_sim_run_of_a_million_steps_keeps_its_memory_and_stops_on_ctrl_c() -> None:
+    # the run built every step's trajectories up front: ~4.7 KB a trajectory, 256 a step here
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "rstar2.cli", "-q", "sim", "run", "--steps", str(10**6),
+         "--prompts", "8", "--no-progress", "--json"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        time.sleep(2)  # past its imports (no torch: well under a second on an idle machine)
+        rss = []
+        for _ in range(10):  # 5 s of the run
+            assert proc.poll() is None, proc.communicate()
+            rss.append(vm_rss_mb(proc.pid))
+            time.sleep(0.5)
+        proc.send_signal(signal.SIGINT)
+        stopped = time.monotonic()
+        _, err = proc.communicate(timeout=30)
+        took = time.monotonic() - stopped
+    finally:
+        proc.kill()
+    assert max(rss) - rss[0] < 10, rss
+    assert (proc.returncode, "Traceback" in err) == (130, False) and took < 5, (took, err)

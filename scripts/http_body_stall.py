@@ -20,7 +20,8 @@ import httpx2
 
 from rstar2.sandbox import http_front
 from rstar2.sandbox.config import SandboxConfig
-from rstar2.sandbox.http_front import HttpConfig, serve_http
+from rstar2.sandbox.http_front import HttpConfig
+from rstar2.sandbox.http_server import serve_http
 
 
 def body_for(shape: str) -> bytes:

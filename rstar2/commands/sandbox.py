@@ -47,8 +47,9 @@ from rstar2.sandbox.bench import WORKLOADS, run_bench
 from rstar2.sandbox.config import SandboxConfig
 from rstar2.sandbox.executor import Executor, open_executor
 from rstar2.sandbox.http_bench import APIS, run_http_bench
-from rstar2.sandbox.http_front import HttpConfig, Shutdown, bind_socket, serve_http
+from rstar2.sandbox.http_front import HttpConfig
 from rstar2.sandbox.http_gate import load_token
+from rstar2.sandbox.http_server import Shutdown, bind_socket, serve_http
 from rstar2.sandbox.service import serve_sandbox
 from rstar2.sandbox.soak import SoakConfig, passed, run_soak
 from rstar2.wire import ExecRequest, ExecResult

@@ -32,9 +32,8 @@ from rstar2.sandbox.http_front import (
     SANDBOX_FUSION,
     Front,
     HttpConfig,
-    bind_socket,
-    serve_front,
 )
+from rstar2.sandbox.http_server import bind_socket, serve_front
 
 APIS = (CODE_JUDGE, SANDBOX_FUSION)
 

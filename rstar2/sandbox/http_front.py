@@ -1,7 +1,8 @@
 """The executor over HTTP, speaking code-judge's and SandboxFusion's APIs.
 
-`serve_http(cfg, http)` opens the same local executor as the ZeroMQ service (`open_executor`:
-the same zygote, isolation layers, limits and timeouts) and serves, on `http.host:http.port`:
+`Front(ex, http)` is the ASGI app over an executor (`Front.app()`); `http_server.serve_http(cfg,
+http)` opens the same local executor as the ZeroMQ service (`open_executor`: the same zygote,
+isolation layers, limits and timeouts) and serves it, on `http.host:http.port`:
 - code-judge (`code_judge.py`): `POST /run`, `/judge`, `/run/batch`, `/run/long-batch`,
   `/judge/batch`, `/judge/long-batch`; `GET /ping` and `GET /status` (`{queue, num_workers}`);
 - SandboxFusion (`sandbox_fusion.py`): `POST /run_code`; `GET /v1/ping`.
@@ -25,41 +26,27 @@ Bodies over `PARSE_INLINE_BYTES` are parsed in a worker thread, so a large batch
 the event loop (and the other requests) while it is decoded. A client that hangs up while
 sending its body is one INFO line, not a traceback.
 
-Stopping (`Shutdown`, which `rstar2 sandbox serve --http` triggers on SIGTERM and SIGINT): the
-listener closes, a request arriving on a kept-alive connection gets the overload status with
-`Connection: close`, requests in flight get `drain_s` to finish; whatever still runs then (or
-at once, on a second signal) is cancelled in the sandbox and answered with the overload status
-and Retry-After, so no client sees a dropped connection or an empty 500. Then the executor
-closes (its children die with the zygote) and the command exits 0.
-
-Built on Starlette (routing, requests and responses) served by Hypercorn: both maintained, both
-on anyio/trio as well as asyncio, so the front runs under `anyio.run` on either backend like the
-rest of rstar2; the host binds the socket itself (so port 0 works and the bound port is
-reported) and hands it to Hypercorn.
-
 A client that hangs up before its answer has its submissions cancelled in the sandbox (as the
 ZeroMQ service's `ExecCancel` does), so a client's own timeout frees the sandbox at once.
 
-What it does not do: run anything but Python, or keep sessions.
+On shutdown (`http_server.py`) the front drains (`Front.drain`): new requests get the
+overload status with `Connection: close`, and the runs still going at the end of the drain are
+cancelled in the sandbox and answered with it.
+
+What it does not do: bind sockets, run the HTTP server or stop it (`http_server.py`), run
+anything but Python, or keep sessions.
 """
 
 from __future__ import annotations
 
 import logging
-import os
-import socket
-import ssl
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Protocol, TypeVar
 
 import anyio
 import anyio.abc
-import hypercorn.asyncio
-import hypercorn.trio
 import msgspec
-import sniffio
-from hypercorn.config import Config as HypercornConfig
 from starlette.applications import Starlette
 from starlette.datastructures import Headers
 from starlette.requests import ClientDisconnect, Request
@@ -67,10 +54,10 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from rstar2.config import UsageError, require
+from rstar2.config import require
 from rstar2.sandbox import code_judge, sandbox_fusion
 from rstar2.sandbox.config import SandboxConfig
-from rstar2.sandbox.executor import RETRY_LATER, ExecutorStats, open_executor
+from rstar2.sandbox.executor import RETRY_LATER, ExecutorStats
 from rstar2.sandbox.http_gate import Admission, Refusal, authorized, check_bind
 from rstar2.wire import ExecRequest, ExecResult
 
@@ -167,20 +154,6 @@ def refusal_response(refusal: Refusal, api: str, retry_after_s: int) -> Response
 def api_of(path: str) -> str:
     """The API a route belongs to (for its overload status)."""
     return SANDBOX_FUSION if path.startswith(("/run_code", "/v1/")) else CODE_JUDGE
-
-
-class Shutdown:
-    """Asks a served front to stop: the first `request()` drains (`HttpConfig.drain_s`), a
-    second one answers whatever is still running at once."""
-
-    def __init__(self) -> None:
-        self.requested = anyio.Event()
-        self.hurry = anyio.Event()
-
-    def request(self) -> None:
-        if self.requested.is_set():
-            self.hurry.set()
-        self.requested.set()
 
 
 class _Held:
@@ -435,93 +408,3 @@ class _TokenCheck:
             await response(scope, receive, send)
             return
         await self.app(scope, receive, send)
-
-
-def bind_socket(host: str, port: int) -> socket.socket:
-    """A listening TCP socket on (host, port); port 0 picks a free one. An address that cannot
-    be bound (in use, not this host's, a privileged port) is a one-line `UsageError`."""
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    try:
-        return socket.create_server((host.strip("[]"), port), family=family, backlog=2048)
-    except OSError as e:
-        reason = os.strerror(e.errno) if e.errno else str(e)
-        raise UsageError(f"--http {host}:{port}: cannot listen there: {reason}") from e
-
-
-def hypercorn_config(sock: socket.socket, http: HttpConfig) -> HypercornConfig:
-    """Hypercorn's settings for serving on `sock` (which Hypercorn then owns)."""
-    hc = HypercornConfig()
-    hc.bind = [f"fd://{sock.detach()}"]
-    hc.accesslog = None
-    hc.errorlog = logging.getLogger("rstar2.sandbox.hypercorn")
-    hc.graceful_timeout = http.drain_s + 5.0  # the drain answers everything by drain_s
-    hc.keep_alive_timeout = 60.0
-    if http.certfile is not None:
-        hc.certfile, hc.keyfile = http.certfile, http.keyfile
-    return hc
-
-
-async def serve_front(
-    front: Front,
-    sock: socket.socket,
-    http: HttpConfig,
-    *,
-    shutdown: Shutdown | None = None,
-    task_status: anyio.abc.TaskStatus[int] = anyio.TASK_STATUS_IGNORED,
-) -> None:
-    """Serve `front` on the bound `sock` with Hypercorn, on whichever backend runs us, until
-    `shutdown` is requested or we are cancelled; then drain (`Front.drain`) and return."""
-    port = sock.getsockname()[1]
-    hc = hypercorn_config(sock, http)
-    serve = (
-        hypercorn.trio.serve
-        if sniffio.current_async_library() == "trio"
-        else hypercorn.asyncio.serve
-    )
-    stop = anyio.Event()
-
-    async def run() -> None:
-        with anyio.CancelScope(shield=True):
-            await serve(front.app(), hc, shutdown_trigger=stop.wait)  # type: ignore[arg-type]
-
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(run)
-        scheme = "https" if http.certfile else "http"
-        log.info("sandbox HTTP front listening on %s://%s:%d", scheme, http.host, port)
-        task_status.started(port)
-        try:
-            if shutdown is None:
-                await anyio.sleep_forever()
-            else:
-                await shutdown.requested.wait()
-        finally:
-            with anyio.CancelScope(shield=True):
-                log.info("sandbox HTTP front stopping: %d request(s) in flight", front.in_flight)
-                stop.set()  # the listener closes; requests in flight go on
-                await front.drain(http.drain_s, None if shutdown is None else shutdown.hurry)
-
-
-async def serve_http(
-    cfg: SandboxConfig,
-    http: HttpConfig,
-    *,
-    sock: socket.socket | None = None,
-    shutdown: Shutdown | None = None,
-    task_status: anyio.abc.TaskStatus[int] = anyio.TASK_STATUS_IGNORED,
-) -> None:
-    """Serve `cfg`'s executor over HTTP until `shutdown` is requested or we are cancelled,
-    then drain; `task_status` gets the bound port. `sock`: already bound (`bind_socket`),
-    else bound here on `http.host:http.port`."""
-    http.validate()
-    if http.certfile is not None:
-        ssl.create_default_context(ssl.Purpose.CLIENT_AUTH).load_cert_chain(
-            http.certfile, http.keyfile
-        )  # fail here, at start-up, on an unreadable certificate or key
-    if sock is None:
-        sock = bind_socket(http.host, http.port)
-    try:
-        async with open_executor(cfg) as ex:
-            front = Front(ex, http)
-            await serve_front(front, sock, http, shutdown=shutdown, task_status=task_status)
-    finally:
-        sock.close()  # a no-op once Hypercorn owns it (detached)

@@ -15,7 +15,8 @@ from rstar2.commands import sandbox as command
 from rstar2.config import ConfigError, UsageError
 from rstar2.sandbox.config import SandboxConfig
 from rstar2.sandbox.http_bench import request_for, run_http_bench, succeeded
-from rstar2.sandbox.http_front import HttpConfig, serve_http
+from rstar2.sandbox.http_front import HttpConfig
+from rstar2.sandbox.http_server import serve_http
 
 CLI = [sys.executable, "-m", "rstar2.cli", "-q", "sandbox"]
 TOKEN = "cmd-token-0123456789abcdef"

@@ -25,7 +25,8 @@ from rstar2.config import ConfigError
 from rstar2.sandbox.code_judge import SCRIPT_END
 from rstar2.sandbox.config import SandboxConfig
 from rstar2.sandbox.executor import ExecutorStats
-from rstar2.sandbox.http_front import Front, HttpConfig, serve_http
+from rstar2.sandbox.http_front import Front, HttpConfig
+from rstar2.sandbox.http_server import serve_http
 from rstar2.wire import ExecRequest, ExecResult
 
 pytestmark = pytest.mark.anyio

@@ -20,7 +20,8 @@ processes, nowhere else.
   file system, a full disk, an exceeded quota or file size limit), or a user file that does
   not decode (JSON, TOML, YAML, msgspec, UTF-8); an exception group (a task group's) of one such error counts as
   that error; `-v` adds the traceback of such an error, for reporting;
-- 130: interrupted (Ctrl-C, `KeyboardInterrupt`);
+- 130: interrupted (Ctrl-C, `KeyboardInterrupt`), also while the command's module is imported;
+- 143: a training run (`train`, `experiment`, `bench train`) stopped by SIGTERM;
 - 141: stdout was closed early (`rstar2 sim ... | head -1`): the rest of the output is dropped
   without a message, as a process killed by SIGPIPE would (128 + 13).
 """
@@ -44,6 +45,7 @@ from rstar2.config import ConfigError, UsageError
 from rstar2.log_format import setup_logging
 
 EXIT_INTERRUPTED = 130
+EXIT_TERMINATED = 143
 EXIT_BROKEN_PIPE = 141
 GOMP_SPINCOUNT = "10000"
 """How long torch's OpenMP threads spin before sleeping (see `main`)."""
@@ -155,7 +157,11 @@ def main(argv: list[str] | None = None) -> int:
     if "OMP_WAIT_POLICY" not in os.environ:
         os.environ.setdefault("GOMP_SPINCOUNT", GOMP_SPINCOUNT)
     selected = next((a for a in argv if not a.startswith("-")), None)
-    parser = build_parser(selected if selected in _available() else None)
+    try:  # the chosen command's module is imported here (for its flags): seconds for torch's
+        parser = build_parser(selected if selected in _available() else None)
+    except KeyboardInterrupt:
+        print(f"{'rstar2 ' + selected if selected else 'rstar2'}: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
     args = parser.parse_args(argv)
     if args.command is None:
         parser.print_help()
@@ -171,9 +177,10 @@ def run_command(args: argparse.Namespace) -> int:
         code = int(_load(name).run(args) or 0)
         sys.stdout.flush()  # a closed pipe shows here, not as a traceback at interpreter exit
         return code
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as e:
         print(f"rstar2 {name}: interrupted", file=sys.stderr)
-        return EXIT_INTERRUPTED
+        # a training run stopped by SIGTERM (`TrainingInterrupted` names the signal)
+        return EXIT_TERMINATED if getattr(e, "signal_name", "") == "SIGTERM" else EXIT_INTERRUPTED
     except BrokenPipeError:
         # Python's recipe (docs: "Note on SIGPIPE"): point stdout at devnull so that the flush
         # at exit does not fail a second time

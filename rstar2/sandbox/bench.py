@@ -9,7 +9,7 @@ concurrencies and reported at its best. The burst submits N trivial requests at 
 the paper's per-step peak) and counts answers, duplicates and losses, sampling the memory of
 this process plus the executor's processes.
 
-The snippets call nothing that the zygote's warm-up (`zygote._warm`) calls with the same
+The snippets call nothing that the zygote's warm-up (`zygote_setup._warm`) calls with the same
 arguments: the warm-up may fill lazy imports and first-call caches (that is what a warm zygote
 is for), but a result it computed and cached (sympy caches results) would let the executor
 answer from the cache a request the baseline computes (tests/sandbox/test_bench_snippets.py).

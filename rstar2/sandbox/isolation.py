@@ -28,7 +28,14 @@ from rstar2.sandbox.config import SandboxConfig
 log = logging.getLogger(__name__)
 
 SANDBOX_DIR = "/opt/rstar2/sandbox"
-_MODULES = ("zygote.py", "runner.py", "framing.py", "confinement.py")
+_MODULES = (
+    "zygote.py",
+    "request_child.py",
+    "zygote_setup.py",
+    "runner.py",
+    "framing.py",
+    "confinement.py",
+)
 _HERE = Path(__file__).resolve().parent
 
 LAYER_HELP = {

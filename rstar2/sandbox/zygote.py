@@ -13,6 +13,10 @@ subreaper, so orphans come back to it and are reaped); only then is its result s
 slot reused, so no process outlives its request. With `extra_latency_s` in its config (what-if
 profiling, see `SandboxConfig`), every child sleeps that long before running its code.
 
+One request's forked child (confining itself and running the cell) is in `request_child.py`;
+the zygote's set-up before its loop (preloading and warming modules, probing the confinement
+layers) in `zygote_setup.py`.
+
 What it does not do: admission control or queue bounds (the executor admits at most a few
 requests more than `concurrency`; extra ones wait here in a FIFO).
 Standard library only (plus what the preload list names).
@@ -21,13 +25,9 @@ Standard library only (plus what the preload list names).
 from __future__ import annotations
 
 import collections
-import ctypes
-import fcntl
 import gc
 import heapq
-import importlib
 import json
-import math
 import os
 import selectors
 import shutil
@@ -35,17 +35,20 @@ import signal
 import sys
 import tempfile
 import time
-from typing import Any, NoReturn
+from typing import Any
 
 if __package__:  # imported on the host (tests of the pure parts)
     from . import confinement, framing, runner
+    from .request_child import Job, run_child
+    from .zygote_setup import preload, probe_layers
 else:  # run as a script inside the sandbox, next to its sibling modules
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     import confinement  # type: ignore[no-redef]
     import framing  # type: ignore[no-redef]
     import runner  # type: ignore[no-redef]
+    from request_child import Job, run_child  # type: ignore[no-redef]
+    from zygote_setup import preload, probe_layers  # type: ignore[no-redef]
 
-PR_SET_CHILD_SUBREAPER = 36
 _READ_CHUNK = 65536
 
 
@@ -61,33 +64,6 @@ def classify(reason: str, status_byte: bytes, wait_status: int) -> tuple[str, in
     if status_byte in (runner.STATUS_ERROR, runner.STATUS_SETUP) or exit_code != 0:
         return "error", exit_code
     return "ok", exit_code
-
-
-class Job:
-    """One request from fork to result."""
-
-    __slots__ = (
-        "seq", "code", "stdin", "timeout_s", "memory_mb", "pid", "uid", "workdir", "started",
-        "deadline", "out", "err", "status", "reason", "wait_status", "truncated", "fds", "wall_s",
-    )  # fmt: skip
-
-    def __init__(self, frame: dict[str, Any]) -> None:
-        self.seq: int = frame["seq"]
-        self.code: str = frame["code"]
-        self.stdin: str = frame.get("stdin", "")
-        self.timeout_s: float = frame["timeout_s"]
-        self.memory_mb: int = frame["memory_mb"]
-        self.pid = 0
-        self.uid: int | None = None
-        self.workdir = ""
-        self.started = self.deadline = self.wall_s = 0.0
-        self.out = bytearray()
-        self.err = bytearray()
-        self.status = b""
-        self.reason = ""
-        self.wait_status: int | None = None
-        self.truncated = False
-        self.fds: dict[int, str] = {}
 
 
 class Zygote:
@@ -198,7 +174,7 @@ class Zygote:
         pid = os.fork()
         if pid == 0:
             self._forget_others()
-            _child(job, stdin_fd, [w for _, w in pipes], self.cfg, self.flt)
+            run_child(job, stdin_fd, [w for _, w in pipes], self.cfg, self.flt)
         try:
             os.setpgid(pid, pid)  # also done by the child: whichever runs first wins the race
         except (ProcessLookupError, PermissionError):
@@ -333,132 +309,6 @@ def _write_all(fd: int, data: bytes) -> None:
     view = memoryview(data)
     while view:
         view = view[os.write(fd, view) :]
-
-
-def _child(job: Job, stdin_fd: int, writers: list[int], cfg: dict[str, Any], flt: Any) -> NoReturn:
-    """The forked child: confine itself, run the cell, report one status byte, exit."""
-    try:
-        signal.set_wakeup_fd(-1)
-        for sig in (signal.SIGCHLD, signal.SIGPIPE, signal.SIGTERM):
-            signal.signal(sig, signal.SIG_DFL)
-        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # an oversized write raises EFBIG instead
-        signal.signal(signal.SIGINT, signal.default_int_handler)
-        os.setpgid(0, 0)
-        # Move the request's fds out of the way first, then onto 0-3 (a plain dup2 in a row
-        # could overwrite a source that happens to sit on one of the targets).
-        high = [fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, 64) for fd in [stdin_fd, *writers]]
-        for target, fd in enumerate(high):
-            os.dup2(fd, target)
-        os.closerange(4, 1 << 20)
-        if cfg["tmpfs"]:
-            confinement.fresh_tmpfs("/tmp", cfg["tmpfs_mb"], job.uid)
-        limits = confinement.Limits(
-            cpu_s=max(1, math.ceil(job.timeout_s)),
-            memory_bytes=confinement.address_space_bytes() + (job.memory_mb << 20),
-            file_bytes=cfg["file_size_mb"] << 20,
-            open_files=cfg["max_open_files"],
-            processes=cfg["max_processes"],
-        )
-        confinement.apply_limits(limits)
-        if job.uid is not None:
-            confinement.drop_privileges(job.uid)
-        os.chdir(job.workdir or "/tmp")  # as the request's uid: its tmpfs is mode 0700
-        if flt is not None:
-            flt.load()
-    except BaseException as e:  # noqa: BLE001 - the child must never return into the zygote
-        try:
-            os.write(2, f"sandbox setup failed: {e!r}\n".encode())
-            os.write(3, runner.STATUS_SETUP)
-        finally:
-            os._exit(125)
-    exit_code = 1
-    try:
-        if cfg.get("extra_latency_s", 0.0) > 0:
-            time.sleep(cfg["extra_latency_s"])  # what-if profiling: slower tool code
-        exit_code = _run_confined(job)
-    finally:
-        os._exit(exit_code)
-
-
-def _run_confined(job: Job) -> int:
-    code = job.code
-    job.code = job.stdin = ""
-    sys.stdin = open(0, encoding="utf-8", errors="replace", closefd=False)
-    sys.stdout = open(1, "w", encoding="utf-8", errors="backslashreplace", closefd=False)
-    sys.stderr = open(2, "w", encoding="utf-8", errors="backslashreplace", closefd=False)
-    sys.stdout.reconfigure(line_buffering=True)
-    status, exit_code = runner.run_cell(code)
-    for stream in (sys.stdout, sys.stderr):
-        try:
-            stream.flush()
-        except (OSError, ValueError):
-            pass  # the cell closed its own stream
-    try:
-        os.write(3, status)
-    except OSError:
-        pass  # the cell closed fd 3: the zygote falls back to the exit code
-    return exit_code
-
-
-def preload(names: list[str], warm: bool) -> dict[str, str]:
-    """Import `names` (and exercise the common calls); returns {module: error} for failures."""
-    errors: dict[str, str] = {}
-    for name in names:
-        try:
-            importlib.import_module(name)
-        except Exception as e:  # noqa: BLE001 - a missing optional module is reported, not fatal
-            errors[name] = f"{type(e).__name__}: {e}"
-    if warm:
-        _warm()
-    return errors
-
-
-def _warm() -> None:
-    """Run once what snippets commonly call, so lazy imports and caches are filled pre-fork."""
-    np = sys.modules.get("numpy")
-    if np is not None:
-        a = np.arange(12, dtype=float).reshape(3, 4)
-        np.linalg.solve(np.eye(3) * 2, np.ones(3))
-        np.sort(a, axis=1), a.sum(), a.mean(), a @ a.T, np.random.default_rng(0).random(4)
-        str(a), repr(a)
-    sp = sys.modules.get("sympy")
-    if sp is not None:
-        x, y = sp.symbols("x y")
-        sp.factor(x**2 - 1), sp.expand((x + y) ** 3), sp.simplify(sp.sin(x) ** 2 + sp.cos(x) ** 2)
-        (
-            sp.solve([x + y - 2, x - y], [x, y]),
-            sp.integrate(x * sp.sin(x), x),
-            sp.diff(sp.exp(x**2), x),
-        )
-        sp.limit(sp.sin(x) / x, x, 0), sp.series(sp.exp(x), x, 0, 4), sp.Rational(3, 4) + 1
-        sp.isprime(97), sp.factorint(360), sp.nsimplify(0.5), sp.N(sp.pi, 20), sp.sqrt(8)
-        str(sp.Matrix([[1, 2], [3, 4]]).inv()), sp.latex(x**2)
-
-
-def probe_layers(cfg: dict[str, Any], flt: Any) -> dict[str, str]:
-    """Which confinement layers work here: {layer: "" if active else why not}."""
-    layers: dict[str, str] = {}
-    layers["seccomp"] = "" if flt is not None else "pyseccomp or libseccomp2 is not available"
-    layers["uid_per_child"] = (
-        "" if cfg.get("uid_base") is not None else "not root: children share the zygote's uid"
-    )
-    if cfg["tmpfs"]:
-        pid = os.fork()
-        if pid == 0:
-            try:
-                confinement.fresh_tmpfs("/tmp", 1, None)
-                os._exit(0)
-            except BaseException:  # noqa: BLE001 - any failure means the layer is unavailable
-                os._exit(1)
-        if os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) != 0:
-            cfg["tmpfs"] = False
-    layers["tmpfs_per_request"] = (
-        "" if cfg["tmpfs"] else "no CAP_SYS_ADMIN: a per-request directory in a shared /tmp"
-    )
-    libc = ctypes.CDLL("libc.so.6", use_errno=True)
-    ok = libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
-    layers["subreaper"] = "" if ok else "prctl(PR_SET_CHILD_SUBREAPER) failed"
-    return layers
 
 
 def main(argv: list[str]) -> int:

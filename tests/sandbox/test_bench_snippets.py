@@ -14,7 +14,7 @@ import textwrap
 
 import pytest
 
-from rstar2.sandbox import zygote
+from rstar2.sandbox import zygote_setup
 from rstar2.sandbox.bench import WORKLOADS
 from tests.sandbox.conftest import Sandbox
 
@@ -28,7 +28,7 @@ def calls_with_arguments(source: str) -> set[str]:
     }
 
 
-WARM_CALLS = calls_with_arguments(textwrap.dedent(inspect.getsource(zygote._warm)))
+WARM_CALLS = calls_with_arguments(textwrap.dedent(inspect.getsource(zygote_setup._warm)))
 
 
 def test_the_rule_catches_the_old_sympy_snippet() -> None:

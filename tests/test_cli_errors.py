@@ -19,6 +19,7 @@ from rstar2 import cli
 from rstar2.cli import main
 from rstar2.commands import sim as sim_command
 from rstar2.commands.arguments import HelpFormatter
+from rstar2.train.runner import TrainingInterrupted
 
 # placeholders in argv: {missing} a path that does not exist, {dir} an empty directory, {file} a
 # text file, {bad_yaml}/{bad_toml}/{bad_jsonl}/{bad_json} files that do not parse, {q_jsonl}
@@ -269,6 +270,31 @@ def test_ctrl_c_is_exit_code_130(
     monkeypatch.setattr(cli, "_load", lambda name: _Raising(KeyboardInterrupt()))
     assert cli.run_command(argparse.Namespace(command="sim")) == 130
     assert capsys.readouterr().err == "rstar2 sim: interrupted\n"
+
+
+def test_ctrl_c_while_the_command_module_imports_is_exit_code_130(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # build_parser imports the chosen command's module for its flags (torch: seconds): a
+    # Ctrl-C then was a KeyboardInterrupt traceback and death by SIGINT
+    def interrupted(name: str) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli, "_load", interrupted)
+    assert main(["sim", "--prompts", "1"]) == 130
+    assert capsys.readouterr().err == "rstar2 sim: interrupted\n"
+
+
+def test_a_training_run_that_a_signal_stopped_is_exit_code_130_or_143(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # `experiment` and `bench train` let run_training's TrainingInterrupted through: it was a
+    # RuntimeError, a traceback and exit code 1
+    for name, code in (("SIGINT", 130), ("SIGTERM", 143)):
+        error = TrainingInterrupted(name, 2)
+        monkeypatch.setattr(cli, "_load", lambda _, error=error: _Raising(error))
+        assert cli.run_command(argparse.Namespace(command="experiment")) == code
+        assert capsys.readouterr().err == "rstar2 experiment: interrupted\n"
 
 
 def test_a_bug_keeps_its_traceback(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -83,7 +83,14 @@ def spec_of(args: argparse.Namespace) -> ExperimentSpec:
 def run(args: argparse.Namespace) -> int:
     spec = spec_of(args)
     spec.out.mkdir(parents=True, exist_ok=True)
-    results = run_experiment(spec, lambda line: print(line, file=sys.stderr, flush=True))
+    try:
+        results = run_experiment(spec, lambda line: print(line, file=sys.stderr, flush=True))
+    except KeyboardInterrupt:  # Ctrl-C, or a signal that stopped an arm's training graph
+        print(
+            f"rstar2 experiment: the same command goes on from the arms finished in {spec.out}",
+            file=sys.stderr,
+        )
+        raise  # the CLI's exit code: 130, or 143 for SIGTERM
     if args.json:
         print(json.dumps(results))
     else:

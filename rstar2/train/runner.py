@@ -60,8 +60,12 @@ class TrainingFailed(RuntimeError):
     """The actor graph stopped without finishing the run."""
 
 
-class TrainingInterrupted(RuntimeError):
-    """A signal stopped the run; `checkpoint_step` is the step it can resume from (0: none)."""
+class TrainingInterrupted(KeyboardInterrupt):
+    """A signal stopped the run; `checkpoint_step` is the step it can resume from (0: none).
+
+    A `KeyboardInterrupt`, as Ctrl-C outside the graph (during SFT) is: every command that runs
+    training (`train`, `experiment`, `bench train`, ...) stops with exit code 130 (143 for
+    SIGTERM), and no `except Exception` on the way takes it for a failure."""
 
     def __init__(self, signal_name: str, checkpoint_step: int) -> None:
         self.signal_name = signal_name

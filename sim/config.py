@@ -28,8 +28,9 @@ from sim.cost import (
     roofline,
 )
 from sim.learner import LearnerCost, from_metrics, roofline_learner
+from sim.run_steps import RunSteps
 from sim.simulator import ProgressFn, Simulation
-from sim.training_run import RunSteps, TrainingRun
+from sim.training_run import TrainingRun
 from sim.workload import (
     SCENARIOS,
     WorkloadConfig,

@@ -20,8 +20,8 @@ import matplotlib.pyplot as plt  # noqa: E402 - the backend must be chosen first
 from matplotlib.figure import Figure  # noqa: E402
 from matplotlib.ticker import MaxNLocator  # noqa: E402
 
+from sim.run_result import RunResult  # noqa: E402
 from sim.simulator import SimResult  # noqa: E402
-from sim.training_run import RunResult  # noqa: E402
 
 TABLE_LEGEND = """\
 x_static    makespan / the static policy's ('-': static was not simulated; see sim compare)

@@ -31,6 +31,9 @@ Memory follows the steps in flight, not the run's length: a step's trajectories 
 (its staleness and versions go into the run's counts) and a step's when its push ends (its
 `StepTimes` are kept: ~90 B a step).
 
+A run's measurements (`RunResult`, `StepTimes`) are in `sim/run_result.py`, its steps' lazily
+made trajectories (`RunSteps`) in `sim/run_steps.py`.
+
 What it does not do: drop or re-generate stale work (nothing exceeds k, so nothing is
 dropped), decode-step-grain weight swaps, the learner slowing the engines it shares a device
 with beyond time-slicing, or a learner that overlaps a push with its next update.
@@ -38,10 +41,9 @@ with beyond time-slicing, or a learner that overlaps a push with its next update
 
 from __future__ import annotations
 
-import statistics
 import time
-from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field, replace
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 
 from rstar2.scheduler.dispatcher import Placement
 from rstar2.scheduler.length_predictor import LengthPredictor
@@ -50,170 +52,10 @@ from sim.cost import CostModel
 from sim.engine import EngineModel
 from sim.events import PRIORITY_CONTROL
 from sim.learner import LearnerCost, step_tokens
+from sim.run_result import RunResult, StepTimes
+from sim.run_steps import RunSteps, step_specs
 from sim.simulator import Playback, ProgressFn, Released
 from sim.workload import TrajectorySpec
-
-
-@dataclass(frozen=True, slots=True)
-class StepTimes:
-    """When one step's phases happened (seconds of the run's clock)."""
-
-    step: int
-    released_s: float
-    """Its trajectories were submitted."""
-    generated_s: float
-    """Its last trajectory finished."""
-    update_start_s: float
-    update_end_s: float
-    push_start_s: float
-    """The engines were drained and the weights began to load."""
-    push_end_s: float
-
-
-@dataclass
-class RunResult:
-    """What a simulated run measured. `summary()` holds the keys of `rstar2 sim run --steps`."""
-
-    policy: str
-    steps: int
-    max_staleness: int
-    colocated: bool
-    run_s: float
-    trajectories: int
-    generated_tokens: int
-    preemptions: int
-    busy_s: list[float]
-    staleness_counts: list[int]
-    """Trajectories by staleness: ``staleness_counts[s]`` were s versions behind (s = 0..k)."""
-    partial_rollouts: int
-    """Trajectories whose turns were generated under more than one policy version (a partial
-    rollout, continued across a push)."""
-    step_times: list[StepTimes]
-    tool_queue_s: float
-    events: int
-    wall_s: float
-
-    @property
-    def trajectories_per_hour(self) -> float:
-        return 3600.0 * self.trajectories / self.run_s
-
-    @property
-    def engine_idle_fraction(self) -> float:
-        return 1.0 - sum(self.busy_s) / (self.run_s * len(self.busy_s))
-
-    @property
-    def step_s_mean(self) -> float:
-        return self.run_s / self.steps
-
-    @property
-    def step_s_steady(self) -> float:
-        """Mean time between push ends with the pipeline full: from the end of push k+1 (the
-        steps released at time 0 are trained) to the end of push N-k (the last step is
-        released; after it the engines drain), ``(end_{N-k} - end_{k+1}) / (N - 2k - 1)``;
-        `step_s_mean` when the run is too short to have that window."""
-        k, n = self.max_staleness, self.steps
-        if n - 2 * k - 1 < 1:
-            return self.step_s_mean
-        ends = [s.push_end_s for s in self.step_times]
-        return (ends[n - k - 1] - ends[k]) / (n - 2 * k - 1)
-
-    def staleness_histogram(self) -> dict[int, int]:
-        """Trajectories by staleness (0..k)."""
-        return dict(enumerate(self.staleness_counts))
-
-    def summary(self) -> dict[str, object]:
-        times, counts = self.step_times, self.staleness_counts
-        return {
-            "policy": self.policy,
-            "steps": self.steps,
-            "max_staleness": self.max_staleness,
-            "learner": "colocated" if self.colocated else "separate",
-            "run_s": round(self.run_s, 3),
-            "step_s_mean": round(self.step_s_mean, 4),
-            "step_s_steady": round(self.step_s_steady, 4),
-            "trajectories_per_hour": round(self.trajectories_per_hour, 1),
-            "engine_idle_fraction": round(self.engine_idle_fraction, 4),
-            "staleness_mean": round(sum(s * c for s, c in enumerate(counts)) / sum(counts), 4),
-            "staleness_max": max(s for s, c in enumerate(counts) if c),
-            "staleness_histogram": self.staleness_histogram(),
-            "partial_rollout_fraction": round(self.partial_rollouts / self.trajectories, 4),
-            "generation_s_mean": round(
-                statistics.fmean(s.generated_s - s.released_s for s in times), 4
-            ),
-            "update_s_mean": round(
-                statistics.fmean(s.update_end_s - s.update_start_s for s in times), 4
-            ),
-            "push_wait_s_mean": round(
-                statistics.fmean(s.push_start_s - s.update_end_s for s in times), 4
-            ),
-            "tool_queue_s": round(self.tool_queue_s, 3),
-            "preemptions": self.preemptions,
-            "generated_tokens": self.generated_tokens,
-            "events": self.events,
-            "wall_s": round(self.wall_s, 3),
-        }
-
-
-def _reach(spec: TrajectorySpec) -> int:
-    """Tokens a trajectory may reach: its prompt and its whole response budget."""
-    return spec.prompt_tokens + spec.max_response_tokens
-
-
-class RunSteps:
-    """The trajectories of a run's steps, made when they are asked for: ``steps[t - 1]`` calls
-    ``make(t)``, a pure function of t, and nothing is kept, so a run holds only the steps it has
-    released and not yet finished. Built with every step made once (and dropped) for what must
-    be known before the run starts: each step's size (the progress total) and the longest
-    trajectory (the cluster's shape and the KV check)."""
-
-    def __init__(self, make: Callable[[int], Sequence[TrajectorySpec]], count: int) -> None:
-        if count < 1:
-            raise ValueError(f"a run needs at least one step, got {count}")
-        sizes, longest = [], None
-        for t in range(1, count + 1):
-            step = make(t)
-            if not step:
-                raise ValueError(f"step {t} has no trajectory")
-            sizes.append(len(step))
-            top = max(step, key=_reach)
-            if longest is None or _reach(top) > _reach(longest[1]):
-                longest = (t, top)
-        assert longest is not None
-        self._make = make
-        self.sizes = tuple(sizes)
-        """Trajectories of each step."""
-        self.longest = longest
-        """(step, trajectory): the first trajectory that may reach `max_len`."""
-
-    @classmethod
-    def of(cls, steps: Sequence[Sequence[TrajectorySpec]]) -> RunSteps:
-        """Steps already made (all of them held: for tests and small runs)."""
-        return cls(lambda t: steps[t - 1], len(steps))
-
-    @property
-    def max_len(self) -> int:
-        """The most tokens any trajectory of the run may reach."""
-        return _reach(self.longest[1])
-
-    def __len__(self) -> int:
-        return len(self.sizes)
-
-    def __getitem__(self, index: int) -> Sequence[TrajectorySpec]:
-        if not 0 <= index < len(self.sizes):
-            raise IndexError(f"step index {index} outside 0..{len(self.sizes) - 1}")
-        return self._make(index + 1)
-
-    def __iter__(self) -> Iterator[Sequence[TrajectorySpec]]:
-        return (self[i] for i in range(len(self)))
-
-
-def step_specs(t: int, step: Sequence[TrajectorySpec]) -> list[TrajectorySpec]:
-    """Step t's trajectories as the run releases them, ids prefixed by the step (``"3/p0-r1"``),
-    so that a replayed step's trajectories and prompts are new to the engines and the core."""
-    return [
-        replace(spec, traj_id=f"{t}/{spec.traj_id}", prompt_id=f"{t}/{spec.prompt_id}")
-        for spec in step
-    ]
 
 
 @dataclass(slots=True)

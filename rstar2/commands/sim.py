@@ -61,8 +61,8 @@ from sim.report import (
     write_plots,
     write_staleness_plot,
 )
+from sim.run_result import RunResult
 from sim.simulator import ProgressFn, SimResult
-from sim.training_run import RunResult
 from sim.workload import SCENARIOS, WorkloadConfig, load_trace
 
 log = logging.getLogger(__name__)

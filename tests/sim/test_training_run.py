@@ -14,8 +14,9 @@ from rstar2.scheduler import LeastOutstanding, SchedulerConfig, StaticSplit
 from sim.config import SimConfig, build_run, resolve_cluster, run_steps, scenario_workload
 from sim.cost import constant_cost
 from sim.learner import LearnerCost
+from sim.run_result import RunResult
 from sim.simulator import Simulation
-from sim.training_run import RunResult, TrainingRun
+from sim.training_run import TrainingRun
 from sim.workload import TrajectorySpec, Turn, WorkloadConfig
 
 

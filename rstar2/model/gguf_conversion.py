@@ -219,12 +219,16 @@ def convert_gguf(src: str | Path, out_dir: str | Path, force: bool = False) -> P
     added = add_token_rows(model, base, tokenizer)
     _set_special_ids(model, tokenizer)
     log.info("convert: added %d tokens (%s)", len(added), " ".join(added) or "none")
-    # 4) write next to the target, then swap in, so a failed run leaves no half directory
+    # 4) write next to the target, then swap in, so a failed or interrupted run leaves no half
+    # directory (and no temporary)
     tmp = out_dir.with_name(out_dir.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)
-    model.save_pretrained(tmp)
-    tokenizer.save_pretrained(tmp)
-    shutil.rmtree(out_dir, ignore_errors=True)
-    tmp.rename(out_dir)
+    try:
+        model.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+        shutil.rmtree(out_dir, ignore_errors=True)
+        tmp.rename(out_dir)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
     log.info("convert: wrote %s in %.0fs", out_dir, time.perf_counter() - start)
     return out_dir

@@ -68,21 +68,24 @@ def save_model_dir(weights: Mapping[str, torch.Tensor], like: Path, out: Path) -
     tmp = out.with_name(f".{out.name}.tmp")
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
-    for file in like.iterdir():
-        if (
-            file.is_file()
-            and not file.name.endswith(WEIGHT_SUFFIXES)
-            and file.name not in NOT_COPIED
-        ):
-            shutil.copy2(file, tmp / file.name)
-    # contiguous copies: safetensors refuses views and tensors that share storage
-    tensors = {
-        name: weights[name].detach().to("cpu", dtype).contiguous().clone()
-        for name, dtype in layout.items()
-    }
-    save_file(tensors, str(tmp / "model.safetensors"), metadata={"format": "pt"})
-    shutil.rmtree(out, ignore_errors=True)
-    os.replace(tmp, out)
+    try:  # an interrupted or failed write leaves no temporary either
+        for file in like.iterdir():
+            if (
+                file.is_file()
+                and not file.name.endswith(WEIGHT_SUFFIXES)
+                and file.name not in NOT_COPIED
+            ):
+                shutil.copy2(file, tmp / file.name)
+        # contiguous copies: safetensors refuses views and tensors that share storage
+        tensors = {
+            name: weights[name].detach().to("cpu", dtype).contiguous().clone()
+            for name, dtype in layout.items()
+        }
+        save_file(tensors, str(tmp / "model.safetensors"), metadata={"format": "pt"})
+        shutil.rmtree(out, ignore_errors=True)
+        os.replace(tmp, out)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
     return out
 
 

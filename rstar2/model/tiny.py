@@ -24,6 +24,7 @@ from transformers import GenerationConfig, PreTrainedTokenizerFast, Qwen2Config,
 from rstar2.config import require
 from rstar2.model.tokenizer import special_token_ids, train_tokenizer
 from rstar2.tasks import TOOL_SCHEMA, TaskConfig, build_traces, generate_problems
+from rstar2.whole_file import replacing
 
 log = logging.getLogger(__name__)
 
@@ -209,15 +210,19 @@ def build_model(cfg: TinyModelConfig, tokenizer: PreTrainedTokenizerFast) -> Qwe
 
 
 def init_model(path: str | Path, cfg: TinyModelConfig | None = None) -> Path:
-    """Create the embedded default (tokenizer + random-init Qwen2) in directory `path`."""
+    """Create the embedded default (tokenizer + random-init Qwen2) in directory `path`. The
+    files are written under a temporary name and moved in at the end (`rstar2.whole_file`):
+    an interrupted or failed call leaves `path` as it was, never a `config.json` without its
+    weights (which a run directory's `model-init` would take for a model)."""
     cfg = cfg or TinyModelConfig()
     cfg.validate()
     path = Path(path)
-    path.mkdir(parents=True, exist_ok=True)
     tokenizer = train_tokenizer(tokenizer_corpus(cfg), cfg.vocab_size, cfg.digit_group)
     model = build_model(cfg, tokenizer)
-    tokenizer.save_pretrained(path)
-    model.save_pretrained(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with replacing(path) as tmp:
+        tokenizer.save_pretrained(tmp)
+        model.save_pretrained(tmp)
     n_params = sum(p.numel() for p in model.parameters())
     log.info("init-model: %s vocab=%d params=%.2fM", path, len(tokenizer), n_params / 1e6)
     return path

@@ -4,6 +4,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from transformers import Qwen2ForCausalLM
 
 from rstar2.cli import main
 from rstar2.config import ConfigError
@@ -97,6 +98,20 @@ def test_init_model_refuses_an_existing_directory_unless_forced(
     (tmp_path / "file").write_text("x")
     assert main(["init-model", str(tmp_path / "file"), "--force"]) == 2
     assert "this is a file" in capsys.readouterr().err
+
+
+def test_an_interrupted_init_model_leaves_nothing_behind(
+    tmp_path: Path, small_cfg: TinyModelConfig, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # the tokenizer's files and a config.json were written before the weights: a Ctrl-C there
+    # left a directory a run's model-init check takes for a model, and --force was needed
+    def interrupted(*args: object, **kwargs: object) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(Qwen2ForCausalLM, "save_pretrained", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        init_model(tmp_path / "m", small_cfg)
+    assert list(tmp_path.iterdir()) == []
 
 
 @pytest.mark.parametrize(

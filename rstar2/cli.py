@@ -82,6 +82,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "one rank of a sharded learner, started by torchrun or srun (multi-host)",
     ),
     "experiment": ("rstar2.commands.experiment", "arms x envs x seeds: one table and plots"),
+    "view": ("rstar2.commands.view", "a run's curves and recorded rollouts as a local web page"),
 }
 
 # user-given paths that are missing, of the wrong kind or not readable: bad input, not a bug

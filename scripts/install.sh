@@ -51,6 +51,17 @@ if ! command -v bwrap >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && command -v apt-ge
     (apt-get update -qq && apt-get install -y -qq bubblewrap libseccomp2) >/dev/null 2>&1 \
         || echo "warning: could not install bubblewrap; the sandbox will run with fewer isolation layers" >&2
 fi
+# The test extra's browser tests of `rstar2 view` (tests/view/test_view_pages.py) drive Debian's
+# Chromium through Playwright (never a browser download); where it cannot be installed they skip.
+case ",$extras," in
+*,test,*)
+    if ! command -v chromium >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+        say "installing chromium (apt-get) for the browser tests of rstar2 view"
+        (apt-get update -qq && apt-get install -y -qq chromium) >/dev/null 2>&1 \
+            || echo "warning: could not install chromium; the browser tests of rstar2 view will skip" >&2
+    fi
+    ;;
+esac
 spec="."
 [ -n "$extras" ] && spec=".[$extras]"
 say "installing rstar2${extras:+[$extras]} and its dependencies with pip (a minute or two the first time)"

@@ -26,6 +26,7 @@ from dataclasses import replace
 
 from rstar2.scheduler.policy import Policy, TurnRequest
 from sim.bound import bound_parts, trajectory_work
+from sim.cluster import Cluster
 from sim.config import SimConfig, build
 from sim.cost import CostModel
 from sim.simulator import SimResult, Simulation
@@ -81,10 +82,8 @@ def simulate(base: Simulation, long_engines: int, threshold: int) -> tuple[SimRe
     engine_of, predicted = oracle_split(
         base.workload, base.cost, engines, base.kv_tokens, long_engines, threshold
     )
-    sim = Simulation(
-        FixedSplit(engines, engine_of), base.workload, engines, base.kv_tokens, base.cost,
-        base.max_num_seqs,
-    )  # fmt: skip
+    cluster = Cluster(engines, base.kv_tokens, base.cost, base.max_num_seqs)
+    sim = Simulation(FixedSplit(engines, engine_of), base.workload, cluster)
     return sim.run(), predicted
 
 

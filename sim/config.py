@@ -16,10 +16,10 @@ from typing import Literal
 from rstar2.config import require
 from rstar2.scheduler import SchedulerConfig, make_policy
 from rstar2.scheduler.length_predictor import LengthPredictor
+from sim.cluster import Cluster
 from sim.cost import (
     GPUS,
     MODELS,
-    CostModel,
     auto_tp,
     constant_cost,
     fit,
@@ -167,8 +167,8 @@ def scenario_workload(cfg: SimConfig) -> WorkloadConfig:
     return wl
 
 
-def resolve_cluster(cfg: SimConfig, max_len: int) -> tuple[int, int, CostModel]:
-    """(engines, KV tokens per engine, cost model) for the config."""
+def resolve_cluster(cfg: SimConfig, max_len: int) -> Cluster:
+    """The engines, KV tokens per engine, sequence limit and cost model of the config."""
     model, gpu = MODELS[cfg.model], GPUS[cfg.gpu]
     tp = cfg.tp or auto_tp(model, gpu, cfg.gpus, 16 * max_len)
     kv = cfg.kv_tokens if cfg.kv_tokens is not None else kv_capacity_tokens(model, gpu, tp)
@@ -178,7 +178,7 @@ def resolve_cluster(cfg: SimConfig, max_len: int) -> tuple[int, int, CostModel]:
         cost = fit(load_points(cfg.calibration))
     else:
         cost = roofline(model, gpu, tp)
-    return cfg.gpus // tp, kv, cost
+    return Cluster(cfg.gpus // tp, kv, cost, cfg.max_num_seqs)
 
 
 def build(cfg: SimConfig, progress: ProgressFn | None = None) -> Simulation:
@@ -186,11 +186,10 @@ def build(cfg: SimConfig, progress: ProgressFn | None = None) -> Simulation:
     wl = scenario_workload(cfg)
     trajectories = generate(wl, cfg.seed)
     max_len = max(t.prompt_tokens + t.max_response_tokens for t in trajectories)
-    engines, kv, cost = resolve_cluster(cfg, max_len)
-    policy = make_policy(cfg.scheduler, engines)
+    cluster = resolve_cluster(cfg, max_len)
     return Simulation(
-        policy, trajectories, engines, kv, cost, cfg.max_num_seqs, progress,
-        move_turns=cfg.scheduler.move_turns, predictor=predictor(cfg, wl),
+        make_policy(cfg.scheduler, cluster.num_engines), trajectories, cluster,
+        progress=progress, move_turns=cfg.scheduler.move_turns, predictor=predictor(cfg, wl),
         tool_workers=cfg.tool_workers,
     )  # fmt: skip
 
@@ -239,10 +238,10 @@ def build_run(cfg: SimConfig, progress: ProgressFn | None = None) -> TrainingRun
     """A ready-to-run simulation of `cfg.steps` RL steps under `cfg.max_staleness`."""
     wl = scenario_workload(cfg)
     steps = run_steps(cfg, wl)
-    engines, kv, cost = resolve_cluster(cfg, steps.max_len)
+    cluster = resolve_cluster(cfg, steps.max_len)
     return TrainingRun(
-        make_policy(cfg.scheduler, engines), steps, engines, kv, cost, learner_cost(cfg, wl),
-        cfg.max_staleness, cfg.learner.colocated, cfg.max_num_seqs, progress,
+        make_policy(cfg.scheduler, cluster.num_engines), steps, cluster, learner_cost(cfg, wl),
+        max_staleness=cfg.max_staleness, colocated=cfg.learner.colocated, progress=progress,
         move_turns=cfg.scheduler.move_turns, predictor=predictor(cfg, wl),
         tool_workers=cfg.tool_workers,
     )  # fmt: skip

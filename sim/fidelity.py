@@ -33,6 +33,7 @@ from rstar2.engine.core import EngineCore
 from rstar2.engine.protocol import SamplingParams
 from rstar2.engine.scheduler import ScheduleResult
 from rstar2.scheduler.static_split import StaticSplit
+from sim.cluster import Cluster
 from sim.cost import CostModel, StepPoint, fit
 from sim.simulator import Simulation
 from sim.workload import TrajectorySpec, Turn
@@ -164,7 +165,8 @@ def simulate_engine(work: EngineWorkload, cost: CostModel) -> tuple[float, int]:
         TrajectorySpec(f"r{i}", f"r{i}", p, n, (Turn(n),))
         for i, (p, n) in enumerate(zip(work.prompt_lengths, work.output_lengths, strict=True))
     ]
-    result = Simulation(StaticSplit(1), specs, 1, work.kv_tokens, cost, work.max_num_seqs).run()
+    cluster = Cluster(1, work.kv_tokens, cost, work.max_num_seqs)
+    result = Simulation(StaticSplit(1), specs, cluster).run()
     return result.makespan_s, result.preemptions
 
 

@@ -38,7 +38,7 @@ from rstar2.scheduler.dispatcher import Dispatcher, NewTrajectory, Placement
 from rstar2.scheduler.length_predictor import LengthPredictor
 from rstar2.scheduler.policy import Policy
 from sim.bound import bound_parts, sticky_bound
-from sim.cost import CostModel
+from sim.cluster import Cluster
 from sim.engine import BLOCK, EngineModel, Request
 from sim.events import PRIORITY_ENGINE, PRIORITY_TOOL, EventLoop
 from sim.tool_workers import ToolWorkers
@@ -146,11 +146,9 @@ class Playback:
     def __init__(
         self,
         policy: Policy,
-        num_engines: int,
-        kv_tokens: int,
-        cost: CostModel,
+        cluster: Cluster,
         total: int,
-        max_num_seqs: int = 256,
+        *,
         progress: ProgressFn | None = None,
         move_turns: bool = True,
         predictor: LengthPredictor | None = None,
@@ -158,9 +156,12 @@ class Playback:
         tool_workers: int | None = None,
         timeline: bool = True,
     ) -> None:
-        if policy.num_engines != num_engines:
-            raise ValueError(f"policy built for {policy.num_engines} engines, not {num_engines}")
-        num_blocks = kv_tokens // BLOCK
+        if policy.num_engines != cluster.num_engines:
+            raise ValueError(
+                f"policy built for {policy.num_engines} engines, not {cluster.num_engines}"
+            )
+        num_blocks = cluster.kv_tokens // BLOCK
+        cost, max_num_seqs = cluster.cost, cluster.max_num_seqs
         self.policy = policy
         self.core = Dispatcher(
             policy, move_turns=move_turns, predictor=predictor or LengthPredictor(), record=record
@@ -169,7 +170,8 @@ class Playback:
         self.kv_tokens = num_blocks * BLOCK
         self.max_num_seqs = max_num_seqs
         self.engines = [
-            EngineModel(e, num_blocks, cost, max_num_seqs, timeline) for e in range(num_engines)
+            EngineModel(e, num_blocks, cost, max_num_seqs, timeline)
+            for e in range(cluster.num_engines)
         ]
         self.loop = EventLoop()
         self.tools = ToolWorkers(tool_workers)
@@ -319,10 +321,8 @@ class Simulation(Playback):
         self,
         policy: Policy,
         workload: Sequence[TrajectorySpec],
-        num_engines: int,
-        kv_tokens: int,
-        cost: CostModel,
-        max_num_seqs: int = 256,
+        cluster: Cluster,
+        *,
         progress: ProgressFn | None = None,
         move_turns: bool = True,
         predictor: LengthPredictor | None = None,
@@ -330,8 +330,8 @@ class Simulation(Playback):
         tool_workers: int | None = None,
     ) -> None:
         super().__init__(
-            policy, num_engines, kv_tokens, cost, len(workload), max_num_seqs, progress,
-            move_turns, predictor, record, tool_workers,
+            policy, cluster, len(workload), progress=progress, move_turns=move_turns,
+            predictor=predictor, record=record, tool_workers=tool_workers,
         )  # fmt: skip
         if not workload:
             raise ValueError("empty workload")

@@ -48,7 +48,7 @@ from dataclasses import dataclass, field
 from rstar2.scheduler.dispatcher import Placement
 from rstar2.scheduler.length_predictor import LengthPredictor
 from rstar2.scheduler.policy import Policy
-from sim.cost import CostModel
+from sim.cluster import Cluster
 from sim.engine import EngineModel
 from sim.events import PRIORITY_CONTROL
 from sim.learner import LearnerCost, step_tokens
@@ -107,13 +107,11 @@ class TrainingRun(Playback):
         self,
         policy: Policy,
         steps: RunSteps | Sequence[Sequence[TrajectorySpec]],
-        num_engines: int,
-        kv_tokens: int,
-        cost: CostModel,
+        cluster: Cluster,
         learner: LearnerCost,
+        *,
         max_staleness: int = 0,
         colocated: bool = False,
-        max_num_seqs: int = 256,
         progress: ProgressFn | None = None,
         move_turns: bool = True,
         predictor: LengthPredictor | None = None,
@@ -123,8 +121,8 @@ class TrainingRun(Playback):
             raise ValueError(f"max_staleness must be >= 0, got {max_staleness}")
         self.steps = steps if isinstance(steps, RunSteps) else RunSteps.of(steps)
         super().__init__(
-            policy, num_engines, kv_tokens, cost, sum(self.steps.sizes), max_num_seqs, progress,
-            move_turns, predictor, tool_workers=tool_workers, timeline=False,
+            policy, cluster, sum(self.steps.sizes), progress=progress, move_turns=move_turns,
+            predictor=predictor, tool_workers=tool_workers, timeline=False,
         )  # fmt: skip
         t, longest = self.steps.longest
         self._check_fits(step_specs(t, [longest]))

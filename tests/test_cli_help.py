@@ -34,6 +34,7 @@ OPTIONAL_INPUTS = {
     ("bench learner", "--trace"),
     ("profile", "--graph"),
     ("profile", "--synthetic"),
+    ("view", "--token-file"),
 }
 """Options that are absent unless given (a file to read, an address to serve at, a mode): their
 help says what they do, and there is no default value to show."""

@@ -29,7 +29,8 @@ def test_plan_kv_matches_simulator() -> None:
     cfg = load_train_config(PAPER)
     plan = memory_plan(cfg)
     sim_cfg = SimConfig(gpus=64, gpu="mi300x", model="qwen3-14b", tp=1)
-    engines, kv_tokens, _ = resolve_cluster(sim_cfg, max_len=13312)
+    cluster = resolve_cluster(sim_cfg, max_len=13312)
+    engines, kv_tokens = cluster.num_engines, cluster.kv_tokens
     assert plan["engines"] == engines == 64
     assert plan["kv_pool_tokens_per_engine"] == kv_tokens
     assert plan["kv_bytes_per_token"] == 160 * 1024

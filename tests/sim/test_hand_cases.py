@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from rstar2.scheduler import KVAware, RoundRobin, StaticSplit
 from sim.bound import bound_parts
+from sim.cluster import Cluster
 from sim.cost import constant_cost
 from sim.simulator import Simulation
 from sim.workload import TrajectorySpec, Turn
@@ -18,7 +19,9 @@ def traj(
 
 
 def run(policy, workload, engines=1, kv=1024, max_num_seqs=256):
-    return Simulation(policy, workload, engines, kv, constant_cost(1.0), max_num_seqs).run()
+    return Simulation(
+        policy, workload, Cluster(engines, kv, constant_cost(1.0), max_num_seqs)
+    ).run()
 
 
 def test_two_sequences_share_one_engine_makespan_is_the_longer() -> None:
@@ -102,7 +105,8 @@ def test_spread_tokens_is_the_length_an_even_blind_split_puts_on_every_engine() 
 def test_without_turn_moves_a_later_turn_stays_without_asking_the_policy() -> None:
     # Round robin would send turn 1 to engine 1; with move_turns off it is not asked (as the live
     # graph with scheduler.move_turns = false): both turns run on engine 0, 5 + 5 steps.
-    sim = Simulation(RoundRobin(2), [traj(0, 4, 5, 5)], 2, 1024, constant_cost(1.0), 256,
-                     move_turns=False)  # fmt: skip
+    sim = Simulation(
+        RoundRobin(2), [traj(0, 4, 5, 5)], Cluster(2, 1024, constant_cost(1.0)), move_turns=False
+    )
     r = sim.run()
     assert r.engine_of == [0] and r.sticky_bound_s == 10.0 and r.makespan_s == 10.0

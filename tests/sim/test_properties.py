@@ -8,6 +8,7 @@ from hypothesis import strategies as st
 
 from rstar2.scheduler import COMPARED_POLICIES, compared_config, make_policy
 from sim.bound import bound_parts
+from sim.cluster import Cluster
 from sim.config import SimConfig, build
 from sim.cost import CostModel
 from sim.simulator import Simulation
@@ -54,7 +55,8 @@ def test_invariants_hold_for_every_policy(raw, engines, kv_blocks, max_num_seqs,
     expected_tokens = sum(s.model_tokens for s in workload)
     for name in COMPARED_POLICIES:
         policy = make_policy(compared_config(name), engines)
-        r = Simulation(policy, workload, engines, kv_blocks * 16, cost, max_num_seqs).run()
+        cluster = Cluster(engines, kv_blocks * 16, cost, max_num_seqs)
+        r = Simulation(policy, workload, cluster).run()
         assert r.makespan_s >= r.lower_bound_s * (1 - 1e-9), name
         assert r.spread_floor_s >= r.lower_bound_s, name
         _check_sticky_bounds(r, workload, cost, engines, kv_blocks * 16, max_num_seqs, name)

@@ -11,6 +11,7 @@ from dataclasses import replace
 import pytest
 
 from rstar2.scheduler import LeastOutstanding, SchedulerConfig, StaticSplit
+from sim.cluster import Cluster
 from sim.config import SimConfig, build_run, resolve_cluster, run_steps, scenario_workload
 from sim.cost import constant_cost
 from sim.learner import LearnerCost
@@ -29,7 +30,8 @@ def run(
     steps: list[list[TrajectorySpec]], k: int, update_s: float, push_s: float, **kw: object
 ) -> RunResult:
     learner = LearnerCost(update_s, 0.0, 1.0, push_s)
-    sim = TrainingRun(StaticSplit(1), steps, 1, 1024, constant_cost(1.0), learner, k, **kw)  # type: ignore[arg-type]
+    cluster = Cluster(1, 1024, constant_cost(1.0))
+    sim = TrainingRun(StaticSplit(1), steps, cluster, learner, max_staleness=k, **kw)  # type: ignore[arg-type]
     return sim.run_steps()
 
 
@@ -113,10 +115,10 @@ def test_synchronous_run_is_the_one_step_simulations_plus_update_and_push() -> N
     cfg.learner.update_s, cfg.learner.push_s = 7.0, 3.0
     r = build_run(cfg).run_steps()
     wl = scenario_workload(cfg)
-    engines, kv, cost = resolve_cluster(cfg, 2048)
+    cluster = resolve_cluster(cfg, 2048)
     one_steps = 0.0
     for step in run_steps(cfg, wl):
-        sim = Simulation(LeastOutstanding(engines), step, engines, kv, cost, cfg.max_num_seqs)
+        sim = Simulation(LeastOutstanding(cluster.num_engines), step, cluster)
         one_steps += sim.run().makespan_s
     assert r.run_s == one_steps + 5 * (7.0 + 3.0)
     assert r.staleness_histogram() == {0: 5 * 16}
@@ -137,5 +139,8 @@ def test_a_trajectory_longer_than_an_engines_kv_is_refused_before_the_run() -> N
     learner = LearnerCost(1.0, 0.0, 1.0, 1.0)
     with pytest.raises(ValueError, match="trajectory 2/t1 may reach 34 tokens"):
         TrainingRun(
-            StaticSplit(1), [[traj(0, 10)], [traj(1, 30)]], 1, 32, constant_cost(1.0), learner
+            StaticSplit(1),
+            [[traj(0, 10)], [traj(1, 30)]],
+            Cluster(1, 32, constant_cost(1.0)),
+            learner,
         )

@@ -1,0 +1,167 @@
+"""`rstar2 view`'s web server: the pages and the JSON they read, on Starlette and Hypercorn.
+
+`view_app(sources, token)` is the ASGI app: `GET /` the page (`static/index.html`, `view.js`,
+`view.css`: one page that draws the run, step, rollout and side-by-side views from the JSON
+below), and
+
+- `GET /api/sources`: every source's `Source.info()` (config, stages, status, metrics, sets);
+- `GET /api/set/{id}`: a set's rows; `GET /api/rollout/{id}/{i}`: one rollout and its group;
+- `GET /api/compare/{a}/{b}`: the problems two sets share, each with its rows on both sides.
+
+Every request first reads what the run appended since the last one (`Source.refresh`), so a
+page of a run in progress follows it. With a token every request must carry it, as the sandbox's
+HTTP front requires (`rstar2.sandbox.http_gate.authorized`: `Authorization: Bearer TOKEN`, or
+HTTP Basic with the token as the password, which a browser asks for after the 401).
+
+`serve_view(app, sock)` serves it with Hypercorn on an already bound socket (`bind`: a port in
+use is a one-line `UsageError`) until cancelled. The same stack as the sandbox's HTTP front: no
+other dependency.
+
+What it does not do: write anything, or serve anything but these pages (no directory listing).
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import logging
+import os
+import socket
+from importlib import resources
+from typing import Any
+
+import anyio
+import hypercorn.asyncio
+from hypercorn.config import Config as HypercornConfig
+from starlette.applications import Starlette
+from starlette.datastructures import Headers
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from rstar2.config import UsageError
+from rstar2.sandbox.http_gate import authorized
+from rstar2.view.records import Source, compare
+
+log = logging.getLogger(__name__)
+
+STATIC = {
+    "/": ("index.html", "text/html; charset=utf-8"),
+    "/view.js": ("view.js", "text/javascript; charset=utf-8"),
+    "/view.css": ("view.css", "text/css; charset=utf-8"),
+}
+
+
+def view_app(sources: list[Source], token: str | None = None) -> ASGIApp:
+    """The viewer's ASGI app over `sources` (see the module docstring)."""
+    files = {
+        route: (resources.files("rstar2.view").joinpath("static", name).read_bytes(), kind)
+        for route, (name, kind) in STATIC.items()
+    }
+
+    async def page(request: Request) -> Response:
+        body, kind = files[request.url.path]
+        return Response(body, media_type=kind, headers={"Cache-Control": "no-cache"})
+
+    def refreshed() -> None:
+        for s in sources:
+            s.refresh()
+
+    async def all_sources(request: Request) -> Response:
+        await anyio.to_thread.run_sync(refreshed)
+        return _json([s.info() for s in sources])
+
+    def source_of(set_id: str) -> Source:
+        head = set_id.partition(".")[0]
+        if not head.isdigit() or int(head) >= len(sources):
+            raise KeyError(set_id)
+        return sources[int(head)]
+
+    async def rows(request: Request) -> Response:
+        sid = request.path_params["sid"]
+        return await _answer(lambda: {"set": _set(sid), "rows": source_of(sid).rows(sid)})
+
+    async def rollout(request: Request) -> Response:
+        sid, i = request.path_params["sid"], request.path_params["i"]
+        return await _answer(lambda: source_of(sid).rollout(sid, i))
+
+    async def both(request: Request) -> Response:
+        a, b = request.path_params["a"], request.path_params["b"]
+        return await _answer(
+            lambda: {
+                "a": _set(a),
+                "b": _set(b),
+                "problems": compare(source_of(a).rows(a), source_of(b).rows(b)),
+            }
+        )
+
+    def _set(sid: str) -> dict[str, Any]:
+        return source_of(sid).rollout_set(sid).summary()
+
+    async def _answer(make: Any) -> Response:
+        def run() -> Any:
+            refreshed()
+            return make()
+
+        try:
+            return _json(await anyio.to_thread.run_sync(run))
+        except KeyError as e:
+            return _json({"detail": f"no such set or rollout: {e.args[0]}"}, 404)
+
+    routes = [
+        *(Route(path, page) for path in STATIC),
+        Route("/api/sources", all_sources),
+        Route("/api/set/{sid}", rows),
+        Route("/api/rollout/{sid}/{i:int}", rollout),
+        Route("/api/compare/{a}/{b}", both),
+    ]
+    return _TokenCheck(Starlette(routes=routes), token)
+
+
+def _json(obj: object, status: int = 200) -> Response:
+    body = json.dumps(obj, ensure_ascii=False, allow_nan=False, default=str)
+    return Response(body, status, media_type="application/json")
+
+
+class _TokenCheck:
+    """ASGI middleware: with a token, every HTTP request must carry it (`authorized`)."""
+
+    def __init__(self, app: ASGIApp, token: str | None) -> None:
+        self.app, self.token = app, token
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and not authorized(
+            Headers(scope=scope).get("authorization"), self.token
+        ):
+            response = JSONResponse(
+                {"detail": "missing or wrong token (Authorization: Bearer TOKEN)"},
+                401,
+                {"WWW-Authenticate": 'Basic realm="rstar2 view"'},
+            )
+            await response(scope, receive, send)
+            return
+        await self.app(scope, receive, send)
+
+
+def bind(host: str, port: int) -> socket.socket:
+    """A listening socket on (host, port) (port 0: a free one); an address that cannot be
+    bound (in use, not this host's) is a one-line `UsageError`."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    try:
+        return socket.create_server((host.strip("[]"), port), family=family)
+    except OSError as e:
+        reason = os.strerror(e.errno) if e.errno else str(e)
+        hint = (
+            " (another server there? --port picks another)" if e.errno == errno.EADDRINUSE else ""
+        )
+        raise UsageError(f"--port {port}: cannot listen on {host}:{port}: {reason}{hint}") from e
+
+
+async def serve_view(app: ASGIApp, sock: socket.socket) -> None:
+    """Serve `app` on the bound `sock` until cancelled (Ctrl-C)."""
+    hc = HypercornConfig()
+    hc.bind = [f"fd://{sock.detach()}"]
+    hc.accesslog = None
+    hc.errorlog = logging.getLogger("rstar2.view.hypercorn")
+    await hypercorn.asyncio.serve(app, hc)  # type: ignore[arg-type]

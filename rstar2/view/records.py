@@ -119,13 +119,16 @@ class Source:
         s.correct += float(record.get("reward", 0.0)) > 0
         s.failed_calls += failed_calls(record) > 0
 
-    def _read(self, offset: int) -> dict[str, Any]:
+    def _read(self, offsets: list[int]) -> list[dict[str, Any]]:
+        out = []
         with self.log.open("rb") as f:
-            f.seek(offset)
-            return complete(json.loads(f.readline()))
+            for offset in offsets:
+                f.seek(offset)
+                out.append(complete(json.loads(f.readline())))
+        return out
 
     def records(self, set_id: str) -> list[dict[str, Any]]:
-        return [self._read(o) for o in self.rollout_set(set_id).offsets]
+        return self._read(self.rollout_set(set_id).offsets)
 
     def rollout_set(self, set_id: str) -> RolloutSet:
         s = self.sets.get(set_id)
@@ -167,7 +170,7 @@ class Source:
         s = self.rollout_set(set_id)
         if not 0 <= i < len(s.offsets):
             raise KeyError(i)
-        record = self._read(s.offsets[i])
+        record = self._read([s.offsets[i]])[0]
         rows = self.rows(set_id)
         group = [r for r in rows if r["group"] == row(i, record)["group"]]
         return {"set": s.summary(), "index": i, "record": record, "group": group}

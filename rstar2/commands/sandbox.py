@@ -5,7 +5,8 @@
   result line per input line on stdout, in completion order. A bad line gets a result with
   status `rejected` and a message, and processing goes on. At most 4 x `concurrency`
   requests are in flight; the next line is read when one finishes, so the memory stays bounded
-  however many lines come. docs/usage.md lists the fields.
+  however many lines come. docs/usage.md lists the fields; the line protocol is
+  `rstar2.commands.sandbox_exec`.
 - `bench [--json]`: executor vs fresh-subprocess baseline on three workloads, plus a burst;
   `bench --http [URL]`: the same workloads through an HTTP service (`rstar2.sandbox.http_bench`).
 - `soak`: the HTTP service in its own process under load while its zygote and children are
@@ -31,7 +32,6 @@ from pathlib import Path
 from typing import Any
 
 import anyio
-import msgspec
 
 from rstar2.actors.sockets import CurveKeys
 from rstar2.commands.arguments import (
@@ -42,17 +42,16 @@ from rstar2.commands.arguments import (
     positive_int,
     zmq_endpoint,
 )
+from rstar2.commands.sandbox_exec import run_exec
 from rstar2.config import ConfigError, UsageError, from_dict, load_file, override, to_dict
 from rstar2.sandbox.bench import WORKLOADS, run_bench
 from rstar2.sandbox.config import SandboxConfig
-from rstar2.sandbox.executor import Executor, open_executor
 from rstar2.sandbox.http_bench import APIS, run_http_bench
 from rstar2.sandbox.http_front import HttpConfig
 from rstar2.sandbox.http_gate import load_token
 from rstar2.sandbox.http_server import Shutdown, bind_socket, serve_http
 from rstar2.sandbox.service import serve_sandbox
 from rstar2.sandbox.soak import SoakConfig, passed, run_soak
-from rstar2.wire import ExecRequest, ExecResult
 
 TOKEN_ENV = "RSTAR2_SANDBOX_TOKEN"
 log = logging.getLogger(__name__)
@@ -201,93 +200,6 @@ def load_config(args: argparse.Namespace) -> SandboxConfig:
     return cfg
 
 
-def parse_line(line: str, lineno: int) -> ExecRequest | ExecResult:
-    """An ExecRequest, or the `rejected` result that answers a bad input line."""
-    fallback = f"line-{lineno}"
-    try:
-        obj = json.loads(line)
-    except json.JSONDecodeError as e:
-        return ExecResult(id=fallback, status="rejected", stderr=f"invalid JSON: {e}", exit_code=-1)
-    if not isinstance(obj, dict):
-        return ExecResult(
-            id=fallback, status="rejected", stderr="expected a JSON object", exit_code=-1
-        )
-    rid = obj.get("id")
-    rid = rid if isinstance(rid, str) else (str(rid) if isinstance(rid, int) else fallback)
-    unknown = set(obj) - {"id", "code", "stdin", "input", "timeout_s", "memory_mb"}
-    if unknown:
-        message = f"unknown field(s): {', '.join(sorted(unknown))}"
-        return ExecResult(id=rid, status="rejected", stderr=message, exit_code=-1)
-    if "input" in obj:  # the tool protocol's name for stdin
-        if "stdin" in obj:
-            message = 'give "stdin" or its alias "input", not both'
-            return ExecResult(id=rid, status="rejected", stderr=message, exit_code=-1)
-        obj["stdin"] = obj.pop("input")
-    problem = _field_problem(obj)
-    if problem:
-        return ExecResult(id=rid, status="rejected", stderr=problem, exit_code=-1)
-    return ExecRequest(
-        id=rid,
-        code=obj["code"],
-        stdin=obj.get("stdin", ""),
-        timeout_s=obj.get("timeout_s"),
-        memory_mb=obj.get("memory_mb"),
-    )
-
-
-def _field_problem(obj: dict[str, Any]) -> str:
-    """What is wrong with the fields of a request line ("" when nothing)."""
-    if not isinstance(obj.get("code"), str):
-        return 'field "code" must be a string'
-    if not isinstance(obj.get("stdin", ""), str):
-        return 'field "stdin" must be a string'
-    timeout = obj.get("timeout_s")
-    if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, int | float)):
-        return 'field "timeout_s" must be a number'
-    if timeout is not None and not timeout > 0:
-        return f'field "timeout_s" must be > 0, got {timeout}'
-    memory = obj.get("memory_mb")
-    if memory is not None and (isinstance(memory, bool) or not isinstance(memory, int)):
-        return 'field "memory_mb" must be an integer'
-    if memory is not None and memory < 1:
-        return f'field "memory_mb" must be >= 1, got {memory}'
-    return ""
-
-
-def _emit(result: ExecResult) -> None:
-    sys.stdout.write(json.dumps(msgspec.structs.asdict(result)) + "\n")
-    sys.stdout.flush()
-
-
-EXEC_IN_FLIGHT_PER_CHILD = 4
-"""`exec` reads the next line only while fewer than this many requests per child
-(`concurrency`) are in flight: the memory stays bounded however long stdin is."""
-
-
-async def _exec(cfg: SandboxConfig) -> int:
-    in_flight = anyio.Semaphore(EXEC_IN_FLIGHT_PER_CHILD * cfg.concurrency)
-
-    async def one(ex: Executor, request: ExecRequest) -> None:
-        try:
-            _emit(await ex.run(request))
-        finally:
-            in_flight.release()
-
-    async with open_executor(cfg) as ex, anyio.create_task_group() as tg:
-        lineno = 0
-        async for line in anyio.wrap_file(sys.stdin):
-            lineno += 1
-            if not line.strip():
-                continue
-            parsed = parse_line(line, lineno)
-            if isinstance(parsed, ExecResult):
-                _emit(parsed)
-            else:
-                await in_flight.acquire()
-                tg.start_soon(one, ex, parsed)
-    return 0
-
-
 def _print_bench(out: dict[str, Any]) -> None:
     print(f"isolation: {out['isolation']}")
     print(
@@ -422,7 +334,7 @@ async def _serve_zmq_until_signalled(
 def run(args: argparse.Namespace) -> int:
     cfg = load_config(args)
     if args.action == "exec":
-        return anyio.run(_exec, cfg)
+        return anyio.run(run_exec, cfg)
     if args.action == "serve" and args.http is not None:
         http = http_config(args)
         sock = bind_socket(http.host, http.port)  # an address in use: one line, exit 2

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from rstar2.commands.sandbox import parse_line
+from rstar2.commands.sandbox_exec import parse_line
 from rstar2.wire import ExecRequest, ExecResult
 
 CLI = [sys.executable, "-m", "rstar2.cli", "-q", "sandbox"]

@@ -43,7 +43,7 @@ finish with the summary.
 - A step that trained no rollout (no group had a reward signal: each prompt's rollouts all
   scored the same) warns "policy not updated" and is counted (`extra.steps_not_updated`).
 
-Phases and their transitions: `phase.py`; which evaluation follows which: `heldout.py`; the
+Phases and their transitions: `phase.py`, the command awaited: `awaited_reply.py`; which evaluation follows which: `heldout.py`; the
 steps' rollouts (data cursor, probes, submitted ahead, staleness): `step_rollouts.py`; task
 ids and seeds (`derive_seed(seed, kind, step, prompt, sample)`: sampling never depends on
 timing) and grouping by prompt: `rollout_groups.py`.
@@ -59,17 +59,18 @@ import copy
 import dataclasses
 import logging
 from collections.abc import Sequence
-from typing import Any, TypeVar
+from typing import Any
 
 from rstar2.config import from_dict
 from rstar2.problem import Problem
 from rstar2.train.accuracy import Accuracy, score
+from rstar2.train.awaited_reply import AwaitedReply
 from rstar2.train.config import TrainConfig
-from rstar2.train.heldout import TEST_PHASES, EvaluationPlan, record
-from rstar2.train.phase import EVALUATIONS, Phase, check_transition
+from rstar2.train.heldout import TEST_PHASES, EvaluationPlan, evaluation_rollout, record
+from rstar2.train.phase import EVALUATIONS, Phase
 from rstar2.train.problem_stream import ProblemStream
 from rstar2.train.progress import Progress, StepInFlight, stage_index
-from rstar2.train.rollout_groups import Encode, rollout_tasks, unsolved
+from rstar2.train.rollout_groups import Encode, unsolved
 from rstar2.train.run_commands import (
     Checkpoint,
     Command,
@@ -91,8 +92,6 @@ from rstar2.train.trajectory_log import recorded_step
 from rstar2.wire import TrajectoryResult
 
 log = logging.getLogger(__name__)
-
-_Awaited = TypeVar("_Awaited", PushWeights, RollOut, Update)
 
 
 class Controller:
@@ -121,8 +120,7 @@ class Controller:
         """Skip every update and push (the policy stays as it is; `rstar2 profile`)."""
         self.progress = Progress()
         self.evaluations = EvaluationPlan(validation=bool(self.heldout), test=bool(self.test))
-        self._phase = Phase.START
-        self._pending: PushWeights | RollOut | Update | None = None
+        self._awaited = AwaitedReply()
         self._step: StepInFlight | None = None
         self._sft_row: dict[str, Any] = {}
         self._final_row: dict[str, Any] = {}
@@ -136,9 +134,9 @@ class Controller:
 
     def start(self, resume: bool, saved: dict[str, Any] | None = None) -> list[Command]:
         """The run begins; `saved` is the controller's part of the checkpoint resumed from."""
-        if self._phase != Phase.START:
+        if self.phase != Phase.START:
             raise ValueError(
-                f"start() called twice (the controller is in phase {self._phase.value!r})"
+                f"start() called twice (the controller is in phase {self.phase.value!r})"
             )
         if saved is not None:
             self.stream.load_state(saved["stream"])
@@ -149,7 +147,10 @@ class Controller:
         if resume:
             self._saved_step = self.progress.step
         self._mark_boundary()
-        return [OpenRun(resume_step), self._await(Phase.PUSH, PushWeights(self.progress.step))]
+        return [
+            OpenRun(resume_step),
+            self._awaited.expect(Phase.PUSH, PushWeights(self.progress.step)),
+        ]
 
     def interrupt(self, reason: str) -> list[Command]:
         """The run was asked to stop (`reason`, e.g. "SIGINT") while `interruptible`: abandon
@@ -160,8 +161,8 @@ class Controller:
             raise ValueError("interrupt() while the policy is past the last step done")
         assert self._boundary is not None
         step, state = self._boundary
-        self._enter(Phase.DONE)
-        self._pending, self._step = None, None
+        self._awaited.enter(Phase.DONE)
+        self._awaited.command, self._step = None, None
         commands: list[Command] = []
         if step > self._saved_step and step > 0:
             commands.append(Checkpoint(step, state))
@@ -173,7 +174,7 @@ class Controller:
         self, version: int, metrics: dict[str, float], started: float, finished: float
     ) -> list[Command]:
         """A `PushWeights` is done; `metrics` are the push's byte counts."""
-        if self._take(PushWeights, version) == Phase.PUSH:
+        if self._awaited.take(PushWeights, version) == Phase.PUSH:
             first = None if self.progress.sft_evaluated else self.evaluations.after_sft()
             if first is not None:
                 self._sft_row = {"step": 0, "stage": "sft"}
@@ -188,8 +189,8 @@ class Controller:
         self, step: int, results: Sequence[TrajectoryResult], started: float, finished: float
     ) -> list[Command]:
         """A `RollOut` is done: every one of its trajectories, scored."""
-        asked = self._pending
-        phase = self._take(RollOut, step)
+        asked = self._awaited.command
+        phase = self._awaited.take(RollOut, step)
         assert isinstance(asked, RollOut)
         if len(results) != len(asked.tasks):
             raise ValueError(f"{len(results)} results for {len(asked.tasks)} tasks of step {step}")
@@ -203,30 +204,30 @@ class Controller:
         self, step: int, metrics: dict[str, float], started: float, finished: float
     ) -> list[Command]:
         """An `Update` is done; `metrics` are the update's (loss, clip fraction, groups ...)."""
-        self._take(Update, step)
+        self._awaited.take(Update, step)
         s = self._in_flight()
         s.update = dict(metrics)
         s.learner_s, s.last = finished - started, finished
         self.progress.step = step
-        return [self._await(Phase.PUSH_STEP, PushWeights(step))]
+        return [self._awaited.expect(Phase.PUSH_STEP, PushWeights(step))]
 
     # --- queries ---------------------------------------------------------------------------
 
     @property
     def phase(self) -> Phase:
         """What the controller awaits (`phase.TRANSITIONS` lists where it may go next)."""
-        return self._phase
+        return self._awaited.phase
 
     @property
     def done(self) -> bool:
-        return self._phase == Phase.DONE
+        return self.phase == Phase.DONE
 
     @property
     def interruptible(self) -> bool:
         """The policy is the last step done's (no update since): `interrupt` may end the run
         here, abandoning a rollout in flight."""
         return (
-            self._phase != Phase.DONE
+            self.phase != Phase.DONE
             and self._boundary is not None
             and self.progress.step == self._boundary[0]
         )
@@ -282,7 +283,7 @@ class Controller:
         log.info("stage %s: %d steps", stage.name, stage.steps)
         if not stage.filter_solved:
             return self._stage_started(index)
-        return [self._await(Phase.FILTER, self.rollouts.probe(index))]
+        return [self._awaited.expect(Phase.FILTER, self.rollouts.probe(index))]
 
     def _filtered(self, index: int, results: list[TrajectoryResult]) -> list[Command]:
         """Stage 3's hard subset: drop the pool problems the policy solved every time."""
@@ -317,7 +318,7 @@ class Controller:
         step = self.progress.step + 1
         stage = self.cfg.stages[self.stage_at(step)]
         self._step = StepInFlight(step, stage)
-        return self._await(Phase.TRAIN, self.rollouts.take(step))
+        return self._awaited.expect(Phase.TRAIN, self.rollouts.take(step))
 
     def _submit_ahead(self) -> list[Command]:
         """Asynchronous RL (`rl.max_staleness`): the later steps' rollouts to submit before
@@ -348,7 +349,7 @@ class Controller:
         if recorded_step(s.step, self.cfg.record_every):
             record = Recording("train", s.stage.name, problems)
         update = Update(s.step, fresh, record)
-        return [*commands, *self._submit_ahead(), self._await(Phase.UPDATE, update)]
+        return [*commands, *self._submit_ahead(), self._awaited.expect(Phase.UPDATE, update)]
 
     def _updated(self) -> list[Command]:
         """The step's policy is out: its metrics row, then its evaluation when due."""
@@ -396,7 +397,7 @@ class Controller:
     def _finish(self, last: float | None) -> list[Command]:
         p = self.progress
         p.last_accuracy = last
-        self._enter(Phase.DONE)
+        self._awaited.enter(Phase.DONE)
         self._saved_step = p.step
         summary = {"steps": p.step, **self._summary(last, evaluations=True)}
         return [Checkpoint(p.step, self.state()), Finish(summary)]
@@ -414,26 +415,13 @@ class Controller:
     # --- bookkeeping -----------------------------------------------------------------------
 
     def _evaluate(self, phase: Phase) -> RollOut:
-        """Evaluate the validation split (the test split in `TEST_PHASES`), `eval_samples`
-        each, with seeds that do not depend on the step: every evaluation of a split samples
-        alike, so two evaluations differ by the policy alone."""
-        step, test = self.progress.step, phase in TEST_PHASES
-        problems = tuple(self.test if test else self.heldout)
-        tasks = rollout_tasks(
-            problems,
-            self.encode,
-            self.cfg.seed,
-            step,
-            "test" if test else "eval",
-            self.cfg.eval_samples,
-            self.cfg.eval_temperature,
-            seed_step=0,
-        )
-        record = None
-        if self.cfg.record_evaluations:
-            source = "test" if test else "validation"
-            record = Recording(source, self._evaluation_stage(phase), problems)
-        return self._await(phase, RollOut(step, tasks, record=record))
+        """Evaluate the validation split (the test split in `TEST_PHASES`)."""
+        test = phase in TEST_PHASES
+        rollout = evaluation_rollout(
+            self.cfg, self.test if test else self.heldout, self.encode, self.progress.step, test,
+            self._evaluation_stage(phase),
+        )  # fmt: skip
+        return self._awaited.expect(phase, rollout)
 
     def _evaluation_stage(self, phase: Phase) -> str:
         """What the trajectory log calls an evaluation's stage: "sft", "final" or the RL
@@ -444,31 +432,7 @@ class Controller:
             return self._in_flight().stage.name
         return "final"
 
-    def _await(self, phase: Phase, command: _Awaited) -> _Awaited:
-        self._enter(phase)
-        self._pending = command
-        return command
-
-    def _enter(self, phase: Phase) -> None:
-        check_transition(self._phase, phase)
-        self._phase = phase
-
-    def _take(self, kind: type[PushWeights | RollOut | Update], step: int) -> Phase:
-        """Accept the reply to the pending command; anything else is a bug in the shell."""
-        pending = self._pending
-        if not isinstance(pending, kind) or _step_of(pending) != step:
-            wanted = f"{type(pending).__name__}({_step_of(pending)})" if pending else "nothing"
-            raise ValueError(
-                f"a reply to {kind.__name__}({step}) while the controller awaits {wanted}"
-            )
-        self._pending = None
-        return self._phase
-
     def _in_flight(self) -> StepInFlight:
         if self._step is None:
-            raise ValueError(f"no RL step in flight (phase {self._phase.value!r})")
+            raise ValueError(f"no RL step in flight (phase {self.phase.value!r})")
         return self._step
-
-
-def _step_of(command: PushWeights | RollOut | Update) -> int:
-    return command.version if isinstance(command, PushWeights) else command.step

@@ -6,21 +6,26 @@ A run evaluates the validation split, then the test split, twice: after SFT (`SF
 "final" row; validation is skipped there when the last step was just evaluated, and that
 step's evaluation stands for it); and validation every `eval_every` RL steps (`STEP_EVAL`, in
 the step's row). An empty split is skipped. `EvaluationPlan` answers which phase comes next;
-`record` writes an accuracy into the run's progress (`Progress.evaluations`, the SFT and latest
-accuracies) and the metrics row, and logs it.
+`evaluation_rollout` builds an evaluation's `RollOut`; `record` writes an accuracy into the run's
+progress (`Progress.evaluations`, the SFT and latest accuracies) and the metrics row, and logs it.
 
-What it does not do: build the evaluation's tasks or await its rollouts (`controller.py`), or
-score them (`accuracy.py`).
+What it does not do: await an evaluation's rollouts (`controller.py`), or score them
+(`accuracy.py`).
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from rstar2.problem import Problem
 from rstar2.train.accuracy import Accuracy
+from rstar2.train.config import TrainConfig
 from rstar2.train.phase import Phase
+from rstar2.train.rollout_groups import Encode, rollout_tasks
+from rstar2.train.run_commands import Recording, RollOut
 
 log = logging.getLogger(__name__)
 
@@ -61,6 +66,30 @@ class EvaluationPlan:
         if self.test and phase in (Phase.SFT_EVAL, Phase.FINAL_EVAL):
             return Phase.SFT_TEST if phase == Phase.SFT_EVAL else Phase.FINAL_TEST
         return None
+
+
+def evaluation_rollout(
+    cfg: TrainConfig,
+    problems: Sequence[Problem],
+    encode: Encode,
+    step: int,
+    test: bool,
+    stage: str,
+) -> RollOut:
+    """Evaluate `problems` (the test split with `test`, else validation), `eval_samples` each,
+    with seeds that do not depend on the step: every evaluation of a split samples alike, so two
+    evaluations differ by the policy alone. With `record_evaluations` the rollouts are recorded
+    under `stage` ("sft", "final" or the RL stage of the step evaluated)."""
+    problems = tuple(problems)
+    kind = "test" if test else "eval"
+    tasks = rollout_tasks(
+        problems, encode, cfg.seed, step, kind, cfg.eval_samples, cfg.eval_temperature,
+        seed_step=0,
+    )  # fmt: skip
+    record = None
+    if cfg.record_evaluations:
+        record = Recording("test" if test else "validation", stage, problems)
+    return RollOut(step, tasks, record=record)
 
 
 def record(

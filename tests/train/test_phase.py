@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from rstar2.train import controller as controller_module
+from rstar2.train import awaited_reply
 from rstar2.train.controller import Controller
 from rstar2.train.phase import TRANSITIONS, Phase, check_transition
 from tests.train.test_controller import HELDOUT, PROBLEMS, Driver, encode, make_config
@@ -47,7 +47,7 @@ def record_moves(monkeypatch: pytest.MonkeyPatch) -> Moves:
         check_transition(current, new)
         moves.add((current, new))
 
-    monkeypatch.setattr(controller_module, "check_transition", check)
+    monkeypatch.setattr(awaited_reply, "check_transition", check)
     return moves
 
 

@@ -90,9 +90,9 @@ class PolicyProbe:
             self.sharpen(state)
             return state
 
-        def train_checked(state: RunState, results: Any, step: int) -> dict[str, float]:
-            self.gaps.append(self.gap(state, results))
-            metrics = trained(state, results, step)
+        def train_checked(state: RunState, groups: Any, step: int) -> dict[str, float]:
+            self.gaps.append(self.gap(state, [r for group in groups for r in group]))
+            metrics = trained(state, groups, step)
             self.sharpen(state)
             return metrics
 
@@ -187,7 +187,8 @@ def test_a_two_rank_learner_broadcasts_to_vllm_engines_a_bucket_at_a_time(
         },
     )
     cfg.validate()
-    caplog.set_level(logging.INFO, logger="rstar2.train")
+    for logger in ("rstar2.train", "rstar2.weights"):  # the push logs from rstar2.weights
+        caplog.set_level(logging.INFO, logger=logger)
     summary = run_training(cfg, tmp_path / "run")
     assert summary["steps"] == 2
     assert len(probe.gaps) == 2 and max(probe.gaps) < 1e-3, probe.gaps

@@ -372,17 +372,27 @@ QUICK: dict[str, Any] = {
         "min_digits": 1,
         "max_digits": 1,
         "max_operands": 2,
+        "ops": "+-*",
         "word_fraction": 0.0,
+        "word_style": "templates",
         "train_size": 600,
         "heldout_size": 100,
     },
+    "demo_task": {"word_fraction": 0.0},
     "rl": {"group_size": 4},
-    "sft": {"steps": 150, "lr": 1e-2, "train_problems": 400, "log_every": 50},
+    "sft": {
+        "steps": 150,
+        "lr": 1e-2,
+        "train_problems": 400,
+        "mistake_fraction": 0.15,
+        "log_every": 50,
+    },
     "stages": [{"name": "rl1", "steps": 5}],
 }
 """The `--quick` preset: a smoke run of about a minute that shows the loop working (tests and
 first tries). An easy task (one-digit operands, two of them) and a short SFT give a policy that
-solves some problems but not all, so RL steps see mixed groups, earn reward and update."""
+solves some problems but not all, so RL steps see mixed groups, earn reward and update. The
+demonstrations are of the same bare expressions (the default's [demo_task] is undone)."""
 
 
 def default_config_text() -> str:

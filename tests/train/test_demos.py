@@ -24,8 +24,9 @@ def test_sft_saves_the_demonstrations_it_trained_on(tmp_path: Path) -> None:
 
 
 def test_demonstrations_come_from_demo_task_and_rl_keeps_the_task() -> None:
-    base = ["task.word_fraction=1.0", "task.word_style=story", "sft.train_problems=30"]
-    own = load_train_config(None, quick=True, sets=base)
+    base = ["task.word_fraction=1.0", "task.word_style=story", "sft.train_problems=30",
+            "demo_task.word_fraction=1.0", "demo_task.word_style=story"]  # fmt: skip
+    own = load_train_config(None, quick=True, sets=base)  # demonstrations = [task]'s stories
     verbal = load_train_config(None, quick=True, sets=[*base, "demo_task.word_style=verbal"])
     assert verbal.task == own.task  # RL's problems are unchanged
     assert verbal.demonstration_task().word_style == "verbal"
@@ -39,3 +40,23 @@ def test_demonstrations_come_from_demo_task_and_rl_keeps_the_task() -> None:
              "whole times", "left over")  # fmt: skip
     assert all(any(w in q for w in named) for q in questions(verbal))
     assert not set(questions(verbal)) & set(stories)
+
+
+def test_the_default_demonstrates_the_format_but_no_problem_rl_is_tested_on() -> None:
+    """The embedded default (issue 29): a fixed set of 1,000 demonstrations of bare, templated
+    and verbal problems; RL trains and is tested on stories, which no demonstration shows."""
+    from rstar2.tasks import generate_problems
+
+    cfg = load_train_config(None)
+    traces = sft_traces(cfg)
+    assert len(traces) == cfg.sft.train_problems == 1000
+    demo_questions = [next(m["content"] for m in t if m["role"] == "user") for t in traces]
+    # a story's events ("Then ... loses 7.") and its // and % base clauses: never demonstrated
+    story_only = ("Then ", "shared equally", "into bags of")
+    assert not any(w in q for q in demo_questions for w in story_only)
+    assert any(q.startswith("Find") for q in demo_questions)  # bare expressions among them
+    assert cfg.task.word_style == "story" and cfg.task.word_fraction == 1.0
+    rl_questions = [p.problem for p in generate_problems(cfg.task, "train")[:200]]
+    assert all(any(w in q for w in (*story_only, "packs of")) for q in rl_questions)
+    assert sum("Then " in q for q in rl_questions) > 100
+    assert not set(rl_questions) & set(demo_questions)

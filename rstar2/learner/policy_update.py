@@ -50,10 +50,6 @@ from rstar2.learner.micro_batch import (
     micro_batch_loss,
     split_micro_batches,
 )
-
-# re-exported for tests/production/test_vllm_train.py, which imports them from here
-from rstar2.learner.micro_batch import pad_batch as pad_batch
-from rstar2.learner.micro_batch import token_logprobs as token_logprobs
 from rstar2.learner.step_timer import phase
 from rstar2.rl import Mismatch, RLConfig, TrainingBatch
 

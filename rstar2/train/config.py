@@ -21,7 +21,7 @@ from rstar2.config import ConfigError, from_dict, load_file, require, to_dict
 from rstar2.data import DataFormat
 from rstar2.devices import resolve_device
 from rstar2.engine.config import EngineConfig
-from rstar2.learner.policy_update import LearnerConfig
+from rstar2.learner.learner_config import LearnerConfig
 from rstar2.learner.sft import SFTConfig
 from rstar2.model.tiny import TinyModelConfig
 from rstar2.rendezvous import parse_rendezvous

@@ -26,7 +26,7 @@ for _var in ("VLLM_CACHE_ROOT", "TORCHINDUCTOR_CACHE_DIR"):
 import torch  # noqa: E402
 
 from rstar2.config import from_dict  # noqa: E402
-from rstar2.learner.policy_update import pad_batch, token_logprobs  # noqa: E402
+from rstar2.learner.micro_batch import pad_batch, token_logprobs  # noqa: E402
 from rstar2.metrics import read_metrics  # noqa: E402
 from rstar2.model import load_model  # noqa: E402
 from rstar2.train.config import TrainConfig  # noqa: E402

@@ -7,7 +7,7 @@ import pytest
 from rstar2.cli import main
 from rstar2.config import ConfigError, from_dict
 from rstar2.rendezvous import parse_rendezvous
-from rstar2.train.config import ClusterConfig
+from rstar2.train.cluster_config import ClusterConfig
 
 
 @pytest.mark.parametrize(

@@ -48,7 +48,8 @@ from rstar2.scheduler.actor import SchedulerActor, SchedulerParams
 from rstar2.tasks.arithmetic import generate_problems
 from rstar2.tasks.traces import Message, build_traces
 from rstar2.train.accuracy import eval_splits
-from rstar2.train.config import ClusterConfig, TrainConfig, config_dict
+from rstar2.train.cluster_config import ClusterConfig
+from rstar2.train.config import TrainConfig, config_dict
 from rstar2.train.learner_actor import LearnerActor, LearnerParams
 from rstar2.train.problem_files import split_sources
 from rstar2.train.run_state import load_split

@@ -9,7 +9,7 @@ from rstar2.config import ConfigError
 from rstar2.engine.config import EngineConfig
 from rstar2.rollout.engine_backend import kv_bytes_per_token, vllm_fields
 from rstar2.rollout.worker import RolloutWorker
-from rstar2.train.config import ClusterConfig
+from rstar2.train.cluster_config import ClusterConfig
 from rstar2.train.runner import vllm_options
 
 TINY = {"num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2}

@@ -11,7 +11,7 @@ import pytest
 from rstar2.engine.protocol import SleepableEngine
 from rstar2.rollout.engine_backend import sleep_or_wake
 from rstar2.rollout.worker import RolloutWorker
-from rstar2.train.config import ClusterConfig
+from rstar2.train.cluster_config import ClusterConfig
 from rstar2.train.runner import vllm_options
 from rstar2.wire import EngineSleep, EngineSleepAck, EngineWake, decode, encode
 from tests.rollout.fakes import CharTokenizer, ScriptedEngine

@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from rstar2.config import ConfigError, from_dict
-from rstar2.train.config import ClusterConfig, TrainConfig
+from rstar2.train.cluster_config import ClusterConfig
+from rstar2.train.config import TrainConfig
 from rstar2.train.runner import train_graph, vllm_options
 
 

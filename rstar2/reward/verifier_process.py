@@ -49,9 +49,13 @@ class VerifierProcess:
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [_PACKAGE_ROOT, env.get("PYTHONPATH")]))
         command = [sys.executable, "-m", "rstar2.reward.verify_worker"]
         command += ["--memory-mb", str(memory_mb)]
+        # a session of its own: a Ctrl-C at the terminal reaches the whole foreground process
+        # group, and a worker still starting (interpreter, sympy) printed a KeyboardInterrupt
+        # traceback; the pool stops its workers (kill, or EOF on stdin should it die first)
         process = await anyio.open_process(
-            command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=None, env=env
-        )
+            command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=None, env=env,
+            start_new_session=True,
+        )  # fmt: skip
         handle = cls(process, process.pid)
         try:
             with anyio.fail_after(start_timeout_s):

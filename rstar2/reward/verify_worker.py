@@ -133,6 +133,9 @@ def _limit_memory(memory_mb: int) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    # the parent decides when we stop; set first: a Ctrl-C during the seconds of sympy's
+    # imports below printed a KeyboardInterrupt traceback from every worker
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     parser = argparse.ArgumentParser(description="rstar2 math-verify worker (internal)")
     parser.add_argument("--memory-mb", type=int, default=0)
     args = parser.parse_args(argv)
@@ -143,8 +146,6 @@ def main(argv: list[str] | None = None) -> int:
     logging.getLogger("math_verify").setLevel(logging.ERROR)
     _limit_memory(args.memory_mb)
     math_verify_equal("\\frac{1}{2}", "0.5")  # warm up sympy's lazy imports before READY
-
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides when we stop
     serve(sys.stdin.fileno(), out_fd)
     return 0
 

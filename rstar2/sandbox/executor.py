@@ -293,6 +293,8 @@ class Executor:
         except BaseException as e:
             kill(proc)
             await stop(proc)
+            with anyio.CancelScope(shield=True):  # its pipes now: the garbage collector closed
+                await proc.aclose()  # them after the loop (a traceback after Ctrl-C at start)
             if isinstance(e, (anyio.EndOfStream, anyio.BrokenResourceError, OSError)):
                 raise SandboxStartError(f"sandbox zygote died while starting: {e!r}") from e
             raise

@@ -5,7 +5,8 @@
 below), and
 
 - `GET /api/sources`: every source's `Source.info()` (config, stages, status, metrics, sets);
-- `GET /api/set/{id}`: a set's rows; `GET /api/rollout/{id}/{i}`: one rollout and its group;
+- `GET /api/set/{id}`: a set's rows (and a training step's metrics row);
+  `GET /api/rollout/{id}/{i}`: one rollout and its group;
 - `GET /api/compare/{a}/{b}`: the problems two sets share, each with its rows on both sides.
 
 Every request first reads what the run appended since the last one (`Source.refresh`), so a
@@ -80,7 +81,13 @@ def view_app(sources: list[Source], token: str | None = None) -> ASGIApp:
 
     async def rows(request: Request) -> Response:
         sid = request.path_params["sid"]
-        return await _answer(lambda: {"set": _set(sid), "rows": source_of(sid).rows(sid)})
+        return await _answer(
+            lambda: {
+                "set": _set(sid),
+                "metrics": source_of(sid).step_metrics(sid),
+                "rows": source_of(sid).rows(sid),
+            }
+        )
 
     async def rollout(request: Request) -> Response:
         sid, i = request.path_params["sid"], request.path_params["i"]

@@ -161,6 +161,16 @@ class Source:
         out["status"] = "finished" if summary_path.is_file() else "running"
         return out
 
+    def step_metrics(self, set_id: str) -> dict[str, Any] | None:
+        """A training step's row of `metrics.jsonl` (None: not a training step, or no row)."""
+        s = self.rollout_set(set_id)
+        if self.run_dir is None or s.source != "train":
+            return None
+        rows = read_lines(self.run_dir / "metrics.jsonl")
+        return next(
+            (r for r in rows if r.get("step") == s.step and r.get("stage") == s.stage), None
+        )
+
     def rows(self, set_id: str) -> list[dict[str, Any]]:
         """A set's rollouts as table rows (no conversation text)."""
         return [row(i, r) for i, r in enumerate(self.records(set_id))]

@@ -83,6 +83,7 @@ def test_a_step_filters_and_sorts_its_rollouts(page, viewer: Viewer, shots: Path
     page.goto(viewer.url + "#/set/0.1")
     page.wait_for_selector("#rollouts")
     assert page.inner_text("#count") == "8 of 8 rollouts"
+    assert "reward_mean 0.100" in page.inner_text("#step-metrics")  # its metrics row
     page.click("button[data-filter='failed calls']")
     assert page.inner_text("#count") == "2 of 8 rollouts"
     page.click("button[data-filter='truncated']")

@@ -46,6 +46,12 @@ const CHARTS = [
 ];
 const COLORS = ["#2f6fd6", "#d8572a", "#2e9d4f", "#8a4fd6", "#c99a06", "#5b6578"];
 
+function niceStep(raw) {
+  // the smallest of 1, 2, 2.5, 5 x 10^k at least `raw`: round tick labels
+  const p = 10 ** Math.floor(Math.log10(raw));
+  return [1, 2, 2.5, 5, 10].map((m) => m * p).find((s) => s >= raw * 0.999);
+}
+
 function chart(title, rows, series, linkOf, xRange) {
   const W = 420, H = 190, L = 44, R = 10, T = 10, B = 24;
   const lines = series.map(([key, name, ci], k) => ({
@@ -61,16 +67,17 @@ function chart(title, rows, series, linkOf, xRange) {
   let [y0, y1] = [Math.min(0, ...ys), Math.max(...ys)];
   if (x1 === x0) x1 = x0 + 1;
   if (y1 === y0) y1 = y0 + 1;
+  const yStep = niceStep((y1 - y0) / 4), xStep = Math.max(1, Math.round(niceStep((x1 - x0) / 5)));
+  [y0, y1] = [Math.floor(y0 / yStep) * yStep, Math.ceil(y1 / yStep) * yStep];
   const sx = (x) => L + (x - x0) / (x1 - x0) * (W - L - R);
   const sy = (y) => H - B - (y - y0) / (y1 - y0) * (H - T - B);
   let svg = `<svg viewBox="0 0 ${W} ${H}" role="img" aria-label="${esc(title)}">`;
-  for (let i = 0; i <= 4; i++) {
-    const y = y0 + (y1 - y0) * i / 4;
+  for (let y = y0; y <= y1 + yStep / 2; y += yStep) {
+    const label = Number(y.toPrecision(6));
     svg += `<line x1="${L}" x2="${W - R}" y1="${sy(y)}" y2="${sy(y)}" stroke="#eceff3"/>` +
-      `<text x="${L - 4}" y="${sy(y) + 4}" font-size="10" text-anchor="end">${fmt(y, 2)}</text>`;
+      `<text x="${L - 4}" y="${sy(y) + 4}" font-size="10" text-anchor="end">${label}</text>`;
   }
-  const xTicks = [...new Set([0, 1, 2, 3, 4].map((i) => Math.round(x0 + (x1 - x0) * i / 4)))];
-  for (const x of xTicks) {
+  for (let x = Math.ceil(x0 / xStep) * xStep; x <= x1; x += xStep) {
     svg += `<text x="${sx(x)}" y="${H - 8}" font-size="10" text-anchor="middle">${x}</text>`;
   }
   for (const s of lines) {
@@ -115,7 +122,8 @@ function sourceSection(src) {
     html += "<h3>Stages</h3><table><tr><th>name</th><th>steps</th><th>max response tokens</th>" +
       "<th>max turns</th><th>filter solved</th></tr>" + src.stages.map((s) =>
         `<tr><td>${esc(s.name)}</td><td class="num">${fmt(s.steps)}</td>` +
-        `<td class="num">${fmt(s.max_response_tokens)}</td><td class="num">${fmt(s.max_turns)}</td>` +
+        `<td class="num">${fmt(s.max_response_tokens || "[rollout]'s")}</td>` +
+        `<td class="num">${fmt(s.max_turns || "[rollout]'s")}</td>` +
         `<td>${fmt(s.filter_solved)}</td></tr>`).join("") + "</table>";
     html += `<details><summary>config.json</summary><pre class="code">` +
       `${esc(JSON.stringify(src.config, null, 1))}</pre></details>`;
@@ -199,13 +207,23 @@ function rowsTable(rows, sid) {
     `<table id="rollouts"><tr>${head}</tr>${body}</table>`;
 }
 
+const STEP_KEYS = ["reward_mean", "mixed_group_fraction", "groups_kept", "trained_rollouts",
+  "response_tokens_mean", "tool_calls_mean", "tool_error_ratio_correct", "approx_kl", "step_s"];
+
+function stepMetrics(row) {
+  if (!row) return "";
+  return `<p id="step-metrics">${STEP_KEYS.filter((k) => k in row)
+    .map((k) => tag(`${k} ${fmt(row[k])}`)).join(" ")}</p>`;
+}
+
 async function setPage(sid) {
   const data = await get(`/api/set/${sid}`);
   setCrumbs([["runs", "#/"], [data.set.label, null]]);
   const draw = () => {
     main.innerHTML = `<h2>${esc(data.set.label)}</h2>` +
       `<p>${data.set.rollouts} rollouts, ${data.set.correct} correct, ` +
-      `${data.set.with_failed_calls} with a failed tool call.</p>` + rowsTable(data.rows, sid);
+      `${data.set.with_failed_calls} with a failed tool call.</p>` + stepMetrics(data.metrics) +
+      rowsTable(data.rows, sid);
     main.querySelectorAll("[data-filter]").forEach((b) => {
       b.onclick = () => { view.filter = b.dataset.filter; draw(); };
     });

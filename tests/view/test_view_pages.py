@@ -4,7 +4,7 @@ Each page of a small recorded run (`run_files.write_run`, a run still going, plu
 is loaded, filtered or clicked through, and checked on screen; a screenshot of each is saved
 under `$RSTAR2_VIEW_SCREENSHOTS` (default: this session's pytest temporary directory,
 `view-screenshots/`). Skipped, saying why, where Playwright's Python package or a Chromium
-binary is missing (`scripts/install.sh test` installs both where it can: Chromium from apt,
+binary is missing or that Chromium does not start (`scripts/install.sh test` installs both where it can: Chromium from apt,
 never a browser download).
 """
 
@@ -44,10 +44,13 @@ def shots(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="module")
 def browser(viewer: Viewer) -> Iterator[object]:
     with sync_api.sync_playwright() as pw:
-        browser = pw.chromium.launch(
-            executable_path=CHROMIUM,
-            args=["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage"],
-        )
+        try:
+            browser = pw.chromium.launch(
+                executable_path=CHROMIUM,
+                args=["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage"],
+            )
+        except sync_api.Error as e:  # the machine's Chromium, not the viewer: skip, say why
+            pytest.skip(f"{CHROMIUM} does not start here: {str(e).splitlines()[0]}")
         try:
             yield browser
         finally:

@@ -20,6 +20,8 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402 - the backend must be chosen first
 
+from rstar2.whole_file import replacing  # noqa: E402
+
 Report = dict[str, object]
 
 
@@ -74,8 +76,12 @@ def plot_comparison(reports: Sequence[tuple[str, Report]], path: str | Path) -> 
 
 
 def _save(fig: plt.Figure, path: str | Path) -> Path:
+    """Save `fig` as PNG `path`, whole or not at all (`rstar2.whole_file`), and close it."""
     path = Path(path)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    try:
+        with replacing(path) as tmp:
+            fig.savefig(tmp, dpi=110, format="png")
+    finally:
+        plt.close(fig)
     return path

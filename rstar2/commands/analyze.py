@@ -51,6 +51,7 @@ from rstar2.analysis import (
 from rstar2.commands.arguments import model_directory, positive_int
 from rstar2.config import ConfigError
 from rstar2.model import load_model
+from rstar2.whole_file import write_text
 
 log = logging.getLogger(__name__)
 
@@ -156,7 +157,7 @@ def run(args: argparse.Namespace) -> int:
     if args.compare_model:
         plots.append(plot_comparison(reports, out / "comparison.png"))
     result["plots"] = [str(p) for p in plots]
-    (out / "analysis.json").write_text(json.dumps(result, indent=1) + "\n")
+    write_text(out / "analysis.json", json.dumps(result, indent=1) + "\n")
     if args.json:
         print(json.dumps(result))
     else:

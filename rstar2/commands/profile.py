@@ -47,6 +47,7 @@ from rstar2.profile.report import build_report, format_report, report_json
 from rstar2.profile.synthetic import SLOW_CHOICES, synthetic_graph
 from rstar2.profile.trainer import profile_config, profile_training
 from rstar2.profile.workload import record_graph_blocking
+from rstar2.whole_file import write_text
 
 log = logging.getLogger(__name__)
 
@@ -125,8 +126,8 @@ def _write(rec: Recording, out: Path, as_json: bool) -> int:
     report = build_report(rec)
     doc = report_json(report)
     text = format_report(report)
-    (out / "report.json").write_text(json.dumps(doc, indent=2) + "\n")
-    (out / "report.txt").write_text(text + "\n")
+    write_text(out / "report.json", json.dumps(doc, indent=2) + "\n")
+    write_text(out / "report.txt", text + "\n")
     print(json.dumps(doc) if as_json else text)
     log.info("wrote %s, %s and %s", out / "trace.json", out / "report.txt", out / "report.json")
     return 0

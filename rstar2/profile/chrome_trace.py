@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from rstar2.profile.recording import Recording, role_of
+from rstar2.whole_file import write_text
 from rstar2.wire import Span
 
 US = 1e6
@@ -73,9 +74,7 @@ def write_chrome_trace(rec: Recording, path: str | Path) -> Path:
     problems = check_chrome_trace(trace)
     if problems:
         raise ValueError(f"refusing to write an invalid trace: {problems[0]}")
-    path = Path(path)
-    path.write_text(json.dumps(trace, separators=(",", ":")))
-    return path
+    return write_text(Path(path), json.dumps(trace, separators=(",", ":")))
 
 
 def _origin(rec: Recording) -> float:

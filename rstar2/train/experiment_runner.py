@@ -70,6 +70,7 @@ from rstar2.train.experiment import (  # noqa: E402
     training_figures,
 )
 from rstar2.train.runner import prepare_policy, run_training, sft_examples  # noqa: E402
+from rstar2.whole_file import replacing, write_text  # noqa: E402
 
 log = logging.getLogger(__name__)
 
@@ -130,7 +131,7 @@ def run_experiment(spec: ExperimentSpec, progress: Callable[[str], None]) -> dic
             start = time.time()
             result = _run_arm(spec, run, progress)
             arm_dir.mkdir(parents=True, exist_ok=True)
-            done.write_text(json.dumps(result.as_dict(), indent=1))
+            write_text(done, json.dumps(result.as_dict(), indent=1))
             took = time.time() - start
             progress(f"[{i}/{len(runs)}] {run.name}: done in {took:.0f}s, {_figure(result)}")
         results.append(result)
@@ -144,7 +145,7 @@ def run_experiment(spec: ExperimentSpec, progress: Callable[[str], None]) -> dic
         "table_text": format_table(rows),
         "differences_text": format_differences(diffs),
     }
-    (spec.out / "results.json").write_text(json.dumps(out, indent=1))
+    write_text(spec.out / "results.json", json.dumps(out, indent=1))
     plot_accuracy(rows, spec.out / "accuracy.png")
     plot_error_curves(results, spec.out / "tool_error_ratio_correct.png")
     return out
@@ -391,10 +392,7 @@ def plot_accuracy(rows: Sequence[Any], out: Path) -> Path:
     ax.set_title("test accuracy (bars: 95% CI)", fontsize=10)
     ax.grid(axis="y", alpha=0.3)
     ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(out, dpi=90)
-    plt.close(fig)
-    return out
+    return _save_png(fig, out)
 
 
 def plot_error_curves(results: Sequence[ArmResult], out: Path) -> Path:
@@ -412,7 +410,15 @@ def plot_error_curves(results: Sequence[ArmResult], out: Path) -> Path:
         ax.grid(alpha=0.3)
         if ax.lines:
             ax.legend(fontsize=7)
+    return _save_png(fig, out)
+
+
+def _save_png(fig: plt.Figure, out: Path) -> Path:
+    """Save `fig` as `out`, whole or not at all (`rstar2.whole_file`), and close it."""
     fig.tight_layout()
-    fig.savefig(out, dpi=90)
-    plt.close(fig)
+    try:
+        with replacing(out) as tmp:
+            fig.savefig(tmp, dpi=90, format="png")
+    finally:
+        plt.close(fig)
     return out

@@ -8,7 +8,8 @@ on its machine, and the nodes join over node 0's control socket (`rstar2.actors.
 failure anywhere, or Ctrl-C / SIGTERM on node 0, stops every node.
 
 Exit code 0 when the graph stopped or finished, 1 when it failed (or did not start, e.g. a
-node missed the handshake), 2 for config errors.
+node missed the handshake), 2 for config errors, 130 when Ctrl-C (SIGINT) stopped it and 143
+when SIGTERM did (128 + the signal's number, as a shell reports a process the signal ended).
 
 What it does not do: start the commands on the other machines (use your cluster's launcher).
 """
@@ -90,4 +91,10 @@ def run(args: argparse.Namespace) -> int:
             print(f"  {s['actor']:<24} received {s['received']:>8}  sent {s['sent']:>8}")
         for f in result.failures:
             print(f"  FAILED {f.actor}:\n{f.traceback}", file=sys.stderr)
+    if result.reason == "signal":
+        return EXIT_SIGNAL.get(result.stopped_by, EXIT_SIGNAL["SIGINT"])
     return 0 if result.ok else 1
+
+
+EXIT_SIGNAL = {"SIGINT": 130, "SIGTERM": 143}
+"""Exit codes of a graph a signal stopped (`GraphResult.stopped_by` names the signal)."""

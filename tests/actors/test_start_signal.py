@@ -41,4 +41,4 @@ def test_ctrl_c_during_start_up_prints_no_child_traceback(tmp_path: Path, attemp
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
     assert "Traceback" not in err and "KeyboardInterrupt" not in err, err
-    assert proc.returncode == 1 and "signal" in err, err
+    assert proc.returncode == 130 and "signal" in err, err

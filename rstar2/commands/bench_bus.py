@@ -29,6 +29,7 @@ import dataclasses
 import json
 import multiprocessing
 import statistics
+import sys
 import tempfile
 import threading
 import time
@@ -227,9 +228,21 @@ def _start_peer(transport: str, target: Any, args: tuple, ctx: zmq.Context) -> A
         thread = threading.Thread(target=target, args=(*args, ctx), daemon=True)
         thread.start()
         return thread
-    proc = multiprocessing.get_context("spawn").Process(target=target, args=args)
+    # daemon: ended with this process, should Ctrl-C stop it before the peer is done
+    proc = multiprocessing.get_context("spawn").Process(
+        target=_peer_main, args=(target, *args), daemon=True
+    )
     proc.start()
     return proc
+
+
+def _peer_main(target: Any, *args: Any) -> None:
+    """A spawned peer's body: Ctrl-C reaches it with the whole process group, and ends it
+    without the traceback multiprocessing would print (the parent reports the interruption)."""
+    try:
+        target(*args)
+    except KeyboardInterrupt:
+        sys.exit(130)
 
 
 def raw_throughput(transport: str, n: int, size: int, tmp: str) -> Run:

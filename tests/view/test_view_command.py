@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import signal
 import socket
+import time
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -65,3 +67,14 @@ def test_bad_paths_a_port_in_use_and_an_exposed_host_are_one_line(
     unreadable = tmp_path / "t.jsonl"
     unreadable.write_text("[1, 2]\n")
     assert "not a trajectory file" in error_of(capsys, str(unreadable))
+
+
+def test_ctrl_c_stops_it_at_once_with_exit_code_0(tmp_path: Path) -> None:
+    """A service stopped by its stop signal, as `sandbox serve`: no traceback, exit code 0."""
+    proc, url = start_view(str(write_run(tmp_path / "run")))
+    assert fetch(url)[0] == 200
+    started = time.monotonic()
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=30)
+    assert (proc.returncode, "Traceback" in err) == (0, False), err
+    assert time.monotonic() - started < 5

@@ -1,5 +1,6 @@
 """Commands fed a user-sized count keep their memory bounded by the work in flight (issue 34,
-"beyond the rows"): `sandbox exec` given 10^6 lines on stdin, `sim run --steps 1000000`.
+"beyond the rows"): `sandbox exec` and `reward verify` given 10^6 lines on stdin, `sim run
+--steps 1000000`.
 (`eval --samples 1000000` is in tests/rollout/test_eval_command.py.)"""
 
 from __future__ import annotations
@@ -27,15 +28,26 @@ def vm_rss_mb(pid: int) -> float:
 
 def test_sandbox_exec_of_a_million_lines_keeps_its_memory_and_stops_on_ctrl_c() -> None:
     # every line became a waiting task at once: the memory grew ~10 MB/s while stdin was read
+    assert_streams_a_million_lines(["sandbox", "exec"], b'{"id": "x", "code": "print(1)"}\n')
+
+
+def test_reward_verify_of_a_million_lines_keeps_its_memory_and_stops_on_ctrl_c() -> None:
+    line = b'{"id": 1, "response": "so \\\\boxed{1,000}", "answer": "1000"}\n'
+    assert_streams_a_million_lines(["reward", "verify"], line)
+
+
+def assert_streams_a_million_lines(command: list[str], line: bytes) -> None:
+    """`rstar2 COMMAND` fed `line` 10^6 times on stdin: results come, the RSS stays flat over
+    5 s, and one SIGINT ends it within 5 s with exit code 130."""
     proc = subprocess.Popen(
-        [sys.executable, "-m", "rstar2.cli", "-q", "sandbox", "exec"],
+        [sys.executable, "-m", "rstar2.cli", "-q", *command],
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
     )  # fmt: skip
     assert proc.stdin is not None and proc.stdout is not None
     results: list[bytes] = []
 
     def feed() -> None:
-        batch = b'{"id": "x", "code": "print(1)"}\n' * 1000
+        batch = line * 1000
         try:
             for _ in range(LINES // 1000):
                 proc.stdin.write(batch)  # type: ignore[union-attr]

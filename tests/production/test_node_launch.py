@@ -344,7 +344,7 @@ def test_ctrl_c_on_node_0_stops_every_node(tmp_path: Path) -> None:
     nodes.procs[0].send_signal(signal.SIGINT)
     done = nodes.finish()
     assert {k: (rc, s["reason"]) for k, (rc, s, _) in done.items()} == {
-        k: (1, "signal") for k in (0, 1, 2)
+        k: (130, "signal") for k in (0, 1, 2)
     }
     assert done[1][1]["stopped_by"] == "node:learner"
     assert nodes.wait_gone() == []

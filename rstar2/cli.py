@@ -21,7 +21,8 @@ processes, nowhere else.
   not decode (JSON, TOML, YAML, msgspec, UTF-8); an exception group (a task group's) of one such error counts as
   that error; `-v` adds the traceback of such an error, for reporting;
 - 130: interrupted (Ctrl-C, `KeyboardInterrupt`), also while the command's module is imported;
-- 143: a training run (`train`, `experiment`, `bench train`) stopped by SIGTERM;
+- 143: a training run (`train`, `experiment`, `bench train`) stopped by SIGTERM (`launch`
+  returns 130 or 143 itself for a graph a signal stopped);
 - 141: stdout was closed early (`rstar2 sim ... | head -1`): the rest of the output is dropped
   without a message, as a process killed by SIGPIPE would (128 + 13).
 """

@@ -235,21 +235,16 @@ def _rl_arm(spec: ExperimentSpec, run: ArmRun, sft_model: Path) -> tuple[ArmResu
 
 
 def _sft_arm(spec: ExperimentSpec, run: ArmRun, sft_model: Path) -> ArmResult:
+    """The SFT model's result: the `test_sft` evaluation of the (env, seed)'s first RL run
+    that has one, else an evaluation-only run of it (`eval/`)."""
     seconds = float(json.loads((sft_model / "sft.json").read_text())["seconds"])
     for algo in RL_ARMS:
         summary_path = replace(run, arm=algo).directory(spec.out) / "summary.json"
         if summary_path.is_file():
             summary = json.loads(summary_path.read_text())
-            accuracy, ci = _test(summary, "test_sft")
             source = {"test_sft_of": str(summary_path.parent)}
-            use = _test_use(summary, "test_sft")
-            return ArmResult(run.env, run.arm, run.seed, accuracy, ci, seconds,
-                             compute_tokens=0.0, extra=source, **use)  # fmt: skip
-    eval_dir = run.directory(spec.out) / "eval"
-    summary = _fresh_run(run_config(spec, run, eval_overrides(sft_model)), eval_dir)
-    accuracy, ci = _test(summary, "test_sft")
-    use = _test_use(summary, "test_sft")
-    return ArmResult(run.env, run.arm, run.seed, accuracy, ci, seconds, compute_tokens=0.0, **use)
+            return _test_sft_result(run, summary, seconds, 0.0, source)
+    return _eval_arm(spec, run, sft_model, seconds, 0.0, {})
 
 
 def rl_budget(spec: ExperimentSpec, run: ArmRun) -> float:
@@ -266,16 +261,31 @@ def rl_budget(spec: ExperimentSpec, run: ArmRun) -> float:
     return max(budgets)
 
 
-def _eval_arm(spec: ExperimentSpec, run: ArmRun, policy: Path, info: dict[str, Any]) -> ArmResult:
-    """An SFT control's result: `policy` evaluated on the test problems (`eval/`)."""
+def _eval_arm(
+    spec: ExperimentSpec,
+    run: ArmRun,
+    policy: Path,
+    seconds: float,
+    tokens: float,
+    extra: dict[str, Any],
+) -> ArmResult:
+    """An SFT arm's result: `policy` evaluated on the test problems (`eval/`), with the arm's
+    training seconds, compute (`tokens`) and `extra` facts."""
     summary = _fresh_run(
         run_config(spec, run, eval_overrides(policy)), run.directory(spec.out) / "eval"
     )
+    return _test_sft_result(run, summary, seconds, tokens, extra)
+
+
+def _test_sft_result(
+    run: ArmRun, summary: dict[str, Any], seconds: float, tokens: float, extra: dict[str, Any]
+) -> ArmResult:
+    """An arm's result from a run's `test_sft` evaluation (accuracy, response tokens, tool
+    calls), with the arm's training seconds, compute (`tokens`) and `extra` facts."""
     accuracy, ci = _test(summary, "test_sft")
     use = _test_use(summary, "test_sft")
-    seconds, tokens = float(info["seconds"]), float(info["tokens"])
     return ArmResult(run.env, run.arm, run.seed, accuracy, ci, seconds, compute_tokens=tokens,
-                     extra=info, **use)  # fmt: skip
+                     extra=extra, **use)  # fmt: skip
 
 
 def _sft_flops_arm(spec: ExperimentSpec, run: ArmRun, sft_model: Path) -> tuple[ArmResult, Path]:
@@ -283,7 +293,8 @@ def _sft_flops_arm(spec: ExperimentSpec, run: ArmRun, sft_model: Path) -> tuple[
     if not (model_dir / "sft_more.json").is_file():
         continue_sft(run_config(spec, run, []), sft_model, model_dir, tokens=rl_budget(spec, run))
     info = json.loads((model_dir / "sft_more.json").read_text())
-    return _eval_arm(spec, run, model_dir, info), model_dir
+    seconds, tokens = float(info["seconds"]), float(info["tokens"])
+    return _eval_arm(spec, run, model_dir, seconds, tokens, info), model_dir
 
 
 def validation_overrides(model_dir: Path, problems: int) -> list[str]:
@@ -316,7 +327,7 @@ def _sft_best_arm(
     # the tokens the chosen checkpoint trained on after SFT (none for the SFT model itself)
     info = {**info, "best_step": k, "validation": {str(s): a for s, a in validation.items()},
             "tokens": k * per_step}  # fmt: skip
-    return _eval_arm(spec, run, best, info), best
+    return _eval_arm(spec, run, best, float(info["seconds"]), float(info["tokens"]), info), best
 
 
 def continue_sft(

@@ -38,6 +38,8 @@ import logging
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from rstar2.commands.arguments import (
@@ -109,10 +111,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
             )
 
 
-def _progress_bar(label: str, enabled: bool) -> ProgressFn | None:
+@contextmanager
+def _progress_bar(label: str, enabled: bool) -> Iterator[ProgressFn | None]:
+    """A progress bar on stderr, redrawn in place, for the block's simulation. A bar the block
+    leaves mid-line (Ctrl-C) gets its newline, so the line after it starts a line of its own."""
     if not enabled:
-        return None
+        yield None
+        return
     last = [0.0]
+    mid_line = [False]
 
     def show(done: int, total: int, sim_t: float) -> None:
         now = time.perf_counter()
@@ -122,17 +129,22 @@ def _progress_bar(label: str, enabled: bool) -> ProgressFn | None:
         filled = 30 * done // total
         bar = "#" * filled + "." * (30 - filled)
         print(f"\r{label:<18} [{bar}] {done}/{total} sim t={sim_t:7.1f}s", end="", file=sys.stderr)
+        mid_line[0] = done != total
         if done == total:
             print(file=sys.stderr)
 
-    return show
+    try:
+        yield show
+    finally:
+        if mid_line[0]:
+            print(file=sys.stderr)
 
 
 def simulate(args: argparse.Namespace, policy: str) -> SimResult:
     cfg = config_from_args(args, policy)
     log.debug("resolved config: %s", to_dict(cfg))
-    progress = _progress_bar(policy, not (args.quiet or args.no_progress))
-    result = build(cfg, progress).run()
+    with _progress_bar(policy, not (args.quiet or args.no_progress)) as progress:
+        result = build(cfg, progress).run()
     result.policy = policy
     return result
 
@@ -176,9 +188,9 @@ def simulate_run(args: argparse.Namespace, max_staleness: int) -> RunResult:
     args.max_staleness = max_staleness
     cfg = config_from_args(args, args.policy)
     log.debug("resolved config: %s", to_dict(cfg))
-    progress = _progress_bar(f"k={max_staleness}", not (args.quiet or args.no_progress))
     try:
-        return build_run(cfg, progress).run_steps()
+        with _progress_bar(f"k={max_staleness}", not (args.quiet or args.no_progress)) as bar:
+            return build_run(cfg, bar).run_steps()
     except ValueError as e:  # a metrics file that does not match the trace
         raise UsageError(str(e)) from None
 

@@ -42,12 +42,25 @@ from pathlib import Path
 from rstar2.train.config import load_train_config
 from rstar2.train.runner import prepare_policy
 
-TASK = ["task.min_digits=1", "task.max_digits=1", "task.max_operands=2"]
-"""The easy task the policy is SFT'd on (and that runs from it must use)."""
+TASK = [
+    "task.min_digits=1",
+    "task.max_digits=1",
+    "task.max_operands=2",
+    "task.ops=+-*",
+    "task.word_fraction=0.5",
+    "task.word_style=templates",
+]
+"""The easy task the policy is SFT'd on (and that runs from it must use): half bare, half
+templated word problems with one-digit operands (not the default's stories, which a policy of
+500 SFT steps does not solve)."""
 MODEL_AND_SFT = [
     "model.tiny.hidden_size=64",
     "model.tiny.num_layers=2",
     "model.tiny.intermediate_size=192",
+    "demo_task.word_fraction=0.5",  # the demonstrations are of the task itself
+    "demo_task.word_style=templates",
+    "sft.train_problems=4000",
+    "sft.mistake_fraction=0.15",
     "sft.steps=500",
     "sft.lr=0.02",
     "sft.min_lr_ratio=1.0",

@@ -7,9 +7,11 @@ import os
 import shlex
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import time
+import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 
@@ -253,7 +255,11 @@ def readme_first_five_minutes() -> list[list[str]]:
     """The `rstar2` commands of the README's "First five minutes" block, as argv lists."""
     text = (REPO / "README.md").read_text()
     block = text.split("## First five minutes", 1)[1].split("```bash", 1)[1].split("```", 1)[0]
-    return [shlex.split(line) for line in block.splitlines() if line.startswith("rstar2 ")]
+    return [
+        shlex.split(line, comments=True)
+        for line in block.splitlines()
+        if line.startswith("rstar2 ")
+    ]
 
 
 @pytest.mark.slow
@@ -262,10 +268,10 @@ def test_the_readmes_first_five_minutes_work_verbatim(tmp_path: Path) -> None:
     # step earns reward and updates the policy), say when a step did not update, and leave
     # the RL policy where `eval`/`chat --model RUN` find it; the bundled problems file works.
     commands = readme_first_five_minutes()
-    assert [c[1] for c in commands] == ["train", "eval", "chat"]
+    assert [c[1] for c in commands] == ["train", "eval", "chat", "view"]
     shutil.copytree(REPO / "examples", tmp_path / "examples")
     outs = []
-    for argv in commands:
+    for argv in commands[:3]:
         out = subprocess.run(
             [sys.executable, "-m", "rstar2.cli", *argv[1:]],
             capture_output=True, text=True, timeout=600, cwd=tmp_path,
@@ -288,6 +294,34 @@ def test_the_readmes_first_five_minutes_work_verbatim(tmp_path: Path) -> None:
         torch.testing.assert_close(tensor, want[name], msg=name)
     assert "pass@1" in outs[1].stdout and "final answer" in outs[2].stdout
     assert "Warning" not in outs[0].stderr  # nothing alarming in a clean run
+    _view_serves_the_run(commands[3], tmp_path, run)
+
+
+def _view_serves_the_run(argv: list[str], cwd: Path, run: Path) -> None:
+    """The README's `rstar2 view RUN` (on a free port): it lists the run's recorded steps and
+    evaluations, and one Ctrl-C stops it with exit code 0."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "rstar2.cli", *argv[1:], "--port", str(port)],
+        cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        deadline, sources = time.monotonic() + 60, None
+        while sources is None and time.monotonic() < deadline and proc.poll() is None:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/sources", timeout=5) as r:
+                    sources = json.loads(r.read())
+            except OSError:
+                time.sleep(0.5)
+        assert sources is not None, proc.communicate(timeout=10)
+        assert (cwd / sources[0]["path"]).resolve() == run.resolve()
+        assert {s["source"] for s in sources[0]["sets"]} >= {"train", "validation"}
+    finally:
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=30)
+    assert proc.returncode == 0, err[-3000:]
 
 
 @pytest.mark.slow

@@ -48,7 +48,6 @@ import anyio
 import anyio.abc
 import msgspec
 from starlette.applications import Starlette
-from starlette.datastructures import Headers
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
@@ -58,7 +57,7 @@ from rstar2.config import require
 from rstar2.sandbox import code_judge, sandbox_fusion
 from rstar2.sandbox.config import SandboxConfig
 from rstar2.sandbox.executor import RETRY_LATER, ExecutorStats
-from rstar2.sandbox.http_gate import Admission, Refusal, authorized, check_bind
+from rstar2.sandbox.http_gate import Admission, Refusal, TokenCheck, check_bind
 from rstar2.wire import ExecRequest, ExecResult
 
 log = logging.getLogger(__name__)
@@ -127,6 +126,10 @@ class HttpConfig:
             "given together with certfile",
         )
         check_bind(self.host, self.token)
+
+
+_CHALLENGE = 'Bearer, Basic realm="rstar2 sandbox"'
+"""The 401 answer's WWW-Authenticate: both forms `authorized` takes."""
 
 
 class Runner(Protocol):
@@ -211,7 +214,7 @@ class Front:
             Route("/v1/ping", _pong, methods=["GET"]),
             Route("/status", self.status, methods=["GET"]),
         ]
-        return _TokenCheck(_Gate(Starlette(routes=routes), self), self.http.token)
+        return TokenCheck(_Gate(Starlette(routes=routes), self), self.http.token, _CHALLENGE)
 
     async def status(self, request: Request) -> Response:
         stats = self.ex.stats()
@@ -388,23 +391,3 @@ class _Gate:
             await self.app(scope, receive, send)
         finally:
             self.front.in_flight -= 1
-
-
-class _TokenCheck:
-    """ASGI middleware: every HTTP request must carry the token (`http_gate.authorized`)."""
-
-    def __init__(self, app: ASGIApp, token: str | None) -> None:
-        self.app, self.token = app, token
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http" and not authorized(
-            Headers(scope=scope).get("authorization"), self.token
-        ):
-            response = JSONResponse(
-                {"detail": "missing or wrong token (Authorization: Bearer TOKEN)"},
-                401,
-                {"WWW-Authenticate": 'Bearer, Basic realm="rstar2 sandbox"'},
-            )
-            await response(scope, receive, send)
-            return
-        await self.app(scope, receive, send)

@@ -8,7 +8,9 @@ Access (the HTTP counterpart of the ZeroMQ service's CURVE rule, `SocketFactory.
   name): the form `requests` and `aiohttp` send for a URL `http://user:TOKEN@host:port/...`,
   so clients that take only a URL (verl's `sandbox_fusion_url`, rStar2's code-judge host)
   work unchanged. Tokens are compared in constant time (`hmac.compare_digest`);
-- `load_token(text, origin)`: a token is at least 16 characters (whitespace around it dropped).
+- `load_token(text, origin)`: a token is at least 16 characters (whitespace around it dropped);
+- `TokenCheck(app, token, challenge)`: the ASGI middleware that applies `authorized` to every
+  HTTP request (the sandbox's front and `rstar2 view` both wrap their apps in it).
 
 Admission (`Admission`): a bounded amount of work, never a queue that grows without limit:
 - request bodies being read or run hold their bytes (`max_bytes`), taken as they arrive;
@@ -27,6 +29,10 @@ import binascii
 import hmac
 import ipaddress
 from dataclasses import dataclass
+
+from starlette.datastructures import Headers
+from starlette.responses import JSONResponse
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from rstar2.config import ConfigError
 
@@ -136,3 +142,24 @@ class Admission:
         self.items -= items
         self.bytes -= nbytes
         assert self.items >= 0 and self.bytes >= 0, (self.items, self.bytes)
+
+
+class TokenCheck:
+    """ASGI middleware: with a token, every HTTP request must carry it (`authorized`); one that
+    does not gets 401 with `challenge` as its WWW-Authenticate header."""
+
+    def __init__(self, app: ASGIApp, token: str | None, challenge: str) -> None:
+        self.app, self.token, self.challenge = app, token, challenge
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and not authorized(
+            Headers(scope=scope).get("authorization"), self.token
+        ):
+            response = JSONResponse(
+                {"detail": "missing or wrong token (Authorization: Bearer TOKEN)"},
+                401,
+                {"WWW-Authenticate": self.challenge},
+            )
+            await response(scope, receive, send)
+            return
+        await self.app(scope, receive, send)

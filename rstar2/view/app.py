@@ -35,14 +35,13 @@ import anyio
 import hypercorn.asyncio
 from hypercorn.config import Config as HypercornConfig
 from starlette.applications import Starlette
-from starlette.datastructures import Headers
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import Response
 from starlette.routing import Route
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import ASGIApp
 
 from rstar2.config import UsageError
-from rstar2.sandbox.http_gate import authorized
+from rstar2.sandbox.http_gate import TokenCheck
 from rstar2.view.records import Source, compare
 
 log = logging.getLogger(__name__)
@@ -123,32 +122,12 @@ def view_app(sources: list[Source], token: str | None = None) -> ASGIApp:
         Route("/api/rollout/{sid}/{i:int}", rollout),
         Route("/api/compare/{a}/{b}", both),
     ]
-    return _TokenCheck(Starlette(routes=routes), token)
+    return TokenCheck(Starlette(routes=routes), token, 'Basic realm="rstar2 view"')
 
 
 def _json(obj: object, status: int = 200) -> Response:
     body = json.dumps(obj, ensure_ascii=False, allow_nan=False, default=str)
     return Response(body, status, media_type="application/json")
-
-
-class _TokenCheck:
-    """ASGI middleware: with a token, every HTTP request must carry it (`authorized`)."""
-
-    def __init__(self, app: ASGIApp, token: str | None) -> None:
-        self.app, self.token = app, token
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http" and not authorized(
-            Headers(scope=scope).get("authorization"), self.token
-        ):
-            response = JSONResponse(
-                {"detail": "missing or wrong token (Authorization: Bearer TOKEN)"},
-                401,
-                {"WWW-Authenticate": 'Basic realm="rstar2 view"'},
-            )
-            await response(scope, receive, send)
-            return
-        await self.app(scope, receive, send)
 
 
 def bind(host: str, port: int) -> socket.socket:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 import math
+import os
 import random
 import time
 from collections.abc import Callable, Sequence
@@ -61,6 +62,9 @@ class SFTConfig:
     """Share of SFT traces whose first tool call fails and is then fixed."""
     train_problems: int = 4000
     """Traces are built from the first this many problems of the task's train split."""
+    threads: int = 0
+    """torch threads of SFT on the CPU (0 = every core: SFT runs alone, before the actor graph
+    starts; 2 threads measured 0.44 s/step on the default against 1 thread's 0.64 s)."""
 
     def validate(self) -> None:
         require(self.steps >= 0, "steps", self.steps, "an integer >= 0 (0 skips SFT)")
@@ -74,6 +78,12 @@ class SFTConfig:
         require(self.log_every >= 1, "log_every", self.log_every, "a positive integer")
         require(0 <= self.mistake_fraction <= 1, "mistake_fraction", self.mistake_fraction, "0..1")
         require(self.train_problems >= 1, "train_problems", self.train_problems, ">= 1")
+        require(self.threads >= 0, "threads", self.threads, "an integer >= 0 (0: every core)")
+
+
+def sft_threads(cfg: SFTConfig) -> int:
+    """The torch threads SFT runs with: `cfg.threads`, or every core."""
+    return cfg.threads or os.cpu_count() or 1
 
 
 @dataclass

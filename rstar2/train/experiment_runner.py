@@ -46,7 +46,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import torch  # noqa: E402
 
 from rstar2.config import ConfigError  # noqa: E402
-from rstar2.learner.sft import train_sft  # noqa: E402
+from rstar2.learner.sft import sft_threads, train_sft  # noqa: E402
 from rstar2.metrics import read_metrics  # noqa: E402
 from rstar2.model.loader import load_model  # noqa: E402
 from rstar2.train.config import TrainConfig, load_train_config  # noqa: E402
@@ -346,8 +346,7 @@ def continue_sft(
 
     The recipe is SFT's own again - warm-up, peak `sft.lr`, cosine to `lr * min_lr_ratio` - as
     a second cycle (a warm restart); the batch order is `sft.seed + 1`, so it is not a replay."""
-    if cfg.graph.learner_threads > 0:
-        torch.set_num_threads(cfg.graph.learner_threads)
+    torch.set_num_threads(sft_threads(cfg.sft))
     model, tokenizer = load_model(start)
     examples = sft_examples(cfg, tokenizer)
     per_step = cfg.sft.batch_size * sum(len(e[0]) for e in examples) / max(len(examples), 1)

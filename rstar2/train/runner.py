@@ -36,7 +36,7 @@ from rstar2.learner.checkpoint import (
     publish_final_policy,
 )
 from rstar2.learner.policy import resolve_device
-from rstar2.learner.sft import encode_examples, train_sft
+from rstar2.learner.sft import encode_examples, sft_threads, train_sft
 from rstar2.metrics import plot_metrics, read_metrics
 from rstar2.model.loader import load_model, weight_bytes
 from rstar2.model.tiny import init_model
@@ -121,8 +121,7 @@ def prepare_policy(cfg: TrainConfig, run_dir: Path) -> Path:
     if cfg.sft.steps == 0:
         return base
     torch.manual_seed(cfg.seed)
-    if cfg.graph.learner_threads > 0:
-        torch.set_num_threads(cfg.graph.learner_threads)
+    torch.set_num_threads(sft_threads(cfg.sft))
     model, tokenizer = load_model(base)
     device = resolve_device(cfg.learner.device)
     model.to(device)

@@ -13,6 +13,7 @@ from rstar2.learner.sft import (
     encode_examples,
     lr_at,
     masked_lm_loss,
+    sft_threads,
     train_sft,
 )
 from rstar2.model import TinyModelConfig, special_token_ids, train_tokenizer
@@ -135,10 +136,18 @@ def test_bf16_autocasts_the_forward_and_keeps_float32_weights(tok, examples) -> 
     assert first[1] == pytest.approx(first[0], rel=0.05)
 
 
-@pytest.mark.parametrize(("key", "value"), [("steps", -1), ("lr", 0.0), ("betas", (0.9, 1.0))])
+@pytest.mark.parametrize(
+    ("key", "value"), [("steps", -1), ("lr", 0.0), ("betas", (0.9, 1.0)), ("threads", -1)]
+)
 def test_config_validation(key: str, value: object) -> None:
     with pytest.raises(ConfigError, match=key):
         SFTConfig(**{key: value}).validate()  # type: ignore[arg-type]
+
+
+def test_sft_takes_every_core_unless_told(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("os.cpu_count", lambda: 7)
+    assert sft_threads(SFTConfig()) == 7
+    assert sft_threads(SFTConfig(threads=3)) == 3
 
 
 def test_train_rejects_empty_data(tok) -> None:

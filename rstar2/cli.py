@@ -21,6 +21,7 @@ processes, nowhere else.
   not decode (JSON, TOML, YAML, msgspec, UTF-8); an exception group (a task group's) of one such error counts as
   that error; `-v` adds the traceback of such an error, for reporting;
 - 130: interrupted (Ctrl-C, `KeyboardInterrupt`), also while the command's module is imported;
+  the process then ends without the interpreter's teardown (`exit_at_once`);
 - 143: a training run (`train`, `experiment`, `bench train`) stopped by SIGTERM (`launch`
   returns 130 or 143 itself for a graph a signal stopped);
 - 141: stdout was closed early (`rstar2 sim ... | head -1`): the rest of the output is dropped
@@ -30,6 +31,7 @@ processes, nowhere else.
 from __future__ import annotations
 
 import argparse
+import atexit
 import errno
 import importlib
 import importlib.metadata
@@ -38,8 +40,10 @@ import json
 import logging
 import os
 import sys
+import threading
 import tomllib
 from types import ModuleType
+from typing import NoReturn
 
 from rstar2.commands.arguments import EXIT_USAGE, CommandParser
 from rstar2.config import ConfigError, UsageError
@@ -142,8 +146,17 @@ def build_parser(selected: str | None = None) -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     """Parse `argv`, run the chosen command and return its exit code (see the module
-    docstring). A bad command line or `--help` raises SystemExit, as argparse does."""
-    argv = sys.argv[1:] if argv is None else argv
+    docstring). A bad command line or `--help` raises SystemExit, as argparse does. Run as the
+    program (`argv` None: `rstar2`, `python -m rstar2.cli`), an interrupted command ends the
+    process at once (`exit_at_once`)."""
+    code = parse_and_run(sys.argv[1:] if argv is None else argv)
+    if argv is None and code in (EXIT_INTERRUPTED, EXIT_TERMINATED):
+        exit_at_once(code)
+    return code
+
+
+def parse_and_run(argv: list[str]) -> int:
+    """`main`'s work: the environment, the parser, the command."""
     # weight-loading progress bars of transformers/huggingface_hub would interleave with our
     # one-line-per-step progress output; set before any command module imports transformers
     # (spawned children inherit it)
@@ -159,17 +172,37 @@ def main(argv: list[str] | None = None) -> int:
     if "OMP_WAIT_POLICY" not in os.environ:
         os.environ.setdefault("GOMP_SPINCOUNT", GOMP_SPINCOUNT)
     selected = next((a for a in argv if not a.startswith("-")), None)
-    try:  # the chosen command's module is imported here (for its flags): seconds for torch's
+    # the chosen command's module is imported here, for its flags (a `bench` target's when
+    # parsing): seconds for torch's
+    try:
         parser = build_parser(selected if selected in _available() else None)
+        args = parser.parse_args(argv)
     except KeyboardInterrupt:
         print(f"{'rstar2 ' + selected if selected else 'rstar2'}: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
-    args = parser.parse_args(argv)
     if args.command is None:
         parser.print_help()
         return 0
     setup_logging(args.verbose, args.quiet)
     return run_command(args)
+
+
+def exit_at_once(code: int) -> NoReturn:
+    """End the process with `code`, skipping the interpreter's teardown. For an interrupted
+    command: its work is stopped and its files closed by then (writers finish or remove their
+    temporaries in `finally`), so the teardown has only memory left to free, and that took
+    seconds of garbage collection once torch and a model were loaded (2-3 s at load 4, most of
+    the time from Ctrl-C to exit: `rstar2 convert`, `bench train`). What an exit does besides
+    is kept: non-daemon threads are joined and the exit handlers run (logging's flush,
+    multiprocessing's reaping of its children, temporary files), stdout and stderr flushed."""
+    threading._shutdown()  # type: ignore[attr-defined]  # what Py_Finalize does first
+    atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):  # a closed pipe, a closed stream: nothing to flush to
+            pass
+    os._exit(code)
 
 
 def run_command(args: argparse.Namespace) -> int:

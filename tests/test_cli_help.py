@@ -9,6 +9,7 @@ import pytest
 
 from rstar2 import cli
 from rstar2.commands.arguments import HelpFormatter
+from rstar2.commands.bench import TargetParser
 
 OPTIONAL_INPUTS = {
     ("train", "--resume"),
@@ -45,6 +46,7 @@ def options(parser: argparse.ArgumentParser, command: str) -> Iterator[tuple[str
     for action in parser._actions:
         if isinstance(action, argparse._SubParsersAction):
             for name, sub in action.choices.items():
+                sub = sub.with_flags() if isinstance(sub, TargetParser) else sub
                 yield from options(sub, f"{command} {name}")
         elif action.option_strings and action.nargs != 0 and not action.required:
             repeatable = isinstance(action, argparse._AppendAction)  # --set: none unless given

@@ -24,6 +24,7 @@ from pathlib import Path
 import pytest
 
 from rstar2 import cli
+from rstar2.commands.bench import TargetParser
 
 USAGE = Path(__file__).resolve().parents[1] / "docs" / "usage.md"
 HEADERS = ("| flag | default | meaning |", "| command | argument or flag | default | meaning |")
@@ -134,6 +135,7 @@ def _leaves(parser: argparse.ArgumentParser, path: str) -> Iterator[tuple[str, a
     for action in parser._actions:
         if isinstance(action, argparse._SubParsersAction):
             for name, sub in action.choices.items():
+                sub = sub.with_flags() if isinstance(sub, TargetParser) else sub
                 yield from _leaves(sub, f"{path} {name}".strip())
         elif not isinstance(action, argparse._HelpAction):
             yield path, action

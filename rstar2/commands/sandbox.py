@@ -48,8 +48,8 @@ from rstar2.sandbox.bench import WORKLOADS, run_bench
 from rstar2.sandbox.config import SandboxConfig
 from rstar2.sandbox.http_bench import APIS, run_http_bench
 from rstar2.sandbox.http_front import HttpConfig
-from rstar2.sandbox.http_gate import load_token
-from rstar2.sandbox.http_server import Shutdown, bind_socket, serve_http
+from rstar2.sandbox.http_gate import bind_socket, load_token
+from rstar2.sandbox.http_server import Shutdown, serve_http
 from rstar2.sandbox.service import serve_sandbox
 from rstar2.sandbox.soak import SoakConfig, passed, run_soak
 
@@ -337,7 +337,7 @@ def run(args: argparse.Namespace) -> int:
         return anyio.run(run_exec, cfg)
     if args.action == "serve" and args.http is not None:
         http = http_config(args)
-        sock = bind_socket(http.host, http.port)  # an address in use: one line, exit 2
+        sock = bind_socket(http.host, http.port, "--http")  # an address in use: one line, exit 2
         anyio.run(_serve_http_until_signalled, cfg, http, sock)
         return 0
     if args.action == "serve":

@@ -26,8 +26,8 @@ import anyio
 
 from rstar2.commands.arguments import nonnegative_int
 from rstar2.config import ConfigError, UsageError
-from rstar2.sandbox.http_gate import is_loopback, load_token
-from rstar2.view.app import bind, serve_view, view_app
+from rstar2.sandbox.http_gate import bind_socket, is_loopback, load_token
+from rstar2.view.app import serve_view, view_app
 from rstar2.view.records import open_source
 
 TOKEN_ENV = "RSTAR2_VIEW_TOKEN"
@@ -72,7 +72,7 @@ def run(args: argparse.Namespace) -> int:
     sources = [open_source(i, path) for i, path in enumerate(args.paths)]
     if len({p.resolve() for p in args.paths}) != len(args.paths):
         raise UsageError("the same PATH given twice")
-    sock = bind(args.host, args.port)
+    sock = bind_socket(args.host, args.port, "--port")
     port = sock.getsockname()[1]
     host = f"[{args.host}]" if ":" in args.host else args.host
     print(f"rstar2 view: http://{host}:{port}/ (Ctrl-C stops)", flush=True)

@@ -33,7 +33,8 @@ from rstar2.sandbox.http_front import (
     Front,
     HttpConfig,
 )
-from rstar2.sandbox.http_server import bind_socket, serve_front
+from rstar2.sandbox.http_gate import bind_socket
+from rstar2.sandbox.http_server import serve_front
 
 APIS = (CODE_JUDGE, SANDBOX_FUSION)
 
@@ -123,7 +124,7 @@ async def run_http_bench(
         out.update(await _measure(url, apis, clients, seconds, token, progress))
         return out
     http = HttpConfig(host="127.0.0.1", port=0)
-    sock = bind_socket(http.host, http.port)
+    sock = bind_socket(http.host, http.port, "--http")
     async with open_executor(cfg) as ex, anyio.create_task_group() as tg:
         out["isolation"] = {k: (v or "on") for k, v in ex.isolation.layers.items()}
         port = await tg.start(serve_front, Front(ex, http), sock, http)

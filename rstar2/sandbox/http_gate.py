@@ -1,8 +1,11 @@
-"""What the HTTP front lets in: who may call it, and how much work it holds at once.
+"""What the HTTP front lets in: where it listens, who may call it, and how much work it holds
+at once. The sandbox's front and `rstar2 view` share the first two.
 
 Access (the HTTP counterpart of the ZeroMQ service's CURVE rule, `SocketFactory.bind`):
 - `check_bind(host, token)`: binding an address other than loopback without a token is refused
   (`ConfigError`), so an exposed port is never open to anyone who can reach it;
+- `bind_socket(host, port, flag)`: the listening socket; an address that cannot be bound (in
+  use, not this host's, a privileged port) is a one-line `UsageError` naming `flag`;
 - `authorized(header, token)`: with a token, every request must carry it, either as
   `Authorization: Bearer TOKEN` or as HTTP Basic auth with TOKEN as the password (any user
   name): the form `requests` and `aiohttp` send for a URL `http://user:TOKEN@host:port/...`,
@@ -26,15 +29,18 @@ from __future__ import annotations
 
 import base64
 import binascii
+import errno
 import hmac
 import ipaddress
+import os
+import socket
 from dataclasses import dataclass
 
 from starlette.datastructures import Headers
 from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from rstar2.config import ConfigError
+from rstar2.config import ConfigError, UsageError
 
 MIN_TOKEN_CHARS = 16
 
@@ -66,6 +72,22 @@ def check_bind(host: str, token: str | None) -> None:
             "a loopback address (127.0.0.1, ::1, localhost), or a token "
             "(--token-file FILE or $RSTAR2_SANDBOX_TOKEN) to bind a non-loopback address",
         )
+
+
+def bind_socket(host: str, port: int, flag: str) -> socket.socket:
+    """A listening TCP socket on (host, port); port 0 picks a free one. An address that cannot
+    be bound is a one-line `UsageError` naming `flag`, the option that gave the address."""
+    host = host.strip("[]")
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    try:
+        return socket.create_server((host, port), family=family, backlog=2048)
+    except OSError as e:
+        reason = os.strerror(e.errno) if e.errno else str(e)
+        hint = (
+            f" (another server there? {flag} picks another)" if e.errno == errno.EADDRINUSE else ""
+        )
+        where = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+        raise UsageError(f"{flag}: cannot listen on {where}: {reason}{hint}") from e
 
 
 def load_token(text: str, origin: str) -> str:

@@ -2,7 +2,7 @@
 
 `serve_http(cfg, http)` opens a local executor (`open_executor`) and serves its `Front`
 (`http_front.py`: the routes and answers) until `Shutdown.request()` or cancellation;
-`serve_front` serves a given front on a socket bound by `bind_socket`.
+`serve_front` serves a given front on a socket bound by `http_gate.bind_socket`.
 
 Stopping (`Shutdown`, which `rstar2 sandbox serve --http` triggers on SIGTERM and SIGINT): the
 listener closes, a request arriving on a kept-alive connection gets the overload status with
@@ -23,7 +23,6 @@ What it does not do: decide any answer (`http_front.py`, `code_judge.py`, `sandb
 from __future__ import annotations
 
 import logging
-import os
 import socket
 import ssl
 
@@ -34,10 +33,10 @@ import hypercorn.trio
 import sniffio
 from hypercorn.config import Config as HypercornConfig
 
-from rstar2.config import UsageError
 from rstar2.sandbox.config import SandboxConfig
 from rstar2.sandbox.executor import open_executor
 from rstar2.sandbox.http_front import Front, HttpConfig
+from rstar2.sandbox.http_gate import bind_socket
 
 log = logging.getLogger(__name__)
 
@@ -54,17 +53,6 @@ class Shutdown:
         if self.requested.is_set():
             self.hurry.set()
         self.requested.set()
-
-
-def bind_socket(host: str, port: int) -> socket.socket:
-    """A listening TCP socket on (host, port); port 0 picks a free one. An address that cannot
-    be bound (in use, not this host's, a privileged port) is a one-line `UsageError`."""
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    try:
-        return socket.create_server((host.strip("[]"), port), family=family, backlog=2048)
-    except OSError as e:
-        reason = os.strerror(e.errno) if e.errno else str(e)
-        raise UsageError(f"--http {host}:{port}: cannot listen there: {reason}") from e
 
 
 def hypercorn_config(sock: socket.socket, http: HttpConfig) -> HypercornConfig:
@@ -137,7 +125,7 @@ async def serve_http(
             http.certfile, http.keyfile
         )  # fail here, at start-up, on an unreadable certificate or key
     if sock is None:
-        sock = bind_socket(http.host, http.port)
+        sock = bind_socket(http.host, http.port, "--http")
     try:
         async with open_executor(cfg) as ex:
             front = Front(ex, http)

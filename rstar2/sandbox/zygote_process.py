@@ -28,12 +28,16 @@ class SandboxStartError(RuntimeError):
 
 
 async def start_process(argv: list[str]) -> anyio.abc.Process:
-    """The zygote's process started from `argv` (in /tmp, with the sandbox's environment)."""
+    """The zygote's process started from `argv` (in /tmp, with the sandbox's environment), in
+    a session of its own: a terminal's Ctrl-C, sent to its whole foreground process group,
+    does not reach it (bubblewrap, the zygote's parent, died of it, and with it the zygote,
+    which the executor then restarted while its command was stopping); the executor stops it
+    (`stop`), and it dies with us (bubblewrap's --die-with-parent, or its stdin closing)."""
     env = dict(ENV)
     try:
         return await anyio.open_process(
             argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-            env=env, cwd="/tmp",
+            env=env, cwd="/tmp", start_new_session=True,
         )  # fmt: skip
     except OSError as e:
         raise SandboxStartError(f"cannot start the sandbox zygote: {e}") from e

@@ -212,11 +212,10 @@ class LearnerActor(Actor):
                     return await self._execute(ctx, state, controller, command)
                 finally:
                     self._abandon = None
+        # what comes next is the command's to say: `train` prints how to resume, `experiment`
+        # that a rerun goes on, `bench train` nothing (its run directory is a temporary one)
         log.warning(
-            "%s: checkpointing step %d and stopping (resume with `rstar2 train --resume %s`)",
-            self.stop_reason,
-            controller.progress.step,
-            self.run_dir,
+            "%s: checkpointing step %d and stopping", self.stop_reason, controller.progress.step
         )
         return controller.interrupt(self.stop_reason)
 

@@ -14,19 +14,17 @@ page of a run in progress follows it. With a token every request must carry it, 
 HTTP front requires (`rstar2.sandbox.http_gate.authorized`: `Authorization: Bearer TOKEN`, or
 HTTP Basic with the token as the password, which a browser asks for after the 401).
 
-`serve_view(app, sock)` serves it with Hypercorn on an already bound socket (`bind`: a port in
-use is a one-line `UsageError`) until cancelled. The same stack as the sandbox's HTTP front: no
-other dependency.
+`serve_view(app, sock)` serves it with Hypercorn on a socket bound as the sandbox's front binds
+its own (`http_gate.bind_socket`: a port in use is a one-line `UsageError`) until cancelled. The
+same stack as the sandbox's HTTP front: no other dependency.
 
 What it does not do: write anything, or serve anything but these pages (no directory listing).
 """
 
 from __future__ import annotations
 
-import errno
 import json
 import logging
-import os
 import socket
 from importlib import resources
 from typing import Any
@@ -40,7 +38,6 @@ from starlette.responses import Response
 from starlette.routing import Route
 from starlette.types import ASGIApp
 
-from rstar2.config import UsageError
 from rstar2.sandbox.http_gate import TokenCheck
 from rstar2.view.records import Source, compare
 
@@ -128,20 +125,6 @@ def view_app(sources: list[Source], token: str | None = None) -> ASGIApp:
 def _json(obj: object, status: int = 200) -> Response:
     body = json.dumps(obj, ensure_ascii=False, allow_nan=False, default=str)
     return Response(body, status, media_type="application/json")
-
-
-def bind(host: str, port: int) -> socket.socket:
-    """A listening socket on (host, port) (port 0: a free one); an address that cannot be
-    bound (in use, not this host's) is a one-line `UsageError`."""
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    try:
-        return socket.create_server((host.strip("[]"), port), family=family)
-    except OSError as e:
-        reason = os.strerror(e.errno) if e.errno else str(e)
-        hint = (
-            " (another server there? --port picks another)" if e.errno == errno.EADDRINUSE else ""
-        )
-        raise UsageError(f"--port {port}: cannot listen on {host}:{port}: {reason}{hint}") from e
 
 
 async def serve_view(app: ASGIApp, sock: socket.socket) -> None:

@@ -4,6 +4,8 @@ sender's CPU time carried through the runtime (a `Source` -> `RateSink` graph) a
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 
 import pytest
 
@@ -27,6 +29,18 @@ def test_bench_bus_json_on_two_transports(capsys: pytest.CaptureFixture[str]) ->
         runtime = sum(r["runtime_cpu_us_per_msg"].values())
         raw = sum(r["raw_cpu_us_per_msg"].values())
         assert r["cpu_ratio"] == pytest.approx(raw / runtime, rel=0.01)
+
+
+def test_bench_bus_never_imports_torch() -> None:
+    # `bench` imported every target's module for its flags: torch (seconds) for the bus too
+    code = (
+        "import sys; from rstar2.cli import main; "
+        "argv = ['-q', 'bench', 'bus', '--json', '--messages', '100', '--repeats', '1', "
+        "'--round-trips', '10', '--transports', 'inproc']; "
+        "print(main(argv), 'torch' in sys.modules)"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.stdout.splitlines()[-1] == "0 False", (done.stdout, done.stderr)
 
 
 def test_run_adds_both_ends_and_percentile_is_nearest_rank() -> None:

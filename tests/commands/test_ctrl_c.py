@@ -150,8 +150,7 @@ CASES: dict[str, Case] = {
     "sim compare": Case(
         lambda d, m: ["sim", "compare", "--prompts", "64", "--out-dir", "o"], BAR, out="o"
     ),
-    # no output before it is done: 4 s in, it imports (torch, for `bench`'s other targets) or
-    # runs its first transport
+    # no output before it is done: 4 s in, it runs its first transport
     "bench bus": Case(lambda d, m: ["bench", "bus", "--messages", "1000000"], "", after_s=4),
     "profile --synthetic": Case(
         lambda d, m: ["profile", "--synthetic", "balanced", "--steps", "100000", "--out", "o"],
@@ -178,8 +177,8 @@ CASES: dict[str, Case] = {
     "init-model": Case(lambda d, m: ["init-model", "m", "--shape", "25m"], "", after_s=6, out="m"),
     "train (SFT)": Case(lambda d, m: ["train", "--quick", "--run-dir", "run"], "SFT:", 1, "run"),
 }
-"""The commands checked here. Checked by hand the same way, each too slow for the suite:
-`sim run --steps`, `sim compare-staleness`, `bench engine`, `bench learner`, `bench train`,
+"""The commands checked here (`bench train` below). Checked by hand the same way, each too slow
+for the suite: `sim run --steps`, `sim compare-staleness`, `bench engine`, `bench learner`,
 `profile` (the trainer's graph), `experiment`, `convert gguf`, and `train` during RL."""
 
 
@@ -221,3 +220,18 @@ def test_one_ctrl_c_stops_top(tmp_path: Path) -> None:
         runner.join(timeout=60)
     assert (stopped.code, "Traceback" in stopped.err) == (130, False), stopped.err[-3000:]
     assert stopped.took_s < STOP_S, stopped.took_s
+
+
+@pytest.mark.slow
+def test_one_ctrl_c_stops_bench_train_which_names_no_run_to_resume(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # it said "resume with `rstar2 train --resume /tmp/rstar2-bench-train-.../run`": a
+    # temporary directory, which it then removed
+    monkeypatch.setenv("TMPDIR", str(tmp_path))  # where its run directory goes
+    argv = ["bench", "train", "--sft-steps", "0", "--steps", "3"]
+    stopped = interrupt(argv, tmp_path, r"step +1/3")
+    assert (stopped.code, "Traceback" in stopped.err) == (130, False), stopped.err[-3000:]
+    assert stopped.took_s < STOP_S, (stopped.took_s, stopped.err[-3000:])
+    assert "--resume" not in stopped.err and "rstar2 bench: interrupted" in stopped.err
+    assert not list(tmp_path.glob("rstar2-bench-train-*"))

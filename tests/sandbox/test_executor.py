@@ -71,6 +71,15 @@ def test_results_stream_in_completion_order(sandbox: Sandbox) -> None:
     assert order == ["fast", "slow"]
 
 
+def test_a_terminal_ctrl_c_does_not_reach_the_zygote(sandbox: Sandbox) -> None:
+    # a Ctrl-C goes to the terminal's whole foreground process group: bubblewrap, the zygote's
+    # parent, died of it, and every interrupted command logged "sandbox zygote died (exit -2)"
+    # and started a new zygote while stopping
+    zygote = sandbox.executor.process_ids()[0]
+    assert os.getpgid(zygote) != os.getpgid(0)
+    assert sandbox.run("print(1)").stdout == "1\n"
+
+
 def test_full_queue_rejects_at_once() -> None:
     cfg = SandboxConfig(concurrency=1, max_queue=2, preload=[], warmup=False)
 

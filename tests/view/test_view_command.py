@@ -12,6 +12,8 @@ from pathlib import Path
 import pytest
 
 from rstar2 import cli
+from rstar2.config import UsageError
+from rstar2.sandbox.http_gate import bind_socket
 from tests.view.conftest import Viewer, start_view
 from tests.view.run_files import write_run
 
@@ -62,7 +64,12 @@ def test_bad_paths_a_port_in_use_and_an_exposed_host_are_one_line(
     run = write_run(tmp_path / "run")
     with socket.create_server(("127.0.0.1", 0)) as taken:
         port = str(taken.getsockname()[1])
-        assert "Address already in use" in error_of(capsys, str(run), "--port", port)
+        said = error_of(capsys, str(run), "--port", port)
+        # the sandbox front's bind_socket, not a copy of it
+        with pytest.raises(UsageError) as shared:
+            bind_socket("127.0.0.1", int(port), "--port")
+    assert said == f"rstar2 view: error: {shared.value}\n"
+    assert "Address already in use (another server there? --port picks another)" in said
     assert "a loopback address" in error_of(capsys, str(run), "--host", "0.0.0.0")
     unreadable = tmp_path / "t.jsonl"
     unreadable.write_text("[1, 2]\n")

@@ -1,4 +1,4 @@
-"""Why a rollout ended: the values of `TrajectoryResult.finish_reason`.
+"""Why a rollout ended: the values of `Trajectory.finish_reason`.
 
 The rollout loop sets them (`rstar2.rollout.trajectory`, whose docstring says when each one
 applies); the reward actor and evaluation read them, scoring a truncated rollout 0 without

@@ -214,7 +214,7 @@ class ExecResult(Message, tag=21):
     `infra` is empty when the status is the code's own doing (it ran, or was refused for its
     size), else a short reason naming the infrastructure failure behind it ("queue_full",
     "sandbox_died", "no_sandbox", "transport_timeout", ...): the trajectory that made the call
-    is then not trained on (`TrajectoryResult.infra_failure`; the table in docs/usage.md)."""
+    is then not trained on (`Trajectory.infra_failure`; the table in docs/usage.md)."""
 
     id: str
     status: str
@@ -335,19 +335,19 @@ class RolloutTask(Message, tag=70):
     learner groups results by, never parsed back out of `prompt_id`."""
 
 
-@register
-class TrajectoryResult(Message, tag=71):
-    """A finished trajectory, scored once it has passed the reward actor."""
+class Trajectory(msgspec.Struct, array_like=True, omit_defaults=True):
+    """A finished rollout: the agent loop's record (`rstar2.rollout.trajectory` builds it turn
+    by turn and its docstring says what each counter counts). `token_ids`, `loss_mask` and
+    `logprobs` have the same length. Not a message of its own: it travels inside
+    `TrajectoryResult`, and evaluation scores it in place."""
 
-    traj_id: str
     prompt_id: str
     sample: int
-    step: int
-    kind: str
-    answer: str
     token_ids: list[int]
     loss_mask: list[int]
+    """1 for a sampled token, 0 for a prompt or forced (tool response) token."""
     logprobs: list[float]
+    """The behaviour policy's logprob of each token (0.0 where masked)."""
     prompt_len: int
     response_text: str
     turns: int
@@ -356,31 +356,67 @@ class TrajectoryResult(Message, tag=71):
     tool_timeouts: int
     answer_tags: int
     finish_reason: str
-    engine: int = -1
-    gen_s: float = 0.0
-    tool_s: float = 0.0
+    """Why the rollout ended (`rstar2.finish_reason`)."""
     reward: float = 0.0
     reward_status: str = ""
-    reward_s: float = 0.0
-    load: EngineLoad | None = None
-    """The serving engine's load when the trajectory finished (None: no engine reported)."""
-    tool_latencies: list[float] = msgspec.field(default_factory=list)
-    """Wall seconds of each executed tool call, in turn order (0.0 for a turn whose call was
-    answered without running, e.g. malformed): the rollout trace's tool latencies."""
-    moved_turns: int = 0
-    """Turns generated on another engine than `engine` (the scheduler moved them there)."""
     infra_failure: str = ""
     """Empty, or why an infrastructure failure spoiled this trajectory: "tool:<reason>" (a
-    tool call's `ExecResult.infra`, set by the rollout worker) or "reward:<status>" (the
-    verification timed out or failed, set by the reward actor). Its reward says nothing about
-    the model, so RL masks it out of the loss (`rstar2.rl.resampling.build_training_batch`)."""
-    prompt: int = -1
-    """The task's `RolloutTask.prompt`: its prompt's index in the batch."""
+    tool call's `ExecResult.infra`, set by the agent loop) or "reward:<status>" (the
+    verification timed out or failed, set by the reward actor or evaluation). Its reward says
+    nothing about the model, so RL masks it out of the loss
+    (`rstar2.rl.resampling.build_training_batch`)."""
     policy_versions: list[int] = msgspec.field(default_factory=list)
     """The policy version that generated each turn, in turn order (every token of a turn comes
     from one version: updates load between turns, `rstar2.rollout.weight_gate`); -1 for a turn
     generated before the first push. Its minimum is the trajectory's oldest token's version
     (`rstar2.rl.staleness`)."""
+    tool_latencies: list[float] = msgspec.field(default_factory=list)
+    """Wall seconds of each turn's tool call, in turn order (0.0 for a turn that ran none, e.g.
+    a malformed call): the rollout trace's tool latencies. A measurement, so two trajectories
+    compare equal without it (`__eq__`)."""
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Trajectory):
+            return NotImplemented
+        return _compared(self) == _compared(other)
+
+    @property
+    def response_tokens(self) -> int:
+        """Tokens after the prompt (model and tool tokens)."""
+        return len(self.token_ids) - self.prompt_len
+
+    @property
+    def failed_tool_calls(self) -> int:
+        """Calls whose response was a failure of any kind (errors and timeouts)."""
+        return self.tool_errors + self.tool_timeouts
+
+
+def _compared(t: Trajectory) -> tuple[Any, ...]:
+    """What trajectory equality compares: every field but the measured `tool_latencies`."""
+    return msgspec.structs.astuple(msgspec.structs.replace(t, tool_latencies=[]))
+
+
+@register
+class TrajectoryResult(Message, tag=71):
+    """A finished trajectory, scored once it has passed the reward actor: the agent loop's
+    record (`trajectory`, its reward set by the reward actor) and what only the result has:
+    the task's identity and the worker's measurements."""
+
+    traj_id: str
+    step: int
+    kind: str
+    answer: str
+    trajectory: Trajectory
+    engine: int = -1
+    gen_s: float = 0.0
+    tool_s: float = 0.0
+    reward_s: float = 0.0
+    load: EngineLoad | None = None
+    """The serving engine's load when the trajectory finished (None: no engine reported)."""
+    moved_turns: int = 0
+    """Turns generated on another engine than `engine` (the scheduler moved them there)."""
+    prompt: int = -1
+    """The task's `RolloutTask.prompt`: its prompt's index in the batch."""
 
 
 @register

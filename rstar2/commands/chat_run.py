@@ -22,8 +22,8 @@ from rstar2.rollout.agent_loop import (
     run_trajectory,
 )
 from rstar2.rollout.tool_call import TOOL_NAME, MalformedCall
-from rstar2.rollout.trajectory import Trajectory
 from rstar2.sandbox.executor import open_executor
+from rstar2.wire import Trajectory
 
 
 def run_chat(args: argparse.Namespace) -> int:

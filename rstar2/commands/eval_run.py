@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import TextIO
 
 import anyio
+import msgspec
 
 from rstar2.commands.line_file import LineFile
 from rstar2.commands.rollout_settings import RunSettings, load_model_of, resolve_settings
@@ -33,8 +34,8 @@ from rstar2.reward.extraction import extract_answer
 from rstar2.rollout.conversation import conversation, logprob_summary
 from rstar2.rollout.evaluation import EvalItem, EvalSummary, evaluate
 from rstar2.rollout.token_codec import TokenCodec
-from rstar2.rollout.trajectory import Trajectory
 from rstar2.sandbox.executor import open_executor
+from rstar2.wire import Trajectory
 
 log = logging.getLogger(__name__)
 
@@ -108,7 +109,7 @@ def trajectory_record(traj: Trajectory, item: EvalItem, problem: str = "") -> di
     training run's trajectory log has too (`rstar2.train.trajectory_log`): the problem, the
     conversation by turn, the extracted answer and the log-probs' summary."""
     return {
-        **dataclasses.asdict(traj),
+        **msgspec.structs.asdict(traj),
         "reference": item.reference,
         "source": "eval",
         "problem": problem,

@@ -63,18 +63,21 @@ class RewardActor(Actor):
 
             await Service(ctx, {"trajectories": Route(score)}, busy=busy).serve()
 
-    async def score(self, pool: RewardPool, traj: TrajectoryResult) -> TrajectoryResult:
-        """The trajectory with its reward, status and scoring time."""
+    async def score(self, pool: RewardPool, done: TrajectoryResult) -> TrajectoryResult:
+        """The result with its trajectory's reward and status, and the scoring time."""
         start = time.perf_counter()
+        traj = done.trajectory
         if traj.finish_reason in TRUNCATED_REASONS:
             reward, status = 0.0, "truncated"
         else:
-            result = await pool.score(model_text(traj.response_text), traj.answer)
+            result = await pool.score(model_text(traj.response_text), done.answer)
             reward, status = result.reward, result.status
-        return msgspec.structs.replace(
+        scored = msgspec.structs.replace(
             traj,
             reward=reward,
             reward_status=status,
-            reward_s=time.perf_counter() - start,
             infra_failure=infra_failure_of(status, traj.infra_failure),
+        )
+        return msgspec.structs.replace(
+            done, trajectory=scored, reward_s=time.perf_counter() - start
         )

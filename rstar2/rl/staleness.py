@@ -3,7 +3,7 @@
 Policy version v is the number of learner updates applied (0: the policy RL started from).
 Step t's update moves the learner from version t-1 to t, so the learner that trains on step
 t's batch is at version t-1. A trajectory's turns each carry the version that generated them
-(`TrajectoryResult.policy_versions`, one per turn: updates reach an engine between turns); its
+(`Trajectory.policy_versions`, one per turn: updates reach an engine between turns); its
 staleness is the learner's version minus its *oldest* turn's, the usual definition (AReaL's
 "off-policyness", verl's and SkyRL's staleness): a trajectory that began under version 3 and
 finished under 5 is 2 stale for a learner at 5.
@@ -22,16 +22,10 @@ the stale engines recorded).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Protocol, TypeVar
+from collections.abc import Callable, Sequence
+from typing import TypeVar
 
-
-class Versioned(Protocol):
-    @property
-    def policy_versions(self) -> Sequence[int]: ...
-
-
-T = TypeVar("T", bound=Versioned)
+T = TypeVar("T")
 
 
 def staleness(versions: Sequence[int], learner_version: int) -> int:
@@ -42,14 +36,17 @@ def staleness(versions: Sequence[int], learner_version: int) -> int:
 
 
 def fresh_groups(
-    groups: Sequence[Sequence[T]], learner_version: int, max_staleness: int
+    groups: Sequence[Sequence[T]],
+    learner_version: int,
+    max_staleness: int,
+    versions: Callable[[T], Sequence[int]],
 ) -> tuple[list[list[T]], int]:
     """The groups whose every rollout is at most `max_staleness` stale, and how many rollouts
-    the dropped groups held."""
+    the dropped groups held. `versions`: a rollout's policy versions by turn."""
     kept: list[list[T]] = []
     dropped = 0
     for group in groups:
-        if all(staleness(r.policy_versions, learner_version) <= max_staleness for r in group):
+        if all(staleness(versions(r), learner_version) <= max_staleness for r in group):
             kept.append(list(group))
         else:
             dropped += len(group)

@@ -40,14 +40,13 @@ from rstar2.rollout.token_codec import TokenCodec, Tokenizer
 from rstar2.rollout.tool_call import MalformedCall, ToolCall, extract_call_body, parse_tool_call
 from rstar2.rollout.tool_response import format_malformed, format_result
 from rstar2.rollout.trajectory import (
-    Trajectory,
     TrajectoryState,
     TurnStop,
     classify_stop,
     count_answer_tags,
     unfit_trajectory,
 )
-from rstar2.wire import ExecRequest, ExecResult
+from rstar2.wire import ExecRequest, ExecResult, Trajectory
 
 log = logging.getLogger(__name__)
 

@@ -33,11 +33,12 @@ from typing import Protocol
 import anyio
 
 from rstar2.engine.protocol import Engine
+from rstar2.finish_reason import TRUNCATED_REASONS
 from rstar2.reward.infra_failure import infra_failure_of
 from rstar2.rollout.agent_loop import ToolExecutor, run_trajectory
 from rstar2.rollout.config import RolloutConfig
 from rstar2.rollout.token_codec import TokenCodec
-from rstar2.rollout.trajectory import Trajectory
+from rstar2.wire import Trajectory
 
 
 class Score(Protocol):
@@ -178,7 +179,7 @@ async def evaluate(
 async def score_trajectory(scorer: Scorer, traj: Trajectory, reference: str) -> None:
     """Set `traj.reward` / `reward_status` (and `infra_failure` for a verification that did not
     finish); truncated rollouts get 0 without scoring."""
-    if traj.truncated:
+    if traj.finish_reason in TRUNCATED_REASONS:
         traj.reward, traj.reward_status = 0.0, "truncated"
         return
     result = await scorer.score(traj.response_text, reference)

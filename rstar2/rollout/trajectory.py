@@ -1,4 +1,5 @@
-"""One rollout's record (`Trajectory`) and the state machine that builds it turn by turn.
+"""The state machine that builds one rollout's record turn by turn (the record, `Trajectory`,
+is declared with the messages in `rstar2.wire`: it travels inside `TrajectoryResult`).
 
 `TrajectoryState` is plain synchronous logic, tested without an engine: it accumulates token
 ids, the loss mask (1 for sampled tokens, 0 for prompt and forced/tool tokens), logprobs (0.0
@@ -31,55 +32,9 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 
-from rstar2.finish_reason import TRUNCATED_REASONS
 from rstar2.format_markers import ANSWER
-
-
-@dataclass
-class Trajectory:
-    """A finished rollout. `token_ids`, `loss_mask` and `logprobs` have the same length."""
-
-    prompt_id: str
-    sample: int
-    token_ids: list[int]
-    loss_mask: list[int]
-    logprobs: list[float]
-    prompt_len: int
-    response_text: str
-    turns: int
-    tool_calls: int
-    tool_errors: int
-    tool_timeouts: int
-    answer_tags: int
-    finish_reason: str
-    reward: float = 0.0
-    reward_status: str = ""
-    infra_failure: str = ""
-    """Empty, or why an infrastructure failure spoiled the rollout ("tool:<reason>",
-    "reward:<status>"): see the module docstring."""
-    policy_versions: list[int] = field(default_factory=list)
-    """The policy version that generated each turn (-1: unknown), in turn order."""
-    tool_latencies: list[float] = field(default_factory=list, compare=False)
-    """Wall seconds of each turn's tool call, by turn (0.0: the turn ran none); a measurement,
-    so two trajectories compare equal without it."""
-
-    @property
-    def response_tokens(self) -> int:
-        """Tokens after the prompt (model and tool tokens)."""
-        return len(self.token_ids) - self.prompt_len
-
-    @property
-    def failed_tool_calls(self) -> int:
-        """Calls whose response was a failure of any kind (errors and timeouts)."""
-        return self.tool_errors + self.tool_timeouts
-
-    @property
-    def truncated(self) -> bool:
-        """True when the rollout was cut (budget, turn limit, abort, prompt too long) rather
-        than finishing."""
-        return self.finish_reason in TRUNCATED_REASONS
+from rstar2.wire import Trajectory
 
 
 class TurnStop(enum.Enum):

@@ -5,7 +5,7 @@ Asynchronous RL (`rl.max_staleness > 0`) pushes new weights while trajectories a
 many turns generate at once (continuous batching), and an update waits until the turns in
 flight have ended, holds new turns back meanwhile, loads the weights, then lets the turns go on
 under the new version. So every token of a turn comes from one known policy version, and a
-trajectory's versions are one per turn (`TrajectoryResult.policy_versions`), exact, whatever
+trajectory's versions are one per turn (`Trajectory.policy_versions`), exact, whatever
 the backend (the embedded engine could swap between decode steps, vLLM cannot without
 pausing; the gate is the same for both). The price is the wait for the longest turn in flight
 before an update loads, at most one turn's generation time.

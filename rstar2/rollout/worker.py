@@ -18,7 +18,7 @@ Each instance owns one inference engine for a model directory, embedded or vLLM
   weights from the learner, between RL steps or while trajectories are in flight
   (`rl.max_staleness > 0`); the weight gate (`rstar2.rollout.weight_gate`) loads them at a
   turn boundary and tags every turn with the policy version that generated it
-  (`TrajectoryResult.policy_versions`). Over the bus (`WeightUpdate` -> `WeightAck`, buckets
+  (`Trajectory.policy_versions`). Over the bus (`WeightUpdate` -> `WeightAck`, buckets
   staged until their version's final one), or through the learner's weight group with
   `cluster.weight_sync = "broadcast"` on vLLM engines (`WeightGroupJoin` ->
   `WeightGroupJoined` once, then `WeightBroadcast` -> `WeightAck` per update; these run as
@@ -61,7 +61,6 @@ from rstar2.rollout.engine_backend import ENGINE_BACKENDS, open_worker_engine, s
 from rstar2.rollout.graph_tools import GraphTools
 from rstar2.rollout.token_codec import TokenCodec
 from rstar2.rollout.traced_engine import TracedEngine
-from rstar2.rollout.trajectory import Trajectory
 from rstar2.rollout.turn_router import RoutedEngine, engine_report, peer_params
 from rstar2.rollout.weight_gate import WeightGate
 from rstar2.weights.engine_loader import EngineLoader
@@ -79,6 +78,7 @@ from rstar2.wire import (
     PeerGenerate,
     PeerGenerated,
     RolloutTask,
+    Trajectory,
     TrajectoryResult,
     TurnEnded,
     TurnRoute,
@@ -97,33 +97,19 @@ def to_result(
     tool_s: float,
     moved_turns: int = 0,
 ) -> TrajectoryResult:
-    """The wire form of a finished trajectory, with the engine's stats attached."""
+    """The wire form of a finished trajectory: the record itself, with the task's identity and
+    the engine's stats attached."""
     return TrajectoryResult(
         traj_id=task.traj_id,
-        prompt_id=task.prompt_id,
-        sample=task.sample,
         step=task.step,
         kind=task.kind,
         answer=task.answer,
-        token_ids=traj.token_ids,
-        loss_mask=traj.loss_mask,
-        logprobs=traj.logprobs,
-        prompt_len=traj.prompt_len,
-        response_text=traj.response_text,
-        turns=traj.turns,
-        tool_calls=traj.tool_calls,
-        tool_errors=traj.tool_errors,
-        tool_timeouts=traj.tool_timeouts,
-        answer_tags=traj.answer_tags,
-        finish_reason=traj.finish_reason,
+        trajectory=traj,
         engine=engine,
         gen_s=gen_s,
         tool_s=tool_s,
         load=stats,
-        tool_latencies=traj.tool_latencies,
         moved_turns=moved_turns,
-        infra_failure=traj.infra_failure,
-        policy_versions=traj.policy_versions,
         prompt=task.prompt,
     )
 

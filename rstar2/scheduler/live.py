@@ -68,7 +68,7 @@ class LiveDispatch:
             carried = EngineReport(msg.engine, msg.load)
         placed = self._carried(carried)
         self._tasks.pop(msg.traj_id, None)
-        response = len(msg.token_ids) - msg.prompt_len
+        response = msg.trajectory.response_tokens
         return self._starts(placed + self.dispatcher.finish(msg.traj_id, response))
 
     def _carried(self, report: EngineReport | None) -> list[Placement]:

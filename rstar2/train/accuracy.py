@@ -70,8 +70,8 @@ class Accuracy:
 def score(results: Sequence[TrajectoryResult]) -> Accuracy:
     """avg@k over the problems of `results` (grouped by `prompt_id`) with its 95% interval."""
     by_problem: dict[str, list[float]] = {}
-    for r in results:
-        by_problem.setdefault(r.prompt_id, []).append(float(r.reward > 0))
+    for t in (r.trajectory for r in results):
+        by_problem.setdefault(t.prompt_id, []).append(float(t.reward > 0))
     rates = [sum(v) / len(v) for v in by_problem.values()]
     n = len(rates)
     if n == 0:

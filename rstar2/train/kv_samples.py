@@ -29,7 +29,7 @@ def engine_kv_samples(msg: TrajectoryResult, block_size: int, now: float) -> lis
     if msg.engine < 0 or load is None or load.kv_capacity_tokens <= 0:
         return []
     track = f"rollout.{msg.engine}/engine"
-    own = -(-len(msg.token_ids) // block_size) * block_size
+    own = -(-len(msg.trajectory.token_ids) // block_size) * block_size
     capacity, free = load.kv_capacity_tokens, load.kv_free_tokens
     used = min(1.0, (capacity - free + own) / capacity)
     room = (free - own) / own if own else 0.0

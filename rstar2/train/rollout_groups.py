@@ -63,11 +63,15 @@ def group_results(results: Sequence[TrajectoryResult]) -> list[list[TrajectoryRe
         if r.prompt < 0:
             raise ValueError(f"result {r.traj_id!r} has no prompt index (RolloutTask.prompt)")
         groups.setdefault(r.prompt, []).append(r)
-    return [sorted(groups[i], key=lambda r: r.sample) for i in sorted(groups)]
+    return [sorted(groups[i], key=lambda r: r.trajectory.sample) for i in sorted(groups)]
 
 
 def unsolved(problems: Sequence[Problem], results: Sequence[TrajectoryResult]) -> list[str]:
     """The solved-filter: ids of the probed problems that some sample failed (reward <= 0).
     `results` are the probe's rollouts, prompt `i` being `problems[i]`."""
     groups = group_results(results)
-    return [p.id for p, g in zip(problems, groups, strict=True) if not all(r.reward > 0 for r in g)]
+    return [
+        p.id
+        for p, g in zip(problems, groups, strict=True)
+        if not all(r.trajectory.reward > 0 for r in g)
+    ]

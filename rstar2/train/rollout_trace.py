@@ -20,7 +20,7 @@ import json
 from collections.abc import Sequence
 from pathlib import Path
 
-from rstar2.wire import TrajectoryResult
+from rstar2.wire import Trajectory, TrajectoryResult
 
 TRACE_FILE = "rollout_trace.jsonl"
 
@@ -68,14 +68,14 @@ def trace_record(
     }
 
 
-def token_fields(r: TrajectoryResult) -> dict[str, object]:
+def token_fields(t: Trajectory) -> dict[str, object]:
     """The fields `rollout_trace_tokens` adds to a trace line (see the module docstring)."""
     return {
-        "sample": r.sample,
-        "reward": r.reward,
-        "token_ids": list(r.token_ids),
-        "loss_mask": list(r.loss_mask),
-        "logprobs": list(r.logprobs),
+        "sample": t.sample,
+        "reward": t.reward,
+        "token_ids": list(t.token_ids),
+        "loss_mask": list(t.loss_mask),
+        "logprobs": list(t.logprobs),
     }
 
 
@@ -103,20 +103,21 @@ class RolloutTrace:
         replay and is skipped."""
         lines = []
         for r in results:
-            if not any(r.loss_mask[r.prompt_len :]):
+            t = r.trajectory
+            if not any(t.loss_mask[t.prompt_len :]):
                 continue
             record = trace_record(
-                r.prompt_id,
-                r.prompt_len,
+                t.prompt_id,
+                t.prompt_len,
                 budget,
-                list(r.loss_mask),
-                list(r.tool_latencies),
+                list(t.loss_mask),
+                list(t.tool_latencies),
                 step=step,
                 traj_id=r.traj_id,
                 engine=r.engine,
             )
             if self.tokens:
-                record.update(token_fields(r))
+                record.update(token_fields(t))
             lines.append(json.dumps(record))
         self._file.write("".join(line + "\n" for line in lines))
         self._file.flush()

@@ -176,9 +176,14 @@ class RunState:
     def train_on(self, groups: Sequence[Sequence[TrajectoryResult]], step: int) -> dict[str, float]:
         """Update the policy on step `step`'s rollouts, grouped by prompt in a fixed order."""
         rng = random.Random(derive_seed(self.cfg.seed, "roc", step))
-        batch = build_training_batch(groups, self.cfg.rl, rng)
+        # RL and the learner read the trajectories; the log's advantages are keyed by the
+        # results' ids, found by (prompt, sample): unique within a step
+        trajs = [[r.trajectory for r in g] for g in groups]
+        batch = build_training_batch(trajs, self.cfg.rl, rng)
+        ids = {(r.trajectory.prompt_id, r.trajectory.sample): r.traj_id for g in groups for r in g}
         self.last_trained = {
-            r.traj_id: a for r, a in zip(batch.rollouts, batch.advantages, strict=True)
+            ids[t.prompt_id, t.sample]: a
+            for t, a in zip(batch.rollouts, batch.advantages, strict=True)
         }
         metrics: dict[str, float] = self._run("update", batch)
         metrics.update(batch.counts())
@@ -188,7 +193,7 @@ class RunState:
         # prefix reuse skips some)
         trained = sum(len(r.token_ids) for r in batch.rollouts)
         metrics["trained_tokens"] = float(trained * self.cfg.learner.epochs)
-        metrics["rollout_tokens"] = float(sum(len(r.token_ids) for g in groups for r in g))
+        metrics["rollout_tokens"] = float(sum(len(t.token_ids) for g in trajs for t in g))
         return metrics
 
     # --- checkpoints -----------------------------------------------------------------------

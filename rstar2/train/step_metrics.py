@@ -24,54 +24,41 @@ What it does not do: anything with gradients (rstar2.learner.policy_update).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, Protocol
+from typing import Any
 
-
-class Scored(Protocol):
-    prompt_id: str
-    reward: float
-    token_ids: Sequence[int]
-    loss_mask: Sequence[int]
-    prompt_len: int
-    tool_calls: int
-    tool_errors: int
-    tool_timeouts: int
-    gen_s: float
-    tool_s: float
-    reward_s: float
-    moved_turns: int
-    infra_failure: str
+from rstar2.wire import TrajectoryResult
 
 
 def _mean(xs: Sequence[float]) -> float:
     return sum(xs) / len(xs) if xs else 0.0
 
 
-def rollout_metrics(trajs: Sequence[Scored]) -> dict[str, float]:
+def rollout_metrics(results: Sequence[TrajectoryResult]) -> dict[str, float]:
+    trajs = [r.trajectory for r in results]
     judged = [t for t in trajs if not t.infra_failure]
     correct = [t for t in judged if t.reward > 0]
     calls = sum(t.tool_calls for t in correct)
-    failed = sum(t.tool_errors + t.tool_timeouts for t in correct)
+    failed = sum(t.failed_tool_calls for t in correct)
     groups: dict[str, set[float]] = {}
     for t in judged:
         groups.setdefault(t.prompt_id, set()).add(float(t.reward))
     return {
         "infra_failed": float(len(trajs) - len(judged)),
         "reward_mean": _mean([float(t.reward) for t in judged]),
-        "response_tokens_mean": _mean([len(t.token_ids) - t.prompt_len for t in trajs]),
+        "response_tokens_mean": _mean([t.response_tokens for t in trajs]),
         "tool_calls_mean": _mean([t.tool_calls for t in trajs]),
         "tool_error_ratio_correct": failed / calls if calls else 0.0,
-        "correct_with_failed_call": _mean([t.tool_errors + t.tool_timeouts > 0 for t in correct]),
+        "correct_with_failed_call": _mean([t.failed_tool_calls > 0 for t in correct]),
         "mixed_group_fraction": _mean([len(v) > 1 for v in groups.values()]),
         "gen_tokens": float(sum(sum(t.loss_mask) for t in trajs)),
-        "moved_turns": float(sum(t.moved_turns for t in trajs)),
+        "moved_turns": float(sum(r.moved_turns for r in results)),
     }
 
 
-def stage_split(trajs: Sequence[Scored], wall_s: float) -> dict[str, float]:
-    gen = sum(t.gen_s for t in trajs)
-    tool = sum(t.tool_s for t in trajs)
-    reward = sum(t.reward_s for t in trajs)
+def stage_split(results: Sequence[TrajectoryResult], wall_s: float) -> dict[str, float]:
+    gen = sum(r.gen_s for r in results)
+    tool = sum(r.tool_s for r in results)
+    reward = sum(r.reward_s for r in results)
     total = gen + tool + reward
     if total <= 0:
         return {"time_gen_s": wall_s, "time_tool_s": 0.0, "time_reward_s": 0.0}
@@ -82,8 +69,8 @@ def stage_split(trajs: Sequence[Scored], wall_s: float) -> dict[str, float]:
     }
 
 
-def accuracy(trajs: Sequence[Scored]) -> float:
-    return _mean([float(t.reward > 0) for t in trajs])
+def accuracy(results: Sequence[TrajectoryResult]) -> float:
+    return _mean([float(r.trajectory.reward > 0) for r in results])
 
 
 def progress_line(row: dict[str, Any], total: int) -> str:

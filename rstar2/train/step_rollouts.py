@@ -116,8 +116,10 @@ def within_staleness(
 ) -> tuple[list[list[TrajectoryResult]], dict[str, Any]]:
     """Step `step`'s rollouts by prompt (`group_results`), the groups at most `max_staleness`
     versions behind the learner (version `learner`), and the step's staleness figures."""
-    ages = [staleness(r.policy_versions, learner) for r in results]
-    kept, dropped = fresh_groups(group_results(results), learner, max_staleness)
+    ages = [staleness(r.trajectory.policy_versions, learner) for r in results]
+    kept, dropped = fresh_groups(
+        group_results(results), learner, max_staleness, lambda r: r.trajectory.policy_versions
+    )
     if dropped:
         log.warning(
             "step %d: %d rollout(s) dropped, their groups more than %d version(s) stale",

@@ -46,30 +46,31 @@ def trajectory_record(
     stage: str,
 ) -> dict[str, object]:
     """One line of the log (see the module docstring), without `kept` and `advantage`."""
-    answer = extract_answer(r.response_text)
+    t = r.trajectory
+    answer = extract_answer(t.response_text)
     record: dict[str, object] = {
         "source": source,
         "step": step,
         "stage": stage,
         "group": r.prompt,
-        "sample": r.sample,
+        "sample": t.sample,
         "traj_id": r.traj_id,
         "problem": problem,
         "reference": r.answer,
-        "conversation": conversation(r.response_text),
+        "conversation": conversation(t.response_text),
         "answer": answer,
-        "reward": r.reward,
-        "reward_status": r.reward_status,
-        "finish_reason": r.finish_reason,
-        "turns": r.turns,
-        "tool_calls": r.tool_calls,
-        "tool_errors": r.tool_errors,
-        "tool_timeouts": r.tool_timeouts,
-        "tool_latencies": [round(t, 4) for t in r.tool_latencies],
-        "infra_failure": r.infra_failure,
-        "response_tokens": len(r.token_ids) - r.prompt_len,
-        "logprob": logprob_summary(r.logprobs, r.loss_mask),
-        "policy_versions": list(r.policy_versions),
+        "reward": t.reward,
+        "reward_status": t.reward_status,
+        "finish_reason": t.finish_reason,
+        "turns": t.turns,
+        "tool_calls": t.tool_calls,
+        "tool_errors": t.tool_errors,
+        "tool_timeouts": t.tool_timeouts,
+        "tool_latencies": [round(s, 4) for s in t.tool_latencies],
+        "infra_failure": t.infra_failure,
+        "response_tokens": t.response_tokens,
+        "logprob": logprob_summary(t.logprobs, t.loss_mask),
+        "policy_versions": list(t.policy_versions),
     }
     return record
 
@@ -104,7 +105,7 @@ class TrajectoryLog:
         """Record a batch: `problems` by prompt index, `advantages` by trajectory id (those
         trained on; None: not a training step). Returns the lines written."""
         lines = []
-        for r in sorted(results, key=lambda r: (r.prompt, r.sample)):
+        for r in sorted(results, key=lambda r: (r.prompt, r.trajectory.sample)):
             problem = problems[r.prompt].problem if 0 <= r.prompt < len(problems) else ""
             record = trajectory_record(r, problem, source=source, step=step, stage=stage)
             if advantages is not None:

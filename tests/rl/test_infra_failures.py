@@ -1,6 +1,6 @@
 """Infrastructure failures end to end: injected into the agent loop (a dead sandbox, a
 transport that never answers) and the reward actor (a verification that timed out), they are
-flagged on the `TrajectoryResult`, masked out of the training batch and counted in the step
+flagged on the result's `Trajectory`, masked out of the training batch and counted in the step
 metrics."""
 
 from __future__ import annotations
@@ -17,7 +17,14 @@ from rstar2.rollout.agent_loop import run_trajectory
 from rstar2.rollout.config import RolloutConfig
 from rstar2.rollout.worker import to_result
 from rstar2.train.step_metrics import rollout_metrics
-from rstar2.wire import EngineLoad, ExecRequest, ExecResult, RewardResult, RolloutTask
+from rstar2.wire import (
+    EngineLoad,
+    ExecRequest,
+    ExecResult,
+    RewardResult,
+    RolloutTask,
+    TrajectoryResult,
+)
 from tests.rl.records import ScriptedRandom
 from tests.rollout.fakes import CharTokenizer, FakeExecutor, ScriptedEngine
 
@@ -47,7 +54,9 @@ def sandbox(req: ExecRequest) -> ExecResult:
     return ExecResult(id=req.id, status="ok", stdout="42\n")
 
 
-async def rollout(sample: int, scripts: list[str], ex: FakeExecutor, **cfg: float):
+async def rollout(
+    sample: int, scripts: list[str], ex: FakeExecutor, **cfg: float
+) -> TrajectoryResult:
     engine = ScriptedEngine(TOK, {f"p/{sample}": scripts})
     rc = RolloutConfig(tool_show_time=False, **cfg)  # type: ignore[arg-type]
     traj = await run_trajectory(
@@ -72,14 +81,15 @@ async def test_injected_failures_are_flagged_masked_and_counted() -> None:
         await rollout(4, ["<answer>\\boxed{13}</answer><|im_end|>"], ex),  # verifier timed out
         await rollout(5, [CALL, WRONG], ex),  # clean, wrong
     ]
-    flags = [r.infra_failure for r in results]
+    trajs = [r.trajectory for r in results]
+    flags = [t.infra_failure for t in trajs]
     assert flags == ["", "tool:sandbox_died", "tool:tool_wait", "", "reward:timeout", ""]
-    assert [r.reward for r in results] == [1.0, 1.0, 0.0, 0.0, 0.0, 0.0]
+    assert [t.reward for t in trajs] == [1.0, 1.0, 0.0, 0.0, 0.0, 0.0]
     # the wire form keeps the flag
     decoded = msgspec.msgpack.decode(msgspec.msgpack.encode(results[1]), type=type(results[1]))
-    assert decoded.infra_failure == "tool:sandbox_died"
+    assert decoded.trajectory.infra_failure == "tool:sandbox_died"
 
-    batch = build_training_batch([results], RLConfig(algo="grpo"), ScriptedRandom([]))
+    batch = build_training_batch([trajs], RLConfig(algo="grpo"), ScriptedRandom([]))
     assert [r.sample for r in batch.rollouts] == [0, 3, 5]  # masked out of the loss
     s = (1 / 3) ** 0.5 + 1e-6  # advantages over rewards [1, 0, 0] only
     assert batch.advantages == pytest.approx([(2 / 3) / s, (-1 / 3) / s, (-1 / 3) / s])

@@ -39,12 +39,16 @@ def test_a_group_with_one_rollout_over_the_bound_is_dropped_whole() -> None:
         [R("b0", [2, 4]), R("b1", [4])],  # b0 is 2 stale
         [R("c0", [4]), R("c1", [])],
     ]
-    kept, dropped = fresh_groups(groups, learner_version=4, max_staleness=1)
+
+    def versions(r: R) -> list[int]:
+        return r.policy_versions
+
+    kept, dropped = fresh_groups(groups, 4, 1, versions)
     assert [[r.name for r in g] for g in kept] == [["a0", "a1"], ["c0", "c1"]]
     assert dropped == 2
-    kept, dropped = fresh_groups(groups, learner_version=4, max_staleness=2)
+    kept, dropped = fresh_groups(groups, 4, 2, versions)
     assert len(kept) == 3 and dropped == 0
-    kept, dropped = fresh_groups(groups, learner_version=4, max_staleness=0)
+    kept, dropped = fresh_groups(groups, 4, 0, versions)
     assert [[r.name for r in g] for g in kept] == [["c0", "c1"]] and dropped == 4
 
 

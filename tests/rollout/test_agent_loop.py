@@ -5,6 +5,7 @@ from __future__ import annotations
 import anyio
 import pytest
 
+from rstar2.finish_reason import TRUNCATED_REASONS
 from rstar2.rollout.agent_loop import (
     ToolCallEvent,
     ToolResultEvent,
@@ -123,7 +124,7 @@ async def test_unclosed_call_ending_the_turn_is_not_a_call():
 
 async def test_budget_cuts_a_long_turn():
     traj, _, _ = await roll(["x" * 50 + ANSWER], max_response_tokens=20)
-    assert traj.finish_reason == "budget" and traj.truncated
+    assert traj.finish_reason == "budget"
     assert traj.response_tokens == 20 and sum(traj.loss_mask) == 20
 
 
@@ -333,7 +334,11 @@ async def test_a_prompt_over_the_context_comes_back_as_data(over: int):
         context_limit=len(PROMPT) - over,
     )  # fmt: skip
     assert (traj.finish_reason, traj.turns, traj.response_tokens) == ("prompt_too_long", 0, 0)
-    assert traj.truncated and traj.token_ids == PROMPT and traj.loss_mask == [0] * len(PROMPT)
+    assert (
+        traj.finish_reason in TRUNCATED_REASONS
+        and traj.token_ids == PROMPT
+        and traj.loss_mask == [0] * len(PROMPT)
+    )
     assert engine.requests == []
 
 

@@ -17,6 +17,7 @@ from rstar2.wire import (
     Message,
     RolloutBatch,
     RolloutTask,
+    Trajectory,
     TrajectoryResult,
     TurnEnded,
     TurnRoute,
@@ -38,12 +39,28 @@ def result(
     traj_id: str, prompt: int, response: int, engine: int = -1, free: int = 0
 ) -> TrajectoryResult:
     return TrajectoryResult(
-        traj_id=traj_id, prompt_id="p", sample=0, step=1, kind="train", answer="1",
-        token_ids=[1] * (prompt + response), loss_mask=[0] * (prompt + response),
-        logprobs=[0.0] * (prompt + response), prompt_len=prompt, response_text="", turns=1,
-        tool_calls=0, tool_errors=0, tool_timeouts=0, answer_tags=0, finish_reason="answer",
-        engine=engine, load=EngineLoad(100, free, 0, 0) if engine >= 0 else None,
-    )  # fmt: skip
+        traj_id=traj_id,
+        step=1,
+        kind="train",
+        answer="1",
+        trajectory=Trajectory(
+            prompt_id="p",
+            sample=0,
+            token_ids=[1] * (prompt + response),
+            loss_mask=[0] * (prompt + response),
+            logprobs=[0.0] * (prompt + response),
+            prompt_len=prompt,
+            response_text="",
+            turns=1,
+            tool_calls=0,
+            tool_errors=0,
+            tool_timeouts=0,
+            answer_tags=0,
+            finish_reason="answer",
+        ),
+        engine=engine,
+        load=EngineLoad(100, free, 0, 0) if engine >= 0 else None,
+    )
 
 
 def live(policy: str, engines: int, **cfg: object) -> LiveDispatch:

@@ -12,7 +12,8 @@ from tests.train.test_rollout_inbox import result, tasks
 def scored(tokens: int, capacity: int, free: int, engine: int = 3) -> TrajectoryResult:
     load = EngineLoad(kv_capacity_tokens=capacity, kv_free_tokens=free, running=1, waiting=4)
     base = result(tasks("train", 1, 1)[0])
-    return msgspec.structs.replace(base, token_ids=[1] * tokens, engine=engine, load=load)
+    trajectory = msgspec.structs.replace(base.trajectory, token_ids=[1] * tokens)
+    return msgspec.structs.replace(base, trajectory=trajectory, engine=engine, load=load)
 
 
 def test_used_counts_the_trajectorys_own_whole_blocks_and_room_the_sequences_beside_it() -> None:

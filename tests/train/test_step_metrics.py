@@ -2,36 +2,62 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 import pytest
 
 from rstar2.train.step_metrics import accuracy, rollout_metrics, stage_split
+from rstar2.wire import Trajectory, TrajectoryResult
 
 
-@dataclass
-class T:
-    prompt_id: str
-    reward: float
-    tool_calls: int = 0
-    tool_errors: int = 0
-    tool_timeouts: int = 0
-    prompt_len: int = 2
-    token_ids: list[int] = field(default_factory=lambda: [0, 0, 1, 1])
-    loss_mask: list[int] = field(default_factory=lambda: [0, 0, 1, 0])
-    gen_s: float = 1.0
-    tool_s: float = 0.0
-    reward_s: float = 0.0
-    moved_turns: int = 0
-    infra_failure: str = ""
+def result(
+    prompt_id: str,
+    reward: float,
+    *,
+    tool_calls: int = 0,
+    tool_errors: int = 0,
+    tool_timeouts: int = 0,
+    infra_failure: str = "",
+    gen_s: float = 1.0,
+    tool_s: float = 0.0,
+    reward_s: float = 0.0,
+    moved_turns: int = 0,
+) -> TrajectoryResult:
+    """A scored result of 2 prompt and 2 response tokens, one of them sampled."""
+    trajectory = Trajectory(
+        prompt_id=prompt_id,
+        sample=0,
+        token_ids=[0, 0, 1, 1],
+        loss_mask=[0, 0, 1, 0],
+        logprobs=[0.0] * 4,
+        prompt_len=2,
+        response_text="",
+        turns=1,
+        tool_calls=tool_calls,
+        tool_errors=tool_errors,
+        tool_timeouts=tool_timeouts,
+        answer_tags=1,
+        finish_reason="answer",
+        reward=reward,
+        infra_failure=infra_failure,
+    )
+    return TrajectoryResult(
+        traj_id="t",
+        step=1,
+        kind="train",
+        answer="",
+        trajectory=trajectory,
+        gen_s=gen_s,
+        tool_s=tool_s,
+        reward_s=reward_s,
+        moved_turns=moved_turns,
+    )
 
 
 def test_rollout_metrics_exact() -> None:
     trajs = [
-        T("a", 1.0, tool_calls=4, tool_errors=1),
-        T("a", 0.0, tool_calls=3, tool_errors=3),
-        T("b", 1.0, tool_calls=2, tool_timeouts=1),
-        T("b", 1.0, tool_calls=2, moved_turns=2),
+        result("a", 1.0, tool_calls=4, tool_errors=1),
+        result("a", 0.0, tool_calls=3, tool_errors=3),
+        result("b", 1.0, tool_calls=2, tool_timeouts=1),
+        result("b", 1.0, tool_calls=2, moved_turns=2),
     ]
     m = rollout_metrics(trajs)
     assert m["reward_mean"] == 0.75
@@ -49,10 +75,10 @@ def test_rollout_metrics_exact() -> None:
 
 
 def test_infra_failures_are_counted_and_not_judged() -> None:
-    clean = [T("a", 1.0, tool_calls=2, tool_errors=1), T("a", 0.0, tool_calls=1)]
+    clean = [result("a", 1.0, tool_calls=2, tool_errors=1), result("a", 0.0, tool_calls=1)]
     hit = [
-        T("a", 0.0, tool_calls=4, tool_errors=4, infra_failure="tool:queue_full"),
-        T("b", 0.0, tool_calls=1, infra_failure="reward:timeout"),
+        result("a", 0.0, tool_calls=4, tool_errors=4, infra_failure="tool:queue_full"),
+        result("b", 0.0, tool_calls=1, infra_failure="reward:timeout"),
     ]
     m = rollout_metrics(clean + hit)
     assert m["infra_failed"] == 2.0
@@ -67,7 +93,10 @@ def test_infra_failures_are_counted_and_not_judged() -> None:
 
 
 def test_stage_split_sums_to_wall_time() -> None:
-    trajs = [T("a", 1.0, gen_s=3.0, tool_s=1.0, reward_s=0.0), T("a", 0.0, gen_s=1.0, reward_s=1.0)]
+    trajs = [
+        result("a", 1.0, gen_s=3.0, tool_s=1.0, reward_s=0.0),
+        result("a", 0.0, gen_s=1.0, reward_s=1.0),
+    ]
     split = stage_split(trajs, wall_s=12.0)
     assert split == {"time_gen_s": 8.0, "time_tool_s": 2.0, "time_reward_s": 2.0}
     assert stage_split([], 5.0)["time_gen_s"] == 5.0

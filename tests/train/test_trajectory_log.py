@@ -10,7 +10,7 @@ from rstar2.problem import Problem
 from rstar2.train.controller import Controller
 from rstar2.train.run_commands import RollOut, Update
 from rstar2.train.trajectory_log import TRAJECTORY_FILE, TrajectoryLog, recorded_step
-from rstar2.wire import TrajectoryResult
+from rstar2.wire import Trajectory, TrajectoryResult
 from tests.train.test_controller import HELDOUT, PROBLEMS, Driver, encode, make_config
 
 
@@ -48,25 +48,27 @@ def test_evaluations_are_not_marked_without_record_evaluations() -> None:
 def result(prompt: int, sample: int, text: str, reward: float) -> TrajectoryResult:
     return TrajectoryResult(
         traj_id=f"train/3/{prompt}/{sample}",
-        prompt_id=f"train/3/{prompt}",
-        sample=sample,
-        prompt=prompt,
         step=3,
         kind="train",
         answer="42",
-        token_ids=[1, 2, 3, 4],
-        loss_mask=[0, 1, 0, 1],
-        logprobs=[0.0, -0.5, 0.0, -1.5],
-        prompt_len=1,
-        response_text=text,
-        turns=2,
-        tool_calls=1,
-        tool_errors=1,
-        tool_timeouts=0,
-        answer_tags=1,
-        finish_reason="answer",
-        reward=reward,
-        tool_latencies=[0.01234567, 0.0],
+        trajectory=Trajectory(
+            prompt_id=f"train/3/{prompt}",
+            sample=sample,
+            token_ids=[1, 2, 3, 4],
+            loss_mask=[0, 1, 0, 1],
+            logprobs=[0.0, -0.5, 0.0, -1.5],
+            prompt_len=1,
+            response_text=text,
+            turns=2,
+            tool_calls=1,
+            tool_errors=1,
+            tool_timeouts=0,
+            answer_tags=1,
+            finish_reason="answer",
+            reward=reward,
+            tool_latencies=[0.01234567, 0.0],
+        ),
+        prompt=prompt,
     )
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 from rstar2.format_markers import IM_END, RESPONSE_PREFIX, RESPONSE_SUFFIX, TOOL_CALL, TOOL_CALL_END
 from rstar2.problem import Problem
 from rstar2.train.trajectory_log import TrajectoryLog
-from rstar2.wire import TrajectoryResult
+from rstar2.wire import Trajectory, TrajectoryResult
 
 PROBLEMS = (Problem("a", "What is 6 * 7?", "42"), Problem("b", "Compute 40 + 3.", "43"))
 STAGES = [{"name": "rl1", "steps": 5, "max_response_tokens": 160, "max_turns": 4}]
@@ -46,13 +46,30 @@ def result(kind: str, step: int, prompt: int, sample: int) -> TrajectoryResult:
         3: (CUT, 0.0, "budget", 0),
     }[sample % 4]
     return TrajectoryResult(
-        traj_id=f"{kind}/{step}/{prompt}/{sample}", prompt_id=f"{kind}/{step}/{prompt}",
-        sample=sample, prompt=prompt, step=step, kind=kind, answer=reference,
-        token_ids=[1] * 30, loss_mask=[0] * 10 + [1] * 20, logprobs=[0.0] * 10 + [-0.25] * 20,
-        prompt_len=10, response_text=text, turns=2 + (sample % 4 == 1), tool_calls=1 + (sample % 4 == 1),
-        tool_errors=errors, tool_timeouts=0, answer_tags=1, finish_reason=finish, reward=reward,
-        tool_latencies=[0.01, 0.0], policy_versions=[step - 1, step - 1],
-    )  # fmt: skip
+        traj_id=f"{kind}/{step}/{prompt}/{sample}",
+        step=step,
+        kind=kind,
+        answer=reference,
+        trajectory=Trajectory(
+            prompt_id=f"{kind}/{step}/{prompt}",
+            sample=sample,
+            token_ids=[1] * 30,
+            loss_mask=[0] * 10 + [1] * 20,
+            logprobs=[0.0] * 10 + [-0.25] * 20,
+            prompt_len=10,
+            response_text=text,
+            turns=2 + (sample % 4 == 1),
+            tool_calls=1 + (sample % 4 == 1),
+            tool_errors=errors,
+            tool_timeouts=0,
+            answer_tags=1,
+            finish_reason=finish,
+            reward=reward,
+            tool_latencies=[0.01, 0.0],
+            policy_versions=[step - 1, step - 1],
+        ),
+        prompt=prompt,
+    )
 
 
 def write_run(run: Path, *, finished: bool = True) -> Path:

@@ -16,7 +16,7 @@ stamps of the command's start and end (the step's timings), until `Finish`:
   engines sleep through the update (`rstar2.train.colocation`, port ``control``);
 - `OpenRun`, `WriteMetrics`, `TraceStep`, `Checkpoint`: the run's files (`RUN/metrics.jsonl`
   and TensorBoard, `RUN/rollout_trace.jsonl` in the simulator's trace format, `checkpoints/`);
-  a `RollOut` or `Update` with a `Recording`: `RUN/trajectories.jsonl` (`trajectory_log.py`);
+  a `RollOut` or `Update` with a `Recording`: `RUN/trajectories.jsonl` (`run_files.py`);
   `ResetOptimizer`; `EnterPhase`: the profiler's window.
 
 For `rstar2 profile`: the update and the weight push are handle spans (ports "update" and
@@ -44,13 +44,11 @@ import torch
 
 from rstar2.actors import Actor, ActorContext, Port, port
 from rstar2.actors.handling import handling
-from rstar2.metrics import MetricsLog
 from rstar2.train.accuracy import eval_splits
 from rstar2.train.colocation import Colocation
 from rstar2.train.config import TrainConfig
 from rstar2.train.controller import Controller
 from rstar2.train.rollout_reader import RolloutReader
-from rstar2.train.rollout_trace import RolloutTrace
 from rstar2.train.run_commands import (
     Checkpoint,
     Command,
@@ -58,7 +56,6 @@ from rstar2.train.run_commands import (
     Finish,
     OpenRun,
     PushWeights,
-    Recording,
     ResetOptimizer,
     RollOut,
     Submit,
@@ -66,8 +63,8 @@ from rstar2.train.run_commands import (
     Update,
     WriteMetrics,
 )
+from rstar2.train.run_files import RunFiles
 from rstar2.train.run_state import RunState, load_split
-from rstar2.train.trajectory_log import TrajectoryLog
 from rstar2.weights.learner_group import Request, layout_for
 from rstar2.weights.push import PushPlan, WeightPush, open_push
 from rstar2.wire import (
@@ -136,10 +133,8 @@ class LearnerActor(Actor):
         """The weight push (opened in `serve`)."""
         self.colocation: Colocation
         """The engines' sleep through each update (created in `serve`)."""
-        self.trace: RolloutTrace | None = None
-        self.trajectories: TrajectoryLog | None = None
-        """The trajectory log (`RUN/trajectories.jsonl`, opened by `OpenRun`)."""
-        self.metrics: MetricsLog | None = None
+        self.files = RunFiles(self.run_dir, self.cfg.rollout_trace, self.cfg.rollout_trace_tokens)
+        """The metrics log, rollout trace and trajectory log (opened by `OpenRun`)."""
         self.rl_window: list[float] = []
         """Wall-clock start and end of the RL steps (the profiler's window)."""
         self.stop_reason = ""
@@ -164,12 +159,7 @@ class LearnerActor(Actor):
                 summary = await self.reader.reading(self._run(ctx, state, controller))
             failed = False
         finally:
-            if self.metrics is not None:
-                self.metrics.close()
-            if self.trace is not None:
-                self.trace.close()
-            if self.trajectories is not None:
-                self.trajectories.close()
+            self.files.close()
             state.close(abort=failed)  # blocking but short: a stop message, or kills
         if summary is None:
             raise RuntimeError("the RL controller ran out of commands before finishing")
@@ -242,12 +232,7 @@ class LearnerActor(Actor):
         started = time.perf_counter()
         match command:
             case OpenRun(resume_step=resume_step):
-                self.metrics = MetricsLog(self.run_dir, resume_step=resume_step)
-                if self.cfg.rollout_trace:
-                    self.trace = RolloutTrace(
-                        self.run_dir, resume_step, tokens=self.cfg.rollout_trace_tokens
-                    )
-                self.trajectories = TrajectoryLog(self.run_dir, resume_step)
+                self.files.open(resume_step)
             case PushWeights(version=version):
                 await self.colocation.before_push()
                 pushed = (await self.push.push(state, version)).metrics()
@@ -255,7 +240,7 @@ class LearnerActor(Actor):
             case RollOut(step=step, record=record):
                 results = await self.reader.collect(command)
                 if record is not None:
-                    self._record(step, results, record, None)
+                    self.files.record(step, results, record, None)
                 return controller.rollouts_done(step, results, started, time.perf_counter())
             case Submit(rollout=rollout):
                 await self.reader.submit(rollout)
@@ -265,17 +250,14 @@ class LearnerActor(Actor):
                     metrics = await anyio.to_thread.run_sync(state.train_on, groups, step)
                 if record is not None:
                     results = [r for g in groups for r in g]
-                    self._record(step, results, record, state.last_trained)
+                    self.files.record(step, results, record, state.last_trained)
                 return controller.update_done(step, metrics, started, time.perf_counter())
             case ResetOptimizer():
                 state.reset_optimizer()
             case TraceStep(step=step, results=results, max_response_tokens=budget):
-                if self.trace is not None:
-                    self.trace.write(step, results, budget)
+                self.files.trace_step(step, results, budget)
             case WriteMetrics(row=row, line=line):
-                if self.metrics is None:
-                    raise RuntimeError("a metrics row before OpenRun")
-                self.metrics.write(row)
+                self.files.write_metrics(row)
                 if line is not None:
                     log.info(line)
             case Checkpoint(step=step, state=saved):
@@ -286,25 +268,6 @@ class LearnerActor(Actor):
             case Finish():
                 raise ValueError("Finish is the shell's loop's to handle")
         return []
-
-    def _record(
-        self,
-        step: int,
-        results: list[TrajectoryResult],
-        record: Recording,
-        trained: dict[str, float] | None,
-    ) -> None:
-        """Write a batch to the trajectory log (`trained`: a training step's advantages)."""
-        if self.trajectories is None:
-            raise RuntimeError("a recording before OpenRun")
-        self.trajectories.write(
-            results,
-            record.problems,
-            source=record.source,
-            step=step,
-            stage=record.stage,
-            advantages=trained,
-        )
 
     def _open_push(self, ctx: ActorContext) -> AbstractAsyncContextManager[WeightPush]:
         """The weight push `cluster.weight_sync` chooses: over the bus or the weight group."""

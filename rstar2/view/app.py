@@ -26,6 +26,7 @@ from __future__ import annotations
 import json
 import logging
 import socket
+from collections.abc import Callable
 from importlib import resources
 from typing import Any
 
@@ -52,74 +53,92 @@ STATIC = {
 
 def view_app(sources: list[Source], token: str | None = None) -> ASGIApp:
     """The viewer's ASGI app over `sources` (see the module docstring)."""
-    files = {
+    routes = _Handlers(sources, _static_files()).routes()
+    return TokenCheck(Starlette(routes=routes), token, 'Basic realm="rstar2 view"')
+
+
+def _static_files() -> dict[str, tuple[bytes, str]]:
+    """Each page route's body and media type (`STATIC`, read once, when the app is made)."""
+    return {
         route: (resources.files("rstar2.view").joinpath("static", name).read_bytes(), kind)
         for route, (name, kind) in STATIC.items()
     }
 
-    async def page(request: Request) -> Response:
-        body, kind = files[request.url.path]
+
+class _Handlers:
+    """The app's request handlers over `sources`, and the route table that maps to them."""
+
+    def __init__(self, sources: list[Source], files: dict[str, tuple[bytes, str]]) -> None:
+        self.sources = sources
+        self.files = files
+
+    def routes(self) -> list[Route]:
+        """The route table: the pages, then the JSON API (see the module docstring)."""
+        return [
+            *(Route(path, self.page) for path in STATIC),
+            Route("/api/sources", self.all_sources),
+            Route("/api/set/{sid}", self.rows),
+            Route("/api/rollout/{sid}/{i:int}", self.rollout),
+            Route("/api/compare/{a}/{b}", self.both),
+        ]
+
+    async def page(self, request: Request) -> Response:
+        body, kind = self.files[request.url.path]
         return Response(body, media_type=kind, headers={"Cache-Control": "no-cache"})
 
-    def refreshed() -> None:
-        for s in sources:
+    async def all_sources(self, request: Request) -> Response:
+        await anyio.to_thread.run_sync(self._refreshed)
+        return _json([s.info() for s in self.sources])
+
+    async def rows(self, request: Request) -> Response:
+        sid = request.path_params["sid"]
+        return await self._answer(
+            lambda: {
+                "set": self._set(sid),
+                "metrics": self._source_of(sid).step_metrics(sid),
+                "rows": self._source_of(sid).rows(sid),
+            }
+        )
+
+    async def rollout(self, request: Request) -> Response:
+        sid, i = request.path_params["sid"], request.path_params["i"]
+        return await self._answer(lambda: self._source_of(sid).rollout(sid, i))
+
+    async def both(self, request: Request) -> Response:
+        a, b = request.path_params["a"], request.path_params["b"]
+        return await self._answer(
+            lambda: {
+                "a": self._set(a),
+                "b": self._set(b),
+                "problems": compare(self._source_of(a).rows(a), self._source_of(b).rows(b)),
+            }
+        )
+
+    def _refreshed(self) -> None:
+        for s in self.sources:
             s.refresh()
 
-    async def all_sources(request: Request) -> Response:
-        await anyio.to_thread.run_sync(refreshed)
-        return _json([s.info() for s in sources])
-
-    def source_of(set_id: str) -> Source:
+    def _source_of(self, set_id: str) -> Source:
         head = set_id.partition(".")[0]
-        if not head.isdigit() or int(head) >= len(sources):
+        if not head.isdigit() or int(head) >= len(self.sources):
             raise KeyError(set_id)
-        return sources[int(head)]
+        return self.sources[int(head)]
 
-    async def rows(request: Request) -> Response:
-        sid = request.path_params["sid"]
-        return await _answer(
-            lambda: {
-                "set": _set(sid),
-                "metrics": source_of(sid).step_metrics(sid),
-                "rows": source_of(sid).rows(sid),
-            }
-        )
+    def _set(self, sid: str) -> dict[str, Any]:
+        return self._source_of(sid).rollout_set(sid).summary()
 
-    async def rollout(request: Request) -> Response:
-        sid, i = request.path_params["sid"], request.path_params["i"]
-        return await _answer(lambda: source_of(sid).rollout(sid, i))
+    async def _answer(self, make: Callable[[], Any]) -> Response:
+        """`make()`'s value as JSON after a refresh (in a worker thread); a missing set or
+        rollout (`KeyError`) is a 404."""
 
-    async def both(request: Request) -> Response:
-        a, b = request.path_params["a"], request.path_params["b"]
-        return await _answer(
-            lambda: {
-                "a": _set(a),
-                "b": _set(b),
-                "problems": compare(source_of(a).rows(a), source_of(b).rows(b)),
-            }
-        )
-
-    def _set(sid: str) -> dict[str, Any]:
-        return source_of(sid).rollout_set(sid).summary()
-
-    async def _answer(make: Any) -> Response:
         def run() -> Any:
-            refreshed()
+            self._refreshed()
             return make()
 
         try:
             return _json(await anyio.to_thread.run_sync(run))
         except KeyError as e:
             return _json({"detail": f"no such set or rollout: {e.args[0]}"}, 404)
-
-    routes = [
-        *(Route(path, page) for path in STATIC),
-        Route("/api/sources", all_sources),
-        Route("/api/set/{sid}", rows),
-        Route("/api/rollout/{sid}/{i:int}", rollout),
-        Route("/api/compare/{a}/{b}", both),
-    ]
-    return TokenCheck(Starlette(routes=routes), token, 'Basic realm="rstar2 view"')
 
 
 def _json(obj: object, status: int = 200) -> Response:

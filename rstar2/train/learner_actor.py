@@ -44,25 +44,12 @@ import torch
 
 from rstar2.actors import Actor, ActorContext, Port, port
 from rstar2.actors.handling import handling
+from rstar2.train import run_commands as rc
 from rstar2.train.accuracy import eval_splits
 from rstar2.train.colocation import Colocation
 from rstar2.train.config import TrainConfig
 from rstar2.train.controller import Controller
 from rstar2.train.rollout_reader import RolloutReader
-from rstar2.train.run_commands import (
-    Checkpoint,
-    Command,
-    EnterPhase,
-    Finish,
-    OpenRun,
-    PushWeights,
-    ResetOptimizer,
-    RollOut,
-    Submit,
-    TraceStep,
-    Update,
-    WriteMetrics,
-)
 from rstar2.train.run_files import RunFiles
 from rstar2.train.run_state import RunState, load_split
 from rstar2.weights.learner_group import Request, layout_for
@@ -175,9 +162,9 @@ class LearnerActor(Actor):
         pending = deque(controller.start(self.resume, state.saved))
         while pending:
             command = pending.popleft()
-            if isinstance(command, Finish):
+            if isinstance(command, rc.Finish):
                 return command.summary
-            if isinstance(command, RollOut) and controller.interruptible:
+            if isinstance(command, rc.RollOut) and controller.interruptible:
                 pending = deque(await self._interruptible(ctx, state, controller, command))
             else:
                 pending.extend(await self._execute(ctx, state, controller, command))
@@ -191,8 +178,8 @@ class LearnerActor(Actor):
             self._abandon.cancel()
 
     async def _interruptible(
-        self, ctx: ActorContext, state: RunState, controller: Controller, command: RollOut
-    ) -> list[Command]:
+        self, ctx: ActorContext, state: RunState, controller: Controller, command: rc.RollOut
+    ) -> list[rc.Command]:
         """Execute a rollout that a stop request abandons; then (or if one came before) the
         controller's interruption commands instead of its next ones."""
         if not self.stop_reason:
@@ -226,25 +213,25 @@ class LearnerActor(Actor):
         return state, controller
 
     async def _execute(
-        self, ctx: ActorContext, state: RunState, controller: Controller, command: Command
-    ) -> list[Command]:
+        self, ctx: ActorContext, state: RunState, controller: Controller, command: rc.Command
+    ) -> list[rc.Command]:
         """Execute one command; a command with a reply returns the controller's next ones."""
         started = time.perf_counter()
         match command:
-            case OpenRun(resume_step=resume_step):
+            case rc.OpenRun(resume_step=resume_step):
                 self.files.open(resume_step)
-            case PushWeights(version=version):
+            case rc.PushWeights(version=version):
                 await self.colocation.before_push()
                 pushed = (await self.push.push(state, version)).metrics()
                 return controller.weights_pushed(version, pushed, started, time.perf_counter())
-            case RollOut(step=step, record=record):
+            case rc.RollOut(step=step, record=record):
                 results = await self.reader.collect(command)
                 if record is not None:
                     self.files.record(step, results, record, None)
                 return controller.rollouts_done(step, results, started, time.perf_counter())
-            case Submit(rollout=rollout):
+            case rc.Submit(rollout=rollout):
                 await self.reader.submit(rollout)
-            case Update(step=step, groups=groups, record=record):
+            case rc.Update(step=step, groups=groups, record=record):
                 await self.colocation.before_update()
                 with handling(ctx, "update"):
                     metrics = await anyio.to_thread.run_sync(state.train_on, groups, step)
@@ -252,20 +239,20 @@ class LearnerActor(Actor):
                     results = [r for g in groups for r in g]
                     self.files.record(step, results, record, state.last_trained)
                 return controller.update_done(step, metrics, started, time.perf_counter())
-            case ResetOptimizer():
+            case rc.ResetOptimizer():
                 state.reset_optimizer()
-            case TraceStep(step=step, results=results, max_response_tokens=budget):
+            case rc.TraceStep(step=step, results=results, max_response_tokens=budget):
                 self.files.trace_step(step, results, budget)
-            case WriteMetrics(row=row, line=line):
+            case rc.WriteMetrics(row=row, line=line):
                 self.files.write_metrics(row)
                 if line is not None:
                     log.info(line)
-            case Checkpoint(step=step, state=saved):
+            case rc.Checkpoint(step=step, state=saved):
                 saved = {**saved, "wall_s": self._wall_s(state)}
                 await anyio.to_thread.run_sync(state.save, step, saved)
-            case EnterPhase():
+            case rc.EnterPhase():
                 self.rl_window.append(time.time())
-            case Finish():
+            case rc.Finish():
                 raise ValueError("Finish is the shell's loop's to handle")
         return []
 

@@ -91,7 +91,7 @@ class PolicyProbe:
             return state
 
         def train_checked(state: RunState, groups: Any, step: int) -> dict[str, float]:
-            self.gaps.append(self.gap(state, [r for group in groups for r in group]))
+            self.gaps.append(self.gap(state, [r.trajectory for group in groups for r in group]))
             metrics = trained(state, groups, step)
             self.sharpen(state)
             return metrics
@@ -104,9 +104,9 @@ class PolicyProbe:
             state.model.model.norm.weight.mul_(self.SHARPEN)
 
     @staticmethod
-    def gap(state: RunState, results: Any) -> float:
+    def gap(state: RunState, rollouts: Any) -> float:
         """Largest |learner logprob - vLLM logprob| over the rollouts' model tokens."""
-        ids, attn, mask, old = pad_batch(results, state.pad_id)
+        ids, attn, mask, old = pad_batch(rollouts, state.pad_id)
         model = state.model
         if state.ranks is not None:
             assert state.model_dir is not None

@@ -50,6 +50,7 @@ class _Add:
     request_id: str
     prompt_ids: list[int]
     params: SamplingParams
+    waiter: _Waiter
 
 
 @dataclass
@@ -68,8 +69,10 @@ _Op = _Add | _Abort | _Weights
 
 @dataclass
 class _StepResult:
-    outputs: list[GenerationOutput] = field(default_factory=list)
-    errors: dict[str, BaseException] = field(default_factory=dict)
+    """What one step produced, each output paired with the caller that added its request."""
+
+    outputs: list[tuple[_Waiter, GenerationOutput]] = field(default_factory=list)
+    errors: list[tuple[str, _Waiter, BaseException]] = field(default_factory=list)
     weights_done: list[_Waiter] = field(default_factory=list)
 
 
@@ -78,7 +81,11 @@ class AsyncEngine:
         self.core = core
         self._lock = threading.Lock()
         self._inbox: list[_Op] = []
-        self._waiters: dict[str, _Waiter] = {}
+        self._waiters: dict[str, _Waiter] = {}  # event loop side: the callers waiting
+        # Worker-thread side: the caller of each request in the core. An output goes to the
+        # waiter that added its request, never to a later caller that reused the id while the
+        # output was on its way (a cancelled request's abort, or its last step, in flight).
+        self._in_core: dict[str, _Waiter] = {}
         self._wakeup: anyio.Event | None = None  # created by `serve`, inside the event loop
         self._running = False
 
@@ -92,7 +99,7 @@ class AsyncEngine:
             raise ValueError(f"request id {request_id!r} is already in the engine")
         waiter = _Waiter()
         self._waiters[request_id] = waiter
-        self._post(_Add(request_id, list(prompt_ids), params))
+        self._post(_Add(request_id, list(prompt_ids), params, waiter))
         try:
             await waiter.done.wait()
         finally:
@@ -156,11 +163,13 @@ class AsyncEngine:
                 try:
                     self.core.add_request(op.request_id, op.prompt_ids, op.params)
                 except (TypeError, ValueError) as e:
-                    result.errors[op.request_id] = e
+                    result.errors.append((op.request_id, op.waiter, e))
+                else:
+                    self._in_core[op.request_id] = op.waiter
             elif isinstance(op, _Abort):
                 out = self.core.abort(op.request_id)
                 if out is not None:
-                    result.outputs.append(out)
+                    result.outputs.append((self._in_core.pop(op.request_id), out))
             else:
                 try:
                     self.core.load_state_dict(op.state_dict)
@@ -168,22 +177,28 @@ class AsyncEngine:
                     op.waiter.error = e
                 result.weights_done.append(op.waiter)
         if self.core.has_unfinished():
-            result.outputs.extend(self.core.step())
+            for out in self.core.step():
+                result.outputs.append((self._in_core.pop(out.request_id), out))
         return result
 
     def _deliver(self, result: _StepResult) -> None:
-        for out in result.outputs:
-            waiter = self._waiters.pop(out.request_id, None)
-            if waiter is not None:
+        for waiter, out in result.outputs:
+            if self._take(out.request_id, waiter):
                 waiter.output = out
                 waiter.done.set()
-        for request_id, error in result.errors.items():
-            waiter = self._waiters.pop(request_id, None)
-            if waiter is not None:
+        for request_id, waiter, error in result.errors:
+            if self._take(request_id, waiter):
                 waiter.error = error
                 waiter.done.set()
         for waiter in result.weights_done:
             waiter.done.set()
+
+    def _take(self, request_id: str, waiter: _Waiter) -> bool:
+        """Remove `waiter` from the callers waiting if it still waits for `request_id`."""
+        if self._waiters.get(request_id) is not waiter:
+            return False  # its caller was cancelled; the id may be in use by a later request
+        del self._waiters[request_id]
+        return True
 
     def _fail_all(self, error: BaseException) -> None:
         waiters = list(self._waiters.values())

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import threading
+
 import anyio
 import pytest
 from transformers import Qwen2ForCausalLM
 
 from rstar2.engine import Engine, EngineClosedError, EngineCore, SamplingParams, open_engine
+from rstar2.engine.async_engine import AsyncEngine
 from rstar2.engine.config import EngineConfig
 from tests.engine.factories import random_prompts, tiny_qwen2
 
@@ -60,6 +63,47 @@ async def test_cancelled_caller_frees_its_request(qwen2: Qwen2ForCausalLM) -> No
             await anyio.sleep(0.001)
         out = await engine.generate("c", [3], SamplingParams(2, 0.0))  # the id is free again
         assert len(out.token_ids) == 2
+
+
+class _HeldAbortCore(EngineCore):
+    """A core whose abort, once applied, waits for the test before its output goes back."""
+
+    def __init__(self, model: Qwen2ForCausalLM) -> None:
+        super().__init__(model)
+        self.aborted, self.proceed = threading.Event(), threading.Event()
+
+    def abort(self, request_id: str):  # type: ignore[no-untyped-def]
+        out = super().abort(request_id)
+        self.aborted.set()
+        self.proceed.wait(10)
+        return out
+
+
+async def test_a_reused_id_never_gets_the_cancelled_requests_output(
+    qwen2: Qwen2ForCausalLM,
+) -> None:
+    # The cancelled request's abort is applied (the core is idle) but its output has not been
+    # handed back when a new caller reuses the id: the new caller must get its own output.
+    core = _HeldAbortCore(qwen2)
+    engine = AsyncEngine(core)
+    outputs = []
+
+    async def reuse() -> None:
+        outputs.append(await engine.generate("c", [3], SamplingParams(2, 0.0)))
+
+    async with anyio.create_task_group() as tg:
+        await tg.start(engine.serve)
+        with anyio.move_on_after(0.05):
+            await engine.generate("c", [1, 2], SamplingParams(400, 0.0))
+        await anyio.to_thread.run_sync(core.aborted.wait, 10)
+        assert not core.stats().running
+        tg.start_soon(reuse)
+        await anyio.sleep(0.01)  # the new caller waits for "c" before the old output arrives
+        core.proceed.set()
+        while not outputs:
+            await anyio.sleep(0.001)
+        tg.cancel_scope.cancel()
+    assert outputs[0].finish_reason == "length" and len(outputs[0].token_ids) == 2
 
 
 async def test_update_weights_changes_the_output() -> None:

@@ -7,7 +7,8 @@ import io
 from rstar2.commands.chat_run import EventPrinter, print_summary
 from rstar2.rollout.agent_loop import ToolCallEvent, ToolResultEvent, TurnEvent
 from rstar2.rollout.tool_call import MalformedCall, ToolCall
-from rstar2.rollout.trajectory import Trajectory, TurnStop
+from rstar2.rollout.trajectory import TurnStop
+from tests.trajectories import trajectory
 
 
 def test_events_are_printed_in_sections():
@@ -28,11 +29,9 @@ def test_events_are_printed_in_sections():
 
 
 def test_summary_names_the_final_answer_and_finish():
-    traj = Trajectory(
-        prompt_id="chat", sample=0, token_ids=[1, 2, 3], loss_mask=[0, 1, 1],
-        logprobs=[0.0, -1.0, -1.0], prompt_len=1,
+    traj = trajectory(
+        token_ids=[1, 2, 3], loss_mask=[0, 1, 1], logprobs=[0.0, -1.0, -1.0], prompt_len=1,
         response_text="<answer>The answer is \\boxed{3367}</answer>", turns=2, tool_calls=1,
-        tool_errors=0, tool_timeouts=0, answer_tags=1, finish_reason="answer",
     )  # fmt: skip
     out = io.StringIO()
     print_summary(traj, out)

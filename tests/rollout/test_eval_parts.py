@@ -12,7 +12,7 @@ from rstar2.commands.eval import load_problem_set
 from rstar2.commands.eval_run import ProgressBar, print_table, trajectory_record
 from rstar2.config import ConfigError
 from rstar2.rollout.evaluation import EvalItem, EvalSummary
-from rstar2.rollout.trajectory import Trajectory
+from tests.trajectories import trajectory
 
 
 def load_args(data: Path, **kw: object) -> argparse.Namespace:
@@ -73,10 +73,9 @@ def test_progress_bar_of_a_long_run_prints_a_line_every_interval():
 
 
 def test_record_and_table():
-    traj = Trajectory(
+    traj = trajectory(
         prompt_id="a", sample=1, token_ids=[1, 2], loss_mask=[0, 1], logprobs=[0.0, -0.5],
-        prompt_len=1, response_text="r", turns=1, tool_calls=0, tool_errors=0,
-        tool_timeouts=0, answer_tags=0, finish_reason="no_tool_call",
+        prompt_len=1, response_text="r", answer_tags=0, finish_reason="no_tool_call",
     )  # fmt: skip
     record = trajectory_record(traj, EvalItem("a", [1], "7"), "3 + 4")
     assert record["reference"] == "7" and record["loss_mask"] == [0, 1] and record["sample"] == 1

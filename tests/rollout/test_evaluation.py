@@ -13,16 +13,16 @@ from rstar2.rollout.evaluation import EvalItem, evaluate, summarize
 from rstar2.rollout.token_codec import TokenCodec
 from rstar2.rollout.trajectory import Trajectory
 from tests.rollout.fakes import CharTokenizer, FakeExecutor, ScriptedEngine
+from tests.trajectories import trajectory
 
 
 def traj(
     pid: str, reward: float, tokens: int, calls: int = 0, errors: int = 0, timeouts: int = 0
 ) -> Trajectory:
-    return Trajectory(
-        prompt_id=pid, sample=0, token_ids=[1] * (2 + tokens), loss_mask=[0] * (2 + tokens),
-        logprobs=[0.0] * (2 + tokens), prompt_len=2, response_text="", turns=1,
-        tool_calls=calls, tool_errors=errors, tool_timeouts=timeouts, answer_tags=1,
-        finish_reason="answer", reward=reward,
+    n = 2 + tokens
+    return trajectory(
+        prompt_id=pid, token_ids=[1] * n, loss_mask=[0] * n, logprobs=[0.0] * n, prompt_len=2,
+        tool_calls=calls, tool_errors=errors, tool_timeouts=timeouts, reward=reward,
     )  # fmt: skip
 
 

@@ -17,7 +17,6 @@ from rstar2.wire import (
     Message,
     RolloutBatch,
     RolloutTask,
-    Trajectory,
     TrajectoryResult,
     TurnEnded,
     TurnRoute,
@@ -26,6 +25,7 @@ from rstar2.wire import (
 )
 from sim.config import SimConfig, build
 from sim.workload import WorkloadConfig
+from tests.trajectories import trajectory
 
 
 def task(traj_id: str, prompt_id: str, prompt: int, budget: int) -> RolloutTask:
@@ -43,20 +43,12 @@ def result(
         step=1,
         kind="train",
         answer="1",
-        trajectory=Trajectory(
+        trajectory=trajectory(
             prompt_id="p",
-            sample=0,
             token_ids=[1] * (prompt + response),
             loss_mask=[0] * (prompt + response),
             logprobs=[0.0] * (prompt + response),
             prompt_len=prompt,
-            response_text="",
-            turns=1,
-            tool_calls=0,
-            tool_errors=0,
-            tool_timeouts=0,
-            answer_tags=0,
-            finish_reason="answer",
         ),
         engine=engine,
         load=EngineLoad(100, free, 0, 0) if engine >= 0 else None,

@@ -12,7 +12,8 @@ from rstar2.config import ConfigError
 from rstar2.train.accuracy import Z95, eval_splits, score
 from rstar2.train.config import load_train_config
 from rstar2.train.run_state import load_split
-from rstar2.wire import Trajectory, TrajectoryResult
+from rstar2.wire import TrajectoryResult
+from tests.trajectories import trajectory
 
 
 def _result(problem: int, sample: int, reward: float) -> TrajectoryResult:
@@ -21,20 +22,13 @@ def _result(problem: int, sample: int, reward: float) -> TrajectoryResult:
         step=0,
         kind="eval",
         answer="",
-        trajectory=Trajectory(
+        trajectory=trajectory(
             prompt_id=f"eval/0/{problem}",
             sample=sample,
             token_ids=[],
             loss_mask=[],
             logprobs=[],
             prompt_len=0,
-            response_text="",
-            turns=1,
-            tool_calls=0,
-            tool_errors=0,
-            tool_timeouts=0,
-            answer_tags=1,
-            finish_reason="answer",
             reward=reward,
         ),
     )

@@ -37,7 +37,8 @@ from rstar2.train.run_commands import (
 )
 from rstar2.train.seeds import derive_seed
 from rstar2.train.step_metrics import progress_line
-from rstar2.wire import RolloutTask, Trajectory, TrajectoryResult
+from rstar2.wire import RolloutTask, TrajectoryResult
+from tests.trajectories import trajectory
 
 PROBLEMS = [Problem(f"p{i}", f"{i} + 1", f"a{i}") for i in range(8)]
 HELDOUT = [Problem(f"h{i}", f"{i} * 2", f"h{i}") for i in range(3)]
@@ -73,20 +74,14 @@ def scored(task: RolloutTask, reward: float) -> TrajectoryResult:
         step=task.step,
         kind=task.kind,
         answer=task.answer,
-        trajectory=Trajectory(
+        trajectory=trajectory(
             prompt_id=task.prompt_id,
             sample=task.sample,
             token_ids=[*task.prompt_ids, 1, 2, 3],
             loss_mask=[0] * n + [1, 1, 1],
             logprobs=[0.0] * (n + 3),
             prompt_len=n,
-            response_text="",
-            turns=1,
             tool_calls=1,
-            tool_errors=0,
-            tool_timeouts=0,
-            answer_tags=1,
-            finish_reason="stop",
             reward=reward,
         ),
         prompt=task.prompt,

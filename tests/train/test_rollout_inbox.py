@@ -6,7 +6,8 @@ import msgspec
 import pytest
 
 from rstar2.train.rollout_inbox import RolloutInbox
-from rstar2.wire import RolloutTask, Trajectory, TrajectoryResult
+from rstar2.wire import RolloutTask, TrajectoryResult
+from tests.trajectories import trajectory
 
 
 def tasks(kind: str, step: int, n: int) -> list[RolloutTask]:
@@ -25,21 +26,7 @@ def result(task: RolloutTask) -> TrajectoryResult:
         step=task.step,
         kind=task.kind,
         answer=task.answer,
-        trajectory=Trajectory(
-            prompt_id=task.prompt_id,
-            sample=task.sample,
-            token_ids=[1, 2],
-            loss_mask=[0, 1],
-            logprobs=[0.0, -1.0],
-            prompt_len=1,
-            response_text="",
-            turns=1,
-            tool_calls=0,
-            tool_errors=0,
-            tool_timeouts=0,
-            answer_tags=1,
-            finish_reason="stop",
-        ),
+        trajectory=trajectory(prompt_id=task.prompt_id, sample=task.sample),
     )
 
 

@@ -8,8 +8,9 @@ from pathlib import Path
 
 from rstar2.analysis import load_trajectories
 from rstar2.train.rollout_trace import TRACE_FILE, RolloutTrace
-from rstar2.wire import Trajectory, TrajectoryResult
+from rstar2.wire import TrajectoryResult
 from sim.workload import load_trace
+from tests.trajectories import trajectory
 
 
 def result(traj: str, mask: list[int], latencies: list[float]) -> TrajectoryResult:
@@ -18,20 +19,13 @@ def result(traj: str, mask: list[int], latencies: list[float]) -> TrajectoryResu
         step=1,
         kind="train",
         answer="1",
-        trajectory=Trajectory(
-            prompt_id="p",
-            sample=0,
+        trajectory=trajectory(
             token_ids=list(range(len(mask))),
             loss_mask=mask,
             logprobs=[0.0] * len(mask),
             prompt_len=2,
-            response_text="",
             turns=2,
             tool_calls=1,
-            tool_errors=0,
-            tool_timeouts=0,
-            answer_tags=1,
-            finish_reason="answer",
             tool_latencies=latencies,
         ),
         engine=0,

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from rstar2.train.step_metrics import accuracy, rollout_metrics, stage_split
-from rstar2.wire import Trajectory, TrajectoryResult
+from rstar2.wire import TrajectoryResult
+from tests.trajectories import trajectory
 
 
 def result(
@@ -22,29 +23,23 @@ def result(
     moved_turns: int = 0,
 ) -> TrajectoryResult:
     """A scored result of 2 prompt and 2 response tokens, one of them sampled."""
-    trajectory = Trajectory(
-        prompt_id=prompt_id,
-        sample=0,
-        token_ids=[0, 0, 1, 1],
-        loss_mask=[0, 0, 1, 0],
-        logprobs=[0.0] * 4,
-        prompt_len=2,
-        response_text="",
-        turns=1,
-        tool_calls=tool_calls,
-        tool_errors=tool_errors,
-        tool_timeouts=tool_timeouts,
-        answer_tags=1,
-        finish_reason="answer",
-        reward=reward,
-        infra_failure=infra_failure,
-    )
     return TrajectoryResult(
         traj_id="t",
         step=1,
         kind="train",
         answer="",
-        trajectory=trajectory,
+        trajectory=trajectory(
+            prompt_id=prompt_id,
+            token_ids=[0, 0, 1, 1],
+            loss_mask=[0, 0, 1, 0],
+            logprobs=[0.0] * 4,
+            prompt_len=2,
+            tool_calls=tool_calls,
+            tool_errors=tool_errors,
+            tool_timeouts=tool_timeouts,
+            reward=reward,
+            infra_failure=infra_failure,
+        ),
         gen_s=gen_s,
         tool_s=tool_s,
         reward_s=reward_s,

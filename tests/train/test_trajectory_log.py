@@ -10,8 +10,9 @@ from rstar2.problem import Problem
 from rstar2.train.controller import Controller
 from rstar2.train.run_commands import RollOut, Update
 from rstar2.train.trajectory_log import TRAJECTORY_FILE, TrajectoryLog, recorded_step
-from rstar2.wire import Trajectory, TrajectoryResult
+from rstar2.wire import TrajectoryResult
 from tests.train.test_controller import HELDOUT, PROBLEMS, Driver, encode, make_config
+from tests.trajectories import trajectory
 
 
 def test_step_one_and_every_kth_are_recorded() -> None:
@@ -51,7 +52,7 @@ def result(prompt: int, sample: int, text: str, reward: float) -> TrajectoryResu
         step=3,
         kind="train",
         answer="42",
-        trajectory=Trajectory(
+        trajectory=trajectory(
             prompt_id=f"train/3/{prompt}",
             sample=sample,
             token_ids=[1, 2, 3, 4],
@@ -62,9 +63,6 @@ def result(prompt: int, sample: int, text: str, reward: float) -> TrajectoryResu
             turns=2,
             tool_calls=1,
             tool_errors=1,
-            tool_timeouts=0,
-            answer_tags=1,
-            finish_reason="answer",
             reward=reward,
             tool_latencies=[0.01234567, 0.0],
         ),

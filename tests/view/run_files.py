@@ -9,7 +9,8 @@ from pathlib import Path
 from rstar2.format_markers import IM_END, RESPONSE_PREFIX, RESPONSE_SUFFIX, TOOL_CALL, TOOL_CALL_END
 from rstar2.problem import Problem
 from rstar2.train.trajectory_log import TrajectoryLog
-from rstar2.wire import Trajectory, TrajectoryResult
+from rstar2.wire import TrajectoryResult
+from tests.trajectories import trajectory
 
 PROBLEMS = (Problem("a", "What is 6 * 7?", "42"), Problem("b", "Compute 40 + 3.", "43"))
 STAGES = [{"name": "rl1", "steps": 5, "max_response_tokens": 160, "max_turns": 4}]
@@ -50,7 +51,7 @@ def result(kind: str, step: int, prompt: int, sample: int) -> TrajectoryResult:
         step=step,
         kind=kind,
         answer=reference,
-        trajectory=Trajectory(
+        trajectory=trajectory(
             prompt_id=f"{kind}/{step}/{prompt}",
             sample=sample,
             token_ids=[1] * 30,
@@ -61,8 +62,6 @@ def result(kind: str, step: int, prompt: int, sample: int) -> TrajectoryResult:
             turns=2 + (sample % 4 == 1),
             tool_calls=1 + (sample % 4 == 1),
             tool_errors=errors,
-            tool_timeouts=0,
-            answer_tags=1,
             finish_reason=finish,
             reward=reward,
             tool_latencies=[0.01, 0.0],

@@ -9,7 +9,9 @@ queue (`max_queue` requests or `max_queue_mb` bytes outstanding) or a closed exe
 completion order, so a slow request never holds back others. If the zygote dies, its in-flight
 requests get status `killed` and a new zygote is started; a start that fails in any way (the new
 zygote killed during its handshake included) is retried with a backoff from 0.05 s doubling to
-2 s, for as long as the executor is open, so no number of zygote deaths ends the service. While
+2 s, for as long as the executor is open, so no number of zygote deaths ends the service. The
+death of the process it started counts too when its output stays open: bubblewrap killed during
+its setup can leave the zygote running as an orphan, which the executor then closes. While
 no zygote is up a request waits for one up to `cfg.restart_wait_s`, then is answered `rejected`
 with `infra` "unavailable" (retry later; HTTP: 503 with Retry-After). A caller cancelled while
 waiting cancels its request in the zygote.
@@ -69,6 +71,12 @@ RESTART_BACKOFF_S = (0.05, 2.0)
 """First and longest wait between two failed zygote starts (doubling in between)."""
 
 BOOT_ATTEMPTS = 3
+
+ORPHAN_GRACE_S = 1.0
+"""How long the zygote's output may stay open after the process the executor started exited.
+Killed inside bubblewrap's setup (before its --die-with-parent takes hold), bubblewrap can leave
+the zygote running as an orphan that holds the pipes: after this grace the executor closes its
+input (the zygote exits on that) and counts the zygote as dead."""
 """Starts the first zygote gets before `boot` gives up (a broken set-up fails fast)."""
 
 
@@ -273,6 +281,8 @@ class Executor:
             self._up, self._proc = anyio.Event(), None
             self._fail_all("sandbox zygote exited", "sandbox_died")
             await stop(proc)
+            with anyio.CancelScope(shield=True):
+                await proc.aclose()  # its pipes, not left to the garbage collector
             if self._closed:
                 break
             self._restarts += 1
@@ -328,10 +338,12 @@ class Executor:
         return None
 
     async def _pump(self, proc: anyio.abc.Process) -> None:
-        """Dispatch results until the zygote's output ends; relay its stderr to the log."""
+        """Dispatch results until the zygote's output ends, or until the process it was
+        started as has been gone `ORPHAN_GRACE_S`; relay its stderr to the log."""
         assert proc.stdout is not None and proc.stderr is not None
         async with anyio.create_task_group() as tg:
             tg.start_soon(relay_stderr, proc.stderr)
+            tg.start_soon(self._watch_exit, proc, tg.cancel_scope)
             while True:
                 try:
                     data = await proc.stdout.receive(1 << 20)
@@ -343,6 +355,22 @@ class Executor:
                         waiter.result = frame
                         waiter.event.set()
             tg.cancel_scope.cancel()
+
+    async def _watch_exit(self, proc: anyio.abc.Process, pump: anyio.CancelScope) -> None:
+        """End the pump when `proc` has exited but its output stays open (an orphaned zygote
+        holds it): close the zygote's input, on which it exits and its output ends; close the
+        rest after another grace if it does not."""
+        await proc.wait()
+        await anyio.sleep(ORPHAN_GRACE_S)  # its last results are read and the output ends
+        log.error("sandbox zygote's process exited but its output is still open: closing it")
+        assert proc.stdin is not None
+        with anyio.CancelScope(shield=True):
+            async with self._write_lock:
+                await proc.stdin.aclose()  # an orphaned zygote exits on end of input
+        await anyio.sleep(5 * ORPHAN_GRACE_S)
+        with anyio.CancelScope(shield=True):
+            await proc.aclose()
+        pump.cancel()
 
     def _fail_all(self, message: str, infra: str) -> None:
         waiters, self._waiters = self._waiters, {}

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import signal
+import sys
 
 import anyio
 import pytest
@@ -19,6 +20,8 @@ from rstar2.wire import ExecRequest, ExecResult
 from .conftest import Sandbox
 
 LIGHT = SandboxConfig(concurrency=2, preload=[], warmup=False)
+ORPHANING = "import subprocess, sys, time; subprocess.Popen(sys.argv[1:]); time.sleep(1)"
+"""A launcher that starts the zygote (its argv) with the pipes it inherits, then exits."""
 
 
 def test_trailing_expression_is_printed(sandbox: Sandbox) -> None:
@@ -308,6 +311,9 @@ def test_zygote_killed_again_and_again_while_starting_never_ends_the_service() -
                 for c in range(4):
                     tg.start_soon(caller, c)
                 tg.start_soon(killer)
+            with anyio.fail_after(20):  # the last kill is counted once the executor sees it
+                while ex.stats().zygote_restarts + ex.stats().failed_starts < landed:
+                    await anyio.sleep(0.01)
             stats = ex.stats()
             assert stats.zygote_restarts + stats.failed_starts >= landed >= kills - 2
             assert stats.failed_starts >= 1  # some kills did land inside a start
@@ -349,3 +355,32 @@ def test_no_zygote_up_within_restart_wait_is_answered_unavailable() -> None:
     assert (refused.status, refused.infra) == ("rejected", "unavailable")
     assert "restarting" in refused.stderr
     assert (ok.status, ok.stdout) == ("ok", "1\n")
+
+
+def test_a_zygote_orphaned_by_its_launcher_is_closed_and_replaced(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The process the executor starts exits 1 s in, leaving the zygote (its background child)
+    # running with the pipes open: what bubblewrap killed during its setup leaves behind. The
+    # executor must not wait on that pipe forever: it closes the orphan's input (the orphan
+    # exits) and starts a new zygote.
+    import rstar2.sandbox.executor as executor_module
+
+    def orphaning_argv(cfg: SandboxConfig, reason: str) -> list[str]:
+        argv = zygote_argv(cfg, reason)
+        return [sys.executable, "-c", ORPHANING, *argv]
+
+    monkeypatch.setattr(executor_module, "zygote_argv", orphaning_argv)
+    cfg = SandboxConfig(concurrency=1, preload=[], warmup=False, use_bwrap=False)
+
+    async def main() -> tuple[int, ExecResult]:
+        async with open_executor(cfg) as ex:
+            first = ex.process_ids()[0]
+            with anyio.fail_after(30):
+                while not ex.process_ids() or ex.process_ids()[0] == first:
+                    await anyio.sleep(0.01)
+            return ex.stats().zygote_restarts, await ex.run(ExecRequest("a", "print(6 * 7)"))
+
+    restarts, result = anyio.run(main)
+    assert restarts >= 1
+    assert (result.status, result.stdout) in {("ok", "42\n"), ("killed", "")}

@@ -116,9 +116,8 @@ def test_a_rollout_shows_its_conversation_reward_and_group(
     assert page.locator("#group tr").count() == 5  # its four samples
     assert "not kept by RoC" in page.inner_text("h2")
     page.screenshot(path=str(shots / "rollout.png"), full_page=True)
-    page.goto(viewer.url + "#/rollout/0.1/2")
-    page.wait_for_selector("#verdict")
-    assert "does not match the reference 42" in page.inner_text("#verdict")
+    page.goto(viewer.url + "#/rollout/0.1/2")  # the same page: wait for the new rollout
+    page.wait_for_selector("#verdict:has-text('does not match the reference 42')")
     assert "kept by RoC (trained on)" in page.inner_text("h2")
 
 

@@ -71,13 +71,13 @@ RESTART_BACKOFF_S = (0.05, 2.0)
 """First and longest wait between two failed zygote starts (doubling in between)."""
 
 BOOT_ATTEMPTS = 3
+"""Starts the first zygote gets before `boot` gives up (a broken set-up fails fast)."""
 
 ORPHAN_GRACE_S = 1.0
 """How long the zygote's output may stay open after the process the executor started exited.
 Killed inside bubblewrap's setup (before its --die-with-parent takes hold), bubblewrap can leave
 the zygote running as an orphan that holds the pipes: after this grace the executor closes its
 input (the zygote exits on that) and counts the zygote as dead."""
-"""Starts the first zygote gets before `boot` gives up (a broken set-up fails fast)."""
 
 
 @dataclass
@@ -281,8 +281,6 @@ class Executor:
             self._up, self._proc = anyio.Event(), None
             self._fail_all("sandbox zygote exited", "sandbox_died")
             await stop(proc)
-            with anyio.CancelScope(shield=True):
-                await proc.aclose()  # its pipes, not left to the garbage collector
             if self._closed:
                 break
             self._restarts += 1
@@ -303,8 +301,6 @@ class Executor:
         except BaseException as e:
             kill(proc)
             await stop(proc)
-            with anyio.CancelScope(shield=True):  # its pipes now: the garbage collector closed
-                await proc.aclose()  # them after the loop (a traceback after Ctrl-C at start)
             if isinstance(e, (anyio.EndOfStream, anyio.BrokenResourceError, OSError)):
                 raise SandboxStartError(f"sandbox zygote died while starting: {e!r}") from e
             raise
@@ -358,8 +354,8 @@ class Executor:
 
     async def _watch_exit(self, proc: anyio.abc.Process, pump: anyio.CancelScope) -> None:
         """End the pump when `proc` has exited but its output stays open (an orphaned zygote
-        holds it): close the zygote's input, on which it exits and its output ends; close the
-        rest after another grace if it does not."""
+        holds it): close the zygote's input, on which it exits and its output ends; end the
+        pump after another grace if it does not (`serve` then closes the pipes)."""
         await proc.wait()
         await anyio.sleep(ORPHAN_GRACE_S)  # its last results are read and the output ends
         log.error("sandbox zygote's process exited but its output is still open: closing it")
@@ -368,8 +364,6 @@ class Executor:
             async with self._write_lock:
                 await proc.stdin.aclose()  # an orphaned zygote exits on end of input
         await anyio.sleep(5 * ORPHAN_GRACE_S)
-        with anyio.CancelScope(shield=True):
-            await proc.aclose()
         pump.cancel()
 
     def _fail_all(self, message: str, infra: str) -> None:
@@ -388,7 +382,6 @@ class Executor:
                     await proc.stdin.aclose()
             if proc is not None:
                 await stop(proc)  # also when the caller was cancelled: no zygote outlives us
-                await proc.aclose()
         self._fail_all("executor is shut down", "shut_down")
 
 

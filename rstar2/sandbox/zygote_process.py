@@ -91,10 +91,13 @@ def kill(proc: anyio.abc.Process) -> None:
 
 
 async def stop(proc: anyio.abc.Process) -> None:
-    """Wait (shielded) up to 5 s for `proc` to exit, then SIGKILL it and reap it."""
+    """Wait (shielded) up to 5 s for `proc` to exit, then SIGKILL it and reap it; then close its
+    pipes (left to the garbage collector, they are closed after the event loop, with a
+    traceback)."""
     with anyio.CancelScope(shield=True):
         with anyio.move_on_after(5.0):
             await proc.wait()
-            return
-        kill(proc)
-        await proc.wait()
+        if proc.returncode is None:
+            kill(proc)
+            await proc.wait()
+        await proc.aclose()

@@ -14,7 +14,7 @@ from rstar2.sandbox.config import SandboxConfig
 from rstar2.sandbox.executor import Executor, open_executor
 from rstar2.sandbox.isolation import IsolationError, bwrap_status, zygote_argv
 from rstar2.sandbox.shared_executor import execute_code
-from rstar2.sandbox.zygote_process import relay_stderr
+from rstar2.sandbox.zygote_process import relay_stderr, stop
 from rstar2.wire import ExecRequest, ExecResult
 
 from .conftest import Sandbox
@@ -384,3 +384,18 @@ def test_a_zygote_orphaned_by_its_launcher_is_closed_and_replaced(
     restarts, result = anyio.run(main)
     assert restarts >= 1
     assert (result.status, result.stdout) in {("ok", "42\n"), ("killed", "")}
+
+
+def test_stop_reaps_the_process_and_closes_its_pipes() -> None:
+    # Pipes left to the garbage collector are closed after the event loop, with a traceback.
+    async def main() -> None:
+        proc = await anyio.open_process(
+            [sys.executable, "-c", "pass"], stdin=-1, stdout=-1, stderr=-1
+        )
+        await stop(proc)
+        assert proc.returncode == 0
+        assert proc.stdout is not None
+        with pytest.raises(anyio.ClosedResourceError):
+            await proc.stdout.receive()
+
+    anyio.run(main)

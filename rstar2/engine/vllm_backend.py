@@ -351,12 +351,21 @@ def _save_weights(state_dict: dict[str, torch.Tensor], path: Path) -> None:
     save_file(tensors, str(path))
 
 
+# Engines in one process (`graph.engines` > 1 with the actors in one process) are built one at a
+# time. Building an `AsyncLLM` registers vLLM's Prometheus metrics in prometheus_client's global
+# registry after unregistering any there: two built at once on their own loop threads can both
+# unregister, then both register, and the second fails with `DuplicateTimeseries` (seen in CI).
+_BUILDING = threading.Lock()
+
+
 async def _start(cfg: VLLMConfig, tap: _KVTap) -> AsyncLLM:
-    """On the vLLM loop: build the engine (blocks that loop until vLLM is ready)."""
-    return AsyncLLM.from_engine_args(
-        cfg.engine_args(),
-        stat_loggers=[lambda vllm_config, index: _StatsLogger(vllm_config, index, tap)],
-    )
+    """On the vLLM loop: build the engine (blocks that loop until vLLM is ready), one build in
+    the process at a time."""
+    with _BUILDING:
+        return AsyncLLM.from_engine_args(
+            cfg.engine_args(),
+            stat_loggers=[lambda vllm_config, index: _StatsLogger(vllm_config, index, tap)],
+        )
 
 
 async def _stop(llm: AsyncLLM) -> None:

@@ -49,6 +49,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="sft_best: a checkpoint evaluated on validation every N steps (default 0: a "
         "quarter of the steps)",
     )
+    parser.add_argument(
+        "--sft-min-validation",
+        type=nonnegative_float,
+        default=0.05,
+        help="a seed's SFT below this validation accuracy is trained again from another "
+        "initialisation (default 0.05; 0: never)",
+    )
+    parser.add_argument(
+        "--sft-attempts",
+        type=nonnegative_int,
+        default=3,
+        help="SFT attempts per seed at most, the first included (default 3); with none at "
+        "the level the best is kept",
+    )
     parser.add_argument("--out", required=True, help="experiment directory (reruns resume it)")
     parser.add_argument("--json", action="store_true", help="print results.json to stdout")
 
@@ -77,6 +91,8 @@ def spec_of(args: argparse.Namespace) -> ExperimentSpec:
         fault_rate=args.fault_rate,
         best_steps=args.sft_best_steps,
         best_every=args.sft_best_every,
+        sft_min_validation=args.sft_min_validation,
+        sft_attempts=args.sft_attempts,
     )
 
 

@@ -4,6 +4,10 @@
 
 1. for each seed, SFT once (`OUT/sft-models/seed-<s>/model-sft/`), shared by every env and
    arm of that seed: SFT never calls the sandbox, so the envs' SFT would be the same model;
+   with `sft_min_validation` > 0 it is evaluated on the validation problems (`val/`) and,
+   below that level, trained again from another initialisation (`retry-<k>/`, at most
+   `sft_attempts` in all; `rstar2.train.experiment.sft_choice`); the attempts and the choice
+   in `OUT/sft-models/seed-<s>/sft-choice.json`;
 2. each arm run in `OUT/<env>/<arm>/seed-<s>/`, in `plan_runs` order:
    - `grpo` / `roc`: an RL run (`run_training`) from the shared SFT model;
    - `sft`: the `test_sft` evaluation of that (env, seed)'s first RL run (the same policy,
@@ -66,6 +70,8 @@ from rstar2.train.experiment import (  # noqa: E402
     rl_compute_tokens,
     rl_overrides,
     run_overrides,
+    sft_choice,
+    sft_retry_overrides,
     summarize,
     training_figures,
 )
@@ -93,6 +99,11 @@ class ExperimentSpec:
     """`sft_best`'s further SFT steps (0: `sft.steps`, as many again as the first SFT)."""
     best_every: int = 0
     """`sft_best`'s checkpoint interval in steps (0: a quarter of `best_steps`)."""
+    sft_min_validation: float = 0.0
+    """A seed's SFT below this validation accuracy is trained again from another
+    initialisation (0: never; the CLI's default is 0.05)."""
+    sft_attempts: int = 3
+    """SFT attempts per seed at most, the first included."""
 
 
 def run_config(spec: ExperimentSpec, run: ArmRun, extra: list[str]) -> TrainConfig:
@@ -113,6 +124,14 @@ def check_spec(spec: ExperimentSpec) -> list[ArmRun]:
         raise ConfigError("--fault-rate", spec.fault_rate, "a number in [0, 1]")
     if spec.best_steps < 0 or spec.best_every < 0:
         raise ConfigError("--sft-best-steps", spec.best_steps, ">= 0 (and --sft-best-every too)")
+    if not 0 <= spec.sft_min_validation <= 1:
+        raise ConfigError("--sft-min-validation", spec.sft_min_validation, "a number in [0, 1]")
+    if spec.sft_min_validation > 0 and cfg.heldout_problems < 1:
+        raise ConfigError(
+            "--sft-min-validation", spec.sft_min_validation, "0 when heldout_problems = 0"
+        )
+    if spec.sft_attempts < 1:
+        raise ConfigError("--sft-attempts", spec.sft_attempts, ">= 1")
     return runs
 
 
@@ -184,14 +203,61 @@ def _ood(spec: ExperimentSpec, run: ArmRun, policy: Path) -> tuple[float, list[f
 
 
 def shared_sft(spec: ExperimentSpec, run: ArmRun, progress: Callable[[str], None]) -> Path:
-    """The seed's SFT model (trained on first use)."""
-    sft_root = spec.out / "sft-models" / f"seed-{run.seed}"
-    if (sft_root / "model-sft" / "sft.json").is_file():
-        return sft_root / "model-sft"
-    progress(f"SFT of seed {run.seed} (shared by every env and arm): started")
-    model = prepare_policy(run_config(spec, run, []), sft_root)
+    """The seed's SFT model (trained on first use; with `sft_min_validation`, the attempt
+    `sft_choice` keeps, recorded in `sft-choice.json`)."""
+    seed_root = spec.out / "sft-models" / f"seed-{run.seed}"
+    if spec.sft_min_validation <= 0:
+        return _sft_attempt(spec, run, seed_root, 0, progress)
+    choice_file = seed_root / "sft-choice.json"
+    if choice_file.is_file():
+        return Path(json.loads(choice_file.read_text())["model"])
+    validations: list[float] = []
+    models: list[Path] = []
+    chosen = None
+    while chosen is None:
+        attempt = len(models)
+        root = seed_root if attempt == 0 else seed_root / f"retry-{attempt}"
+        model = _sft_attempt(spec, run, root, attempt, progress)
+        cfg = run_config(spec, run, validation_overrides(model, _validation_problems(spec, run)))
+        accuracy, _ = _test(_fresh_run(cfg, root / "val"), "test_sft")
+        models.append(model)
+        validations.append(accuracy)
+        chosen = sft_choice(validations, spec.sft_min_validation, spec.sft_attempts)
+        verdict = "kept" if chosen is not None else "below the level: trained again"
+        progress(
+            f"SFT of seed {run.seed}, attempt {attempt + 1}: validation {100 * accuracy:.1f}% "
+            f"(level {100 * spec.sft_min_validation:.1f}%), {verdict}"
+        )
+    reached = validations[chosen] >= spec.sft_min_validation
+    if not reached:
+        progress(f"SFT of seed {run.seed}: no attempt reached the level; the best one is kept")
+    record = {
+        "level": spec.sft_min_validation,
+        "validations": validations,
+        "models": [str(m) for m in models],
+        "chosen": chosen,
+        "reached": reached,
+        "model": str(models[chosen]),
+    }
+    write_text(choice_file, json.dumps(record, indent=1))
+    return models[chosen]
+
+
+def _validation_problems(spec: ExperimentSpec, run: ArmRun) -> int:
+    return run_config(spec, run, []).heldout_problems
+
+
+def _sft_attempt(
+    spec: ExperimentSpec, run: ArmRun, root: Path, attempt: int, progress: Callable[[str], None]
+) -> Path:
+    """SFT attempt `attempt` of the seed in `root` (done before: its model)."""
+    if (root / "model-sft" / "sft.json").is_file():
+        return root / "model-sft"
+    tag = f"SFT of seed {run.seed}" + (f", attempt {attempt + 1}" if attempt else "")
+    progress(f"{tag} (shared by every env and arm): started")
+    model = prepare_policy(run_config(spec, run, sft_retry_overrides(run.seed, attempt)), root)
     seconds = json.loads((model / "sft.json").read_text())["seconds"]
-    progress(f"SFT of seed {run.seed}: done in {seconds:.0f}s")
+    progress(f"{tag}: done in {seconds:.0f}s")
     return model
 
 

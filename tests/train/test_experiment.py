@@ -20,6 +20,8 @@ from rstar2.train.experiment import (
     rl_compute_tokens,
     run_overrides,
     seed_interval,
+    sft_choice,
+    sft_retry_overrides,
     summarize,
     training_figures,
 )
@@ -167,3 +169,20 @@ def test_the_best_checkpoint_is_the_best_validation_and_the_earliest_of_equals()
     assert best_checkpoint({200: 0.5, 100: 0.5}) == 100
     with pytest.raises(ValueError):
         best_checkpoint({})
+
+
+def test_an_sft_attempt_is_kept_at_the_level_else_retried_then_the_best_of_them() -> None:
+    assert sft_choice([0.2], 0.05, 3) == 0  # reached at once
+    assert sft_choice([0.01], 0.05, 3) is None  # below: another attempt
+    assert sft_choice([0.01, 0.05], 0.05, 3) == 1  # the level itself counts as reached
+    assert sft_choice([0.01, 0.03, 0.02], 0.05, 3) == 1  # none reached: the best
+    assert sft_choice([0.02, 0.01, 0.02], 0.05, 3) == 0  # the earliest of equals
+    assert sft_choice([0.0], 0.05, 1) == 0  # one attempt allowed: no retry
+    with pytest.raises(ValueError):
+        sft_choice([], 0.05, 3)
+
+
+def test_an_sft_retry_changes_the_initialisation_only() -> None:
+    assert sft_retry_overrides(2, 0) == []
+    assert sft_retry_overrides(2, 1) == ["model.tiny.seed=1002"]
+    assert sft_retry_overrides(2, 2) == ["model.tiny.seed=2002"]

@@ -25,12 +25,23 @@ def test_experiment_runs_resumes_and_reports(
         "--set", ONE_STEP, "--set", "test_problems=2", "--set", "sft.steps=2",
         "--set", "heldout_problems=2", "--set", "ood_task.lexicon=ood",
         "--sft-best-steps", "2", "--sft-best-every", "1",
+        "--sft-min-validation", "1", "--sft-attempts", "2",
     ]  # fmt: skip
     assert main(argv) == 0
     first = capsys.readouterr()
     assert "noisy/grpo/seed-3: started" in first.err
     assert "noisy/sft_flops/seed-3: done in" in first.err
     assert "noisy/sft_best/seed-3: validation after 2 more SFT steps" in first.err
+    # 100% on validation is out of reach: a second SFT from another initialisation, the better
+    # of the two kept (the first of equals)
+    choice = json.loads((out / "sft-models/seed-3/sft-choice.json").read_text())
+    assert choice["level"] == 1 and not choice["reached"] and len(choice["validations"]) == 2
+    assert choice["model"] == choice["models"][choice["chosen"]]
+    retry = json.loads((out / "sft-models/seed-3/retry-1/model-sft/config.json").read_text())
+    first_init = out / "sft-models/seed-3/model-init/model.safetensors"
+    retry_init = out / "sft-models/seed-3/retry-1/model-init/model.safetensors"
+    assert retry["vocab_size"] > 0 and first_init.read_bytes() != retry_init.read_bytes()
+    assert "attempt 2: validation" in first.err
 
     results = json.loads((out / "results.json").read_text())
     runs = {r["arm"]: r for r in results["runs"]}
@@ -38,7 +49,7 @@ def test_experiment_runs_resumes_and_reports(
     # the RL run is noisy, seeded 3, from the shared SFT model
     cfg = json.loads((out / "noisy/grpo/seed-3/config.json").read_text())
     assert (cfg["seed"], cfg["sft"]["seed"], cfg["sandbox"]["fault_rate"]) == (3, 3, 0.5)
-    assert cfg["model"]["path"] == str(out / "sft-models/seed-3/model-sft")
+    assert cfg["model"]["path"] == choice["model"]
     assert len(grpo["curve"]) == 1 and grpo["tool_calls"] is not None
     # the sft arm is the RL run's own evaluation of the SFT policy
     summary = json.loads((out / "noisy/grpo/seed-3/summary.json").read_text())
@@ -62,7 +73,7 @@ def test_experiment_runs_resumes_and_reports(
     val_cfg = json.loads((out / "noisy/sft_best/seed-3/val-00001/config.json").read_text())
     assert (val_cfg["heldout_problems"], val_cfg["test_problems"]) == (0, 2)
     best_cfg = json.loads((out / "noisy/sft_best/seed-3/eval/config.json").read_text())
-    want = out / "sft-models/seed-3/model-sft"
+    want = Path(choice["model"])
     if best_step:
         want = out / f"noisy/sft_best/seed-3/model-sft-best/step-{best_step:05d}"
     assert best_cfg["model"]["path"] == str(want)
@@ -96,6 +107,8 @@ def test_experiment_runs_resumes_and_reports(
         (["--set", "sft.steps=0"], "config key 'sft.steps'"),
         (["--set", "test_problems=0"], "config key 'test_problems'"),
         (["--set", "nope=1"], "nope"),
+        (["--sft-min-validation", "2"], "--sft-min-validation"),
+        (["--sft-attempts", "0"], "--sft-attempts"),
     ],
 )
 def test_bad_input_is_one_line(

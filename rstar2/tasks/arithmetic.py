@@ -26,6 +26,7 @@ from __future__ import annotations
 import hashlib
 import json
 import random
+import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -233,6 +234,29 @@ _VERBAL: tuple[tuple[str, str], ...] = (
     ("How many whole times does {b} go into {a}?", "{a} // {b}"),
     ("What is left over when {a} is divided by {b}?", "{a} % {b}"),
 )
+
+
+def _base_pattern(text: str) -> re.Pattern[str]:
+    """A base clause's template as a regex: numbers, names and items as wildcards."""
+    fields = {"a": r"\d+", "b": r"\d+", "n": r"\w+", "i": r"\w+"}
+    parts = re.split(r"(\{[abni]\})", text)
+    return re.compile(
+        "".join(fields[p[1]] if re.fullmatch(r"\{[abni]\}", p) else re.escape(p) for p in parts)
+    )
+
+
+_BASE_PATTERNS = tuple((_base_pattern(text), expr) for text, expr in _BASES)
+
+
+def story_kind(text: str) -> str | None:
+    """A story's shape: its base clause's expression and its event count, e.g. `"{a} // {b},
+    1 event"` (None for text that is not a story). For accuracy by kind of story (which
+    operations a policy has learnt to read): `scripts/accuracy_by_kind.py`."""
+    for pattern, expr in _BASE_PATTERNS:
+        if pattern.match(text):
+            events = text.count(" Then ")
+            return f"{expr}, {events} event{'' if events == 1 else 's'}"
+    return None
 
 
 def _verbal(rng: random.Random, cfg: TaskConfig) -> tuple[str, str]:

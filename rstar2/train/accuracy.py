@@ -11,6 +11,12 @@ problems like these", and the k samples of one problem are not independent draws
 (the clustered standard error of Miller, "Adding Error Bars to Evals", 2024). With k > 1 the
 within-problem sampling noise shrinks se; with one problem there is no interval (0 width).
 
+Beside it, pass@k: the share of problems at least one of whose k samples is correct - what the
+policy's sampling covers. RL that only sharpens the policy's choices among what it already
+samples reaches at most the pass@k of where it started (Yue et al. 2025, "Does Reinforcement
+Learning Really Incentivize Reasoning Capacity in LLMs Beyond the Base Model?"): an RL pass@1
+near the SFT model's pass@k says the gain is bounded by exploration, not by steps.
+
 `eval_splits(cfg, train)`: the validation split (evaluated during training; the one to tune on)
 and the test split (evaluated after SFT and at the end only, the reported result), each the
 `heldout_problems` / `test_problems` first problems of its source: `test_data` for the test
@@ -53,6 +59,8 @@ class Accuracy:
     problems: int
     samples: int
     """Samples per problem (k)."""
+    pass_at_k: float = 0.0
+    """Share of problems with at least one correct sample among their k (module docstring)."""
     rollout: dict[str, float] = field(default_factory=dict)
     """How the evaluation's rollouts went: `response_tokens_mean`, `tool_calls_mean` (per
     rollout) and `tool_error_ratio_correct` (failed calls among the calls of correct rollouts)."""
@@ -63,6 +71,7 @@ class Accuracy:
             "ci95": [self.low, self.high],
             "problems": self.problems,
             "samples": self.samples,
+            "pass_at_k": self.pass_at_k,
             **self.rollout,
         }
 
@@ -80,7 +89,8 @@ def score(results: Sequence[TrajectoryResult]) -> Accuracy:
     half = Z95 * statistics.stdev(rates) / math.sqrt(n) if n > 1 else 0.0
     samples = max(len(v) for v in by_problem.values())
     low, high = max(0.0, mean - half), min(1.0, mean + half)
-    return Accuracy(mean, low, high, n, samples, rollout_figures(results))
+    covered = sum(1 for v in by_problem.values() if max(v) > 0) / n
+    return Accuracy(mean, low, high, n, samples, covered, rollout_figures(results))
 
 
 def rollout_figures(results: Sequence[TrajectoryResult]) -> dict[str, float]:

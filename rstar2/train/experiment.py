@@ -178,6 +178,9 @@ class ArmResult:
     it: RL training steps' mean, SFT arms None)."""
     tool_calls: float | None = None
     """Mean tool calls per rollout on the test evaluation (as `response_tokens`)."""
+    pass_at_k: float | None = None
+    """Share of test problems solved by at least one of their `eval_samples` samples (runs
+    that predate it: None)."""
     tool_error_ratio_correct: float | None = None
     """RL: mean over steps of the share of failed calls inside correct rollouts (Figure 9)."""
     curve: list[list[float]] = field(default_factory=list)
@@ -324,6 +327,8 @@ class ArmSummary:
     ood_accuracy: float | None = None
     ood_ci95: list[float] | None = None
     """Over seeds (t interval) like `ci95`; with one seed, the run's own interval."""
+    pass_at_k: float | None = None
+    """Mean over seeds of the test pass@k (`ArmResult.pass_at_k`)."""
 
 
 def _mean_of(values: Sequence[float | None]) -> float | None:
@@ -370,6 +375,7 @@ def summarize(results: Sequence[ArmResult]) -> list[ArmSummary]:
                 compute_tokens=_mean_of([r.compute_tokens for r in rs]),
                 ood_accuracy=ood_accuracy,
                 ood_ci95=ood_ci95,
+                pass_at_k=_mean_of([r.pass_at_k for r in rs]),
             )
         )
     return out
@@ -383,7 +389,7 @@ def format_table(rows: Sequence[ArmSummary]) -> str:
     """The fixed-width table `rstar2 experiment` prints (accuracies in percent)."""
     head = (
         f"{'env':<6} {'arm':<9} {'n':>2}  {'test pass@1':>15}  {'95% CI':>13} {'over':<8} "
-        f"{'time':>7} {'len':>6} {'tools':>5} {'err+':>6} {'ood':>5}"
+        f"{'pass@k':>6} {'time':>7} {'len':>6} {'tools':>5} {'err+':>6} {'ood':>5}"
     )
     lines = [head]
     for r in rows:
@@ -392,6 +398,7 @@ def format_table(rows: Sequence[ArmSummary]) -> str:
         ci = f"{100 * r.ci95[0]:5.1f}-{100 * r.ci95[1]:5.1f}"
         lines.append(
             f"{r.env:<6} {r.arm:<9} {len(r.seeds):>2}  {acc:>15}  {ci:>13} {r.ci_over:<8} "
+            f"{_num(None if r.pass_at_k is None else 100 * r.pass_at_k, '6.1f'):>6} "
             f"{r.wall_s:6.0f}s {_num(r.response_tokens, '6.1f'):>6} "
             f"{_num(r.tool_calls, '5.2f'):>5} {_num(r.tool_error_ratio_correct, '6.3f'):>6} "
             f"{_num(None if r.ood_accuracy is None else 100 * r.ood_accuracy, '5.1f'):>5}"

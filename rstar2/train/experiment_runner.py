@@ -279,10 +279,14 @@ def _test(summary: dict[str, Any], key: str) -> tuple[float, list[float]]:
 
 
 def _test_use(summary: dict[str, Any], key: str) -> dict[str, float]:
-    """Response tokens and tool calls per rollout on that test evaluation (absent in runs that
-    predate them): the same measure for every arm, SFT ones included."""
+    """Response tokens and tool calls per rollout and pass@k on that test evaluation (absent in
+    runs that predate them): the same measure for every arm, SFT ones included."""
     acc = summary["evaluations"][key]
-    pairs = (("response_tokens", "response_tokens_mean"), ("tool_calls", "tool_calls_mean"))
+    pairs = (
+        ("response_tokens", "response_tokens_mean"),
+        ("tool_calls", "tool_calls_mean"),
+        ("pass_at_k", "pass_at_k"),
+    )
     return {ours: float(acc[theirs]) for ours, theirs in pairs if theirs in acc}
 
 

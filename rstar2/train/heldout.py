@@ -114,13 +114,18 @@ def record(
 
 
 def accuracy_row(prefix: str, acc: Accuracy) -> dict[str, Any]:
-    """A metrics row's `<prefix>_accuracy` and `<prefix>_ci95` ([low, high])."""
-    return {f"{prefix}_accuracy": acc.mean, f"{prefix}_ci95": [acc.low, acc.high]}
+    """A metrics row's `<prefix>_accuracy`, `<prefix>_ci95` ([low, high]) and
+    `<prefix>_pass_at_k`."""
+    return {
+        f"{prefix}_accuracy": acc.mean,
+        f"{prefix}_ci95": [acc.low, acc.high],
+        f"{prefix}_pass_at_k": acc.pass_at_k,
+    }
 
 
 def accuracy_text(acc: Accuracy) -> str:
     """An accuracy as a log line shows it."""
     return (
         f"{acc.mean:.3f} (95% CI {acc.low:.3f}-{acc.high:.3f}; {acc.problems} problems x "
-        f"{acc.samples} samples)"
+        f"{acc.samples} samples; pass@{acc.samples} {acc.pass_at_k:.3f})"
     )

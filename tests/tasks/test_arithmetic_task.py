@@ -183,3 +183,25 @@ def test_joined_word_styles_draw_each_problem_from_one_of_them() -> None:
         TaskConfig(word_style="templates+templates").validate()
     with pytest.raises(ConfigError, match="word_style"):
         TaskConfig(word_style="templates+poems").validate()
+
+
+def test_a_storys_kind_is_its_base_expression_and_event_count() -> None:
+    from rstar2.tasks.arithmetic import story_kind
+
+    ood = TaskConfig(word_fraction=1.0, word_style="story", min_events=2, max_events=3,
+                     lexicon="ood")  # fmt: skip
+    kinds = set()
+    for p in generate_problems(STORY, "train")[:300] + generate_problems(ood, "heldout")[:100]:
+        kind = story_kind(p.problem)
+        assert kind is not None, p
+        base, events = kind.split(", ")
+        tokens = p.expression.split()
+        n_events = sum(1 for t in tokens if t in "+-")
+        # the base's operator is the expression's first when it has one; events are the rest
+        first_op = tokens[1] if len(tokens) > 1 and tokens[1] not in "+-" else None
+        assert base == ("{a}" if first_op is None else "{a} " + first_op + " {b}"), (kind, p)
+        assert events == f"{n_events} event" + ("" if n_events == 1 else "s"), (kind, p)
+        kinds.add(base)
+    assert kinds == {"{a}", "{a} * {b}", "{a} // {b}", "{a} % {b}"}
+    assert story_kind("What is 12 + 30?") is None
+    assert story_kind("Add 67 and 77. What do you get?") is None

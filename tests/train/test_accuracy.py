@@ -44,6 +44,8 @@ def test_avg_at_k_and_its_interval_over_problems() -> None:
     assert (acc.low, acc.high) == pytest.approx((0.5 - half, 0.5 + half))
     assert acc.as_dict()["ci95"] == [acc.low, acc.high]
     assert acc.as_dict()["tool_calls_mean"] == 0.0 and acc.rollout["response_tokens_mean"] == 0.0
+    # pass@2: 5 of the 6 problems have a correct sample
+    assert acc.pass_at_k == acc.as_dict()["pass_at_k"] == 5 / 6
 
 
 def test_the_interval_is_clipped_and_empty_without_spread() -> None:

@@ -117,18 +117,18 @@ def test_format_table_rows() -> None:
     rows = summarize(
         [
             result("clean", "grpo", 0, 0.4, response_tokens=50.0, tool_calls=1.25,
-                   tool_error_ratio_correct=0.125),
+                   tool_error_ratio_correct=0.125, pass_at_k=0.5),
             result("clean", "grpo", 1, 0.6, response_tokens=60.0, tool_calls=1.25,
-                   tool_error_ratio_correct=0.125),
+                   tool_error_ratio_correct=0.125, pass_at_k=0.7),
             result("clean", "sft", 0, 0.25),
         ]
     )  # fmt: skip
     lines = format_table(rows).splitlines()
-    assert lines[1].split() == ["clean", "sft", "1", "25.0", "15.0-", "35.0", "problems", "10s",
-                                "-", "-", "-", "-"]  # fmt: skip
+    assert lines[1].split() == ["clean", "sft", "1", "25.0", "15.0-", "35.0", "problems", "-",
+                                "10s", "-", "-", "-", "-"]  # fmt: skip
     # sd 14.1 points; t(0.975, 1) = 12.706: 50.0 +- 127.1 points, clipped to 0-100
     assert lines[2].split() == ["clean", "grpo", "2", "50.0", "+-", "14.1", "0.0-100.0",
-                                "seeds", "15s", "55.0", "1.25", "0.125", "-"]  # fmt: skip
+                                "seeds", "60.0", "15s", "55.0", "1.25", "0.125", "-"]  # fmt: skip
 
 
 def test_rl_compute_counts_trained_tokens_and_a_third_of_rollout_tokens() -> None:

@@ -55,6 +55,8 @@ def test_experiment_runs_resumes_and_reports(
     summary = json.loads((out / "noisy/grpo/seed-3/summary.json").read_text())
     assert sft["test_accuracy"] == summary["evaluations"]["test_sft"]["accuracy"]
     assert sft["tool_calls"] == summary["evaluations"]["test_sft"]["tool_calls_mean"]
+    assert sft["pass_at_k"] == summary["evaluations"]["test_sft"]["pass_at_k"]
+    assert grpo["pass_at_k"] == summary["evaluations"]["test_final"]["pass_at_k"]
     assert grpo["response_tokens"] == summary["evaluations"]["test_final"]["response_tokens_mean"]
     # the equal-compute control trained on the RL arm's compute in tokens, not its time
     rows = [

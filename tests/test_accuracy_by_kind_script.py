@@ -1,0 +1,59 @@
+"""scripts/accuracy_by_kind.py on a hand-made trajectories.jsonl."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+
+SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "accuracy_by_kind.py"
+spec = importlib.util.spec_from_file_location("accuracy_by_kind", SCRIPT)
+assert spec is not None and spec.loader is not None
+by_kind = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(by_kind)
+
+PACKS = "Ben buys 12 packs of {} pens. How many pens does Ben have now?"
+SHARED = "84 apples are shared equally among {} friends, and Ana gets one share. Then Ana " \
+    "loses 3. How many apples does Ana have now?"  # fmt: skip
+
+
+def _row(source: str, step: int, problem: str, reward: float) -> dict:
+    return {"source": source, "step": step, "problem": problem, "reward": reward}
+
+
+def test_pass_at_1_and_k_per_kind_and_evaluation(tmp_path: Path, capsys) -> None:
+    rows = [
+        # step 0: packs problem A 1 of 2 correct, B 0 of 2; shared: none
+        _row("validation", 0, PACKS.format(40), 1.0), _row("validation", 0, PACKS.format(40), 0.0),
+        _row("validation", 0, PACKS.format(41), 0.0), _row("validation", 0, PACKS.format(41), 0.0),
+        _row("validation", 0, SHARED.format(5), 0.0), _row("validation", 0, SHARED.format(5), 0.0),
+        # step 20: packs both right on one sample each
+        _row("validation", 20, PACKS.format(40), 1.0), _row("validation", 20, PACKS.format(40), 0.0),
+        _row("validation", 20, PACKS.format(41), 1.0), _row("validation", 20, PACKS.format(41), 0.0),
+        _row("train", 3, PACKS.format(40), 1.0),  # training rollouts are not evaluations
+        _row("test", 0, "What is 3 + 4?", 1.0),
+    ]  # fmt: skip
+    table = by_kind.by_kind(rows, "validation")
+    assert table == {
+        ("validation", 0): {"{a} * {b}, 0 events": (2, 0.25, 0.5),
+                            "{a} // {b}, 1 event": (1, 0.0, 0.0)},
+        ("validation", 20): {"{a} * {b}, 0 events": (2, 0.5, 1.0)},
+    }  # fmt: skip
+    assert by_kind.by_kind(rows, "test") == {("test", 0): {"not a story": (1, 1.0, 1.0)}}
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "trajectories.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert by_kind.main([str(run)]) == 0
+    out = capsys.readouterr().out
+    assert "| {a} * {b}, 0 events | 2 | 25 / 50 | 50 / 100 |" in out
+    assert "| {a} // {b}, 1 event | 1 | 0 / 0 | - |" in out
+
+
+@pytest.mark.parametrize("make", [False, True])
+def test_a_run_without_evaluations_is_one_line(tmp_path: Path, capsys, make: bool) -> None:
+    if make:
+        (tmp_path / "trajectories.jsonl").write_text(json.dumps(_row("train", 1, "x", 0)) + "\n")
+    assert by_kind.main([str(tmp_path)]) == 2
+    assert len(capsys.readouterr().err.strip().splitlines()) == 1

@@ -113,6 +113,9 @@ class TrainConfig:
     test_problems: int = 0
     """Test problems: evaluated only after SFT and at the end, the reported result (never
     tuned on); disjoint from training and validation (`rstar2.train.accuracy`). 0: none."""
+    evaluate_validation: bool = True
+    """Evaluate the validation problems (False: they stay held out, so the test split is the
+    same problems, but are never evaluated: an evaluation-only run that reports test alone)."""
     eval_samples: int = 1
     """Samples per problem in every evaluation: accuracy is avg@k (pass@1 averaged over k
     samples), with seeds fixed across evaluations, and a 95% interval over problems."""

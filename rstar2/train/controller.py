@@ -364,7 +364,7 @@ class Controller:
                 s.step,
                 skipped,
             )
-        if cfg.eval_every and s.step % cfg.eval_every == 0 and cfg.heldout_problems:
+        if cfg.eval_every and s.step % cfg.eval_every == 0 and self.heldout:
             return [self._evaluate(Phase.STEP_EVAL)]
         return self._step_done()
 

@@ -145,12 +145,13 @@ def rl_overrides(algo: str, sft_model: Path) -> list[str]:
 def eval_overrides(model_dir: Path) -> list[str]:
     """A run that only evaluates `model_dir` on the test split: its `test_sft` is the trainer's
     own evaluation (same problems, seeds, `eval_samples`, sandbox). A run has at least one RL
-    step, so it takes one as small as a config allows and skips validation; its `test_final`
-    (after that step) is not used."""
+    step, so it takes one as small as a config allows and does not evaluate validation (the
+    validation problems stay held out: `heldout_problems=0` would move the test split onto
+    them); its `test_final` (after that step) is not used."""
     return [
         f"model.path={model_dir}",
         "sft.steps=0",
-        "heldout_problems=0",
+        "evaluate_validation=false",
         "prompts_per_step=1",
         "rollouts_per_prompt=2",
         "rl.algo=grpo",

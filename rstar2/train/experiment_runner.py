@@ -192,13 +192,14 @@ def _run_arm(spec: ExperimentSpec, run: ArmRun, progress: Callable[[str], None])
 
 
 def _ood(spec: ExperimentSpec, run: ArmRun, policy: Path) -> tuple[float, list[float]] | None:
-    """`policy`'s accuracy on the `[ood_task]`'s held-out problems (None without one): an
-    evaluation-only run whose task is the OOD task."""
+    """`policy`'s accuracy on the `[ood_task]`'s first `test_problems` held-out problems (None
+    without one): an evaluation-only run whose task is the OOD task (no validation split: the
+    OOD task is never tuned on)."""
     ood_task = run_config(spec, run, []).ood_task
     if not ood_task:
         return None
     sets = [f"task.{k}={v if isinstance(v, str) else json.dumps(v)}" for k, v in ood_task.items()]
-    cfg = run_config(spec, run, [*eval_overrides(policy), *sets])
+    cfg = run_config(spec, run, [*eval_overrides(policy), "heldout_problems=0", *sets])
     return _test(_fresh_run(cfg, run.directory(spec.out) / "ood"), "test_sft")
 
 
@@ -371,7 +372,7 @@ def validation_overrides(model_dir: Path, problems: int) -> list[str]:
     """An evaluation-only run of `model_dir` on the validation problems: with no validation
     split, its test split is the held-out source's first `problems` (the run's validation
     problems), evaluated as its `test_sft`."""
-    return [*eval_overrides(model_dir), f"test_problems={problems}"]
+    return [*eval_overrides(model_dir), "heldout_problems=0", f"test_problems={problems}"]
 
 
 def _sft_best_arm(

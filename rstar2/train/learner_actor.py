@@ -207,6 +207,8 @@ class LearnerActor(Actor):
         state = RunState.open(cfg, self.run_dir, self.model_dir, self.resume, self.resume_from)
         train = load_split(cfg, "train")
         validation, test = eval_splits(cfg, train)
+        if not cfg.evaluate_validation:
+            validation = []  # held out (the test split stays where it is), not evaluated
         controller = Controller(
             cfg, train, validation, state.prompt_ids, self.rollout_only, test=test
         )

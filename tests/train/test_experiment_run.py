@@ -14,6 +14,19 @@ from rstar2.cli import main
 ONE_STEP = 'stages=[{"name": "rl1", "steps": 1}]'
 
 
+def _problems(run: Path, source: str) -> list[str]:
+    rows = [json.loads(x) for x in (run / "trajectories.jsonl").read_text().splitlines()]
+    return sorted({r["problem"] for r in rows if r["source"] == source and r["step"] == 0})
+
+
+def _tested(run: Path) -> list[str]:
+    return _problems(run, "test")
+
+
+def _validated(run: Path) -> list[str]:
+    return _problems(run, "validation")
+
+
 @pytest.mark.slow
 def test_experiment_runs_resumes_and_reports(
     smoke_config: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
@@ -68,6 +81,12 @@ def test_experiment_runs_resumes_and_reports(
     assert flops["compute_tokens"] >= grpo["compute_tokens"]
     eval_cfg = json.loads((out / "noisy/sft_flops/seed-3/eval/config.json").read_text())
     assert eval_cfg["model"]["path"] == str(out / "noisy/sft_flops/seed-3/model-sft-flops")
+    # the SFT controls are tested on the RL arm's test problems, not on the validation ones
+    assert (eval_cfg["heldout_problems"], eval_cfg["evaluate_validation"]) == (2, False)
+    assert _tested(out / "noisy/sft_flops/seed-3/eval") == _tested(out / "noisy/grpo/seed-3")
+    assert _tested(out / "noisy/sft_best/seed-3/eval") == _tested(out / "noisy/grpo/seed-3")
+    assert _tested(out / "noisy/sft_best/seed-3/val-00001") == _validated(out / "noisy/grpo/seed-3")
+    assert _tested(out / "noisy/grpo/seed-3") != _validated(out / "noisy/grpo/seed-3")
     assert (eval_cfg["seed"], eval_cfg["eval_samples"]) == (3, cfg["eval_samples"])
     # the best control: the SFT model and 2 checkpoints on validation, the best one on test
     assert set(best["extra"]["validation"]) == {"0", "1", "2"}

@@ -26,9 +26,9 @@ again from another initialisation (`sft_retry_overrides`: `model.tiny.seed` only
 demonstrations and their batch order stay the seed's), at most `--sft-attempts` times in all;
 the first attempt that reaches the level is the seed's SFT model, or the best of them if none
 does (`sft_choice`). Every arm of the seed starts from that one model, so the paired comparison
-stays paired; the attempts are recorded. Why: in the 3-seed experiment of 2026-11-27 one seed's
-SFT reached 1.2% on validation against 19.5% for the others, and 800 more SFT steps did not
-change it: it had learnt the format but not the operations, and RL had nothing to start from.
+stays paired; the attempts are recorded. Why: an SFT run can learn the format but not the task
+(docs/results.md: one seed at 1.4% on validation against ~20% for the others, unchanged by 800
+more SFT steps), and RL from it measures nothing.
 
 The interval of an arm is over seeds (the spread a reader cares about: would another training
 run land there?): Student's t with n - 1 degrees of freedom,

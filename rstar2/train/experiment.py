@@ -133,7 +133,7 @@ def sft_choice(validations: Sequence[float], level: float, attempts: int) -> int
     if validations[-1] >= level:
         return len(validations) - 1
     if len(validations) >= attempts:
-        return min(range(len(validations)), key=lambda k: (-validations[k], k))
+        return best_checkpoint(dict(enumerate(validations)))
     return None
 
 

@@ -212,6 +212,7 @@ def shared_sft(spec: ExperimentSpec, run: ArmRun, progress: Callable[[str], None
     choice_file = seed_root / "sft-choice.json"
     if choice_file.is_file():
         return Path(json.loads(choice_file.read_text())["model"])
+    problems = run_config(spec, run, []).heldout_problems
     validations: list[float] = []
     models: list[Path] = []
     chosen = None
@@ -219,7 +220,7 @@ def shared_sft(spec: ExperimentSpec, run: ArmRun, progress: Callable[[str], None
         attempt = len(models)
         root = seed_root if attempt == 0 else seed_root / f"retry-{attempt}"
         model = _sft_attempt(spec, run, root, attempt, progress)
-        cfg = run_config(spec, run, validation_overrides(model, _validation_problems(spec, run)))
+        cfg = run_config(spec, run, validation_overrides(model, problems))
         accuracy, _ = _test(_fresh_run(cfg, root / "val"), "test_sft")
         models.append(model)
         validations.append(accuracy)
@@ -242,10 +243,6 @@ def shared_sft(spec: ExperimentSpec, run: ArmRun, progress: Callable[[str], None
     }
     write_text(choice_file, json.dumps(record, indent=1))
     return models[chosen]
-
-
-def _validation_problems(spec: ExperimentSpec, run: ArmRun) -> int:
-    return run_config(spec, run, []).heldout_problems
 
 
 def _sft_attempt(

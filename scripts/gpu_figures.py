@@ -78,18 +78,20 @@ SMOKE_BATCH = (
 BEFORE = ("--padded", "--reshard")
 """The learner as it was before packing: padded rows, full-vocabulary logits, FSDP2 resharding
 after forward on one rank (and no compiled layers: `bench learner` compiles only when asked)."""
-AFTER = ("--compile",)
-"""The learner as `rstar2 train` runs it on a GPU: packed rows, the chunked LM head, compiled
-layers, FSDP2 keeping gathered parameters on one rank."""
+AFTER = ("--compile", "--compile-head")
+"""The learner as `rstar2 train` runs it on a GPU: packed rows, the chunked LM head with its
+element-wise work compiled, compiled layers, fused AdamW, FSDP2 keeping gathered parameters on
+one rank."""
 RL = ("--workload", "rl", "--micro-batch-tokens", "8192")
 FSDP_AC = ("--fsdp", "--activation-checkpointing")
 VARIANTS = (
     # (name, extra arguments, both shapes?), most important first: a deadline drops the tail
     ("before-plain", BEFORE, True),
     ("plain", AFTER, True),
-    ("compile-head", (*AFTER, "--compile-head"), True),
+    ("no-compile-head", ("--compile",), True),
     ("before-fsdp-ac", (*BEFORE, *FSDP_AC), True),
     ("fsdp-ac", (*AFTER, *FSDP_AC), True),
+    ("fsdp-ac-every-2", (*AFTER, *FSDP_AC, "--checkpoint-every", "2"), True),
     ("rl-before-plain", (*RL, *BEFORE), True),
     ("rl-plain", (*RL, *AFTER), True),
     # each optimisation alone, against "before" (the 0.5B shape only)

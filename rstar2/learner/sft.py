@@ -27,6 +27,7 @@ from torch import nn
 from transformers import PreTrainedTokenizerBase
 
 from rstar2.config import require
+from rstar2.learner.policy_update import fused_adamw
 from rstar2.model import encode_conversation
 
 log = logging.getLogger(__name__)
@@ -178,9 +179,11 @@ def train_sft(
         raise ValueError("train_sft needs at least one example")
     torch.manual_seed(cfg.seed)
     model.train()
+    params = list(model.parameters())
     opt = torch.optim.AdamW(
-        model.parameters(), lr=cfg.lr, betas=cfg.betas, weight_decay=cfg.weight_decay
-    )
+        params, lr=cfg.lr, betas=cfg.betas, weight_decay=cfg.weight_decay,
+        fused=fused_adamw(params),
+    )  # fmt: skip
     result = SFTResult()
     device = next(model.parameters()).device
     start = time.perf_counter()

@@ -308,3 +308,16 @@ def test_engine_rollouts_from_the_learners_model_match_and_from_a_perturbed_copy
     assert (
         figures["perturbed"]["logprob_mismatch_max"] > figures["perturbed"]["logprob_mismatch_mean"]
     )
+
+
+def test_adamw_is_fused_only_when_every_parameter_is_on_a_gpu() -> None:
+    from types import SimpleNamespace
+
+    from rstar2.learner.policy_update import fused_adamw
+
+    gpu, cpu = SimpleNamespace(is_cuda=True), SimpleNamespace(is_cuda=False)
+    assert fused_adamw([gpu, gpu]) is True
+    assert fused_adamw([gpu, cpu]) is None
+    assert fused_adamw([]) is None
+    model = torch.nn.Linear(2, 2)
+    assert make_optimizer(model, LearnerConfig()).defaults["fused"] is None

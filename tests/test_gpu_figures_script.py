@@ -29,7 +29,8 @@ def test_the_plan_covers_before_and_after_each_optimisation_alone_and_both_workl
     assert {"--padded", "--reshard"} <= by_name["before-plain"] and "--compile" not in (
         by_name["before-plain"]
     )
-    assert by_name["plain"] == {"--compile"}  # what train runs on a GPU
+    assert by_name["plain"] == {"--compile", "--compile-head"}  # what train runs on a GPU
+    assert by_name["plain"] ^ by_name["no-compile-head"] == {"--compile-head"}
     assert by_name["packed-alone"] == set()
     # each optimisation alone differs from its "before" by that optimisation only
     for alone, before, flags in (

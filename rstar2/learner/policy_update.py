@@ -13,7 +13,9 @@ rollouts of every prompt with their advantages, see `rstar2.rl`) and:
    sampling time (tool and prompt tokens are masked out by the trajectory's loss mask), or,
    with truncated importance sampling (`rl.tis_cap`), against the learner's own logprobs
    before the step's update, each token weighted by min(exp(lp_learner - lp_engine), C);
-4. clips the global gradient norm and steps the optimizer and its warm-up schedule.
+4. clips the global gradient norm and steps the optimizer and its warm-up schedule; a step
+   whose gradient norm is not finite is skipped (its update would turn every weight into
+   NaN) and counted in the metric `skipped_updates`.
 
 Training-inference mismatch. Every step reports `logprob_mismatch_mean` and
 `logprob_mismatch_max`: |learner logprob - engine logprob| over all sampled tokens of the batch
@@ -37,6 +39,8 @@ checkpoint (checkpoint.py).
 
 from __future__ import annotations
 
+import logging
+import math
 from collections.abc import Callable
 
 import torch
@@ -52,6 +56,8 @@ from rstar2.learner.micro_batch import (
 )
 from rstar2.learner.step_timer import phase
 from rstar2.rl import Mismatch, RLConfig, TrainingBatch
+
+log = logging.getLogger(__name__)
 
 
 def make_optimizer(model: nn.Module, cfg: LearnerConfig) -> torch.optim.AdamW:
@@ -131,7 +137,8 @@ def optimizer_steps(
     optimizer steps, and the step's logprob mismatch: from the pre-pass when there is one
     (`needs_pre_pass`), else from the first (only) mini-batch's forward."""
     if n == 0:
-        zeros = {"loss": 0.0, "clip_fraction": 0.0, "approx_kl": 0.0, "grad_norm": 0.0}
+        zeros = {"loss": 0.0, "clip_fraction": 0.0, "approx_kl": 0.0, "grad_norm": 0.0,
+                 "skipped_updates": 0.0}  # fmt: skip
         return {**zeros, **Mismatch().metrics()}
     model.train()
     sums: dict[str, float] = {}
@@ -139,6 +146,7 @@ def optimizer_steps(
     steps = [chunk for _ in range(cfg.epochs) for chunk in chunks]
     proximal: Proximal | None = None
     mismatch: Mismatch | None = None
+    skipped = 0
     if needs_pre_pass(len(chunks), cfg.epochs, rl):
         proximal, mismatch = _pre_pass(chunks, measure)
     for chunk in steps:
@@ -146,16 +154,22 @@ def optimizer_steps(
         mismatch = seen if mismatch is None else mismatch
         with phase("optimizer"):
             grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
-            optimizer.step()
-            schedule.step()
+            if hasattr(grad_norm, "full_tensor"):  # a DTensor under FSDP2 (the global norm)
+                grad_norm = grad_norm.full_tensor()
+            norm = float(grad_norm)
+            if math.isfinite(norm):
+                optimizer.step()
+                schedule.step()
+            else:  # every rank sees the same global norm, so every rank skips
+                skipped += 1
+                log.warning("gradient norm %s: optimizer step skipped", norm)
             optimizer.zero_grad(set_to_none=True)
-        if hasattr(grad_norm, "full_tensor"):  # a DTensor under FSDP2
-            grad_norm = grad_norm.full_tensor()
-        step_metrics["grad_norm"] = float(grad_norm)
+        step_metrics["grad_norm"] = norm if math.isfinite(norm) else 0.0
         for k, v in step_metrics.items():
             sums[k] = sums.get(k, 0.0) + v
     out = {k: v / len(steps) for k, v in sums.items()}
     out["lr"] = float(optimizer.param_groups[0]["lr"])
+    out["skipped_updates"] = float(skipped)
     out.update((mismatch or Mismatch()).metrics())
     return out
 

@@ -5,7 +5,9 @@ README "Model and task"). `encode_examples` turns chat traces into (token ids, l
 pairs with `rstar2.model.encode_conversation`, so the loss covers assistant tokens only: mask 0
 for system, user and tool-response tokens. `train_sft` runs AdamW with linear warm-up then
 cosine decay, on right-padded random batches, with gradient clipping and a progress line every
-`log_every` steps. It trains where the model's parameters are (`rstar2 train` puts them on
+`log_every` steps; a step whose loss or gradient is not finite is skipped (its update would
+turn every weight into NaN), and `MAX_SKIPPED_IN_A_ROW` of them in a row stop SFT with
+`SFTDivergedError`. It trains where the model's parameters are (`rstar2 train` puts them on
 `learner.device`, with bf16 autocast under `learner.bf16`). With the same seed, data and
 starting weights it gives the same weights (deterministic CPU kernels).
 
@@ -27,7 +29,6 @@ from torch import nn
 from transformers import PreTrainedTokenizerBase
 
 from rstar2.config import require
-from rstar2.learner.policy_update import fused_adamw
 from rstar2.model import encode_conversation
 
 log = logging.getLogger(__name__)
@@ -95,6 +96,18 @@ class SFTResult:
     seconds: float = 0.0
     tokens: int = 0
     """Loss-bearing (assistant) tokens seen."""
+    skipped: list[tuple[int, float, float]] = field(default_factory=list)
+    """(1-based step, loss, gradient norm) of every step skipped for a non-finite loss or
+    gradient (its update was not applied)."""
+
+
+MAX_SKIPPED_IN_A_ROW = 10
+"""Non-finite steps in a row after which SFT stops with `SFTDivergedError`: one bad batch is
+skipped, a model that keeps producing NaN has diverged."""
+
+
+class SFTDivergedError(RuntimeError):
+    """SFT's loss or gradients stayed non-finite for `MAX_SKIPPED_IN_A_ROW` steps in a row."""
 
 
 def lr_at(step: int, cfg: SFTConfig) -> float:
@@ -179,14 +192,15 @@ def train_sft(
         raise ValueError("train_sft needs at least one example")
     torch.manual_seed(cfg.seed)
     model.train()
-    params = list(model.parameters())
+    # torch's default AdamW (foreach), not the RL learner's fused kernel: on an H200 SFT was
+    # no faster with it (docs/production.md, "On a GPU")
     opt = torch.optim.AdamW(
-        params, lr=cfg.lr, betas=cfg.betas, weight_decay=cfg.weight_decay,
-        fused=fused_adamw(params),
-    )  # fmt: skip
+        model.parameters(), lr=cfg.lr, betas=cfg.betas, weight_decay=cfg.weight_decay
+    )
     result = SFTResult()
     device = next(model.parameters()).device
     start = time.perf_counter()
+    in_a_row = 0
     for step, batch in enumerate(_batches(len(examples), cfg)):
         for group in opt.param_groups:
             group["lr"] = lr_at(step, cfg)
@@ -196,7 +210,22 @@ def train_sft(
         opt.zero_grad(set_to_none=True)
         loss.backward()
         grad_norm = float(nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip))
-        opt.step()
+        if math.isfinite(grad_norm) and math.isfinite(loss.item()):
+            opt.step()
+            in_a_row = 0
+        else:  # a NaN/inf step would poison every weight: skip it, stop if it persists
+            result.skipped.append((step + 1, loss.item(), grad_norm))
+            in_a_row += 1
+            log.warning(
+                "sft step %d: loss %s, gradient norm %s: update skipped (%d so far)",
+                step + 1, loss.item(), grad_norm, len(result.skipped),
+            )  # fmt: skip
+            if in_a_row >= MAX_SKIPPED_IN_A_ROW:
+                raise SFTDivergedError(
+                    f"SFT diverged: {in_a_row} steps in a row with a non-finite loss or "
+                    f"gradient (up to step {step + 1}; lr {lr_at(step, cfg):.2e}); lower sft.lr "
+                    "or raise sft.warmup_steps"
+                )
         result.losses.append(loss.item())
         result.tokens += int(loss_mask[:, 1:].sum())
         if (step + 1) % cfg.log_every == 0 or step + 1 == cfg.steps:

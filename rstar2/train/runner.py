@@ -143,12 +143,16 @@ def prepare_policy(cfg: TrainConfig, run_dir: Path) -> Path:
         "steps": cfg.sft.steps,
         "seconds": time.perf_counter() - start,
         "final_loss": result.losses[-1] if result.losses else None,
+        "skipped_steps": [step for step, _, _ in result.skipped],
         "demos": write_demos(traces, tmp / "demos.jsonl"),
     }
     (tmp / "sft.json").write_text(json.dumps(info))
     shutil.rmtree(sft_dir, ignore_errors=True)
     tmp.rename(sft_dir)
-    log.info("SFT done in %.0fs (final loss %.3f)", info["seconds"], info["final_loss"] or 0.0)
+    log.info(
+        "SFT done in %.0fs (final loss %.3f; %d steps skipped for a non-finite gradient)",
+        info["seconds"], info["final_loss"] or 0.0, len(result.skipped),
+    )  # fmt: skip
     return sft_dir
 
 

@@ -321,3 +321,24 @@ def test_adamw_is_fused_only_when_every_parameter_is_on_a_gpu() -> None:
     assert fused_adamw([]) is None
     model = torch.nn.Linear(2, 2)
     assert make_optimizer(model, LearnerConfig()).defaults["fused"] is None
+
+
+def test_an_update_with_a_nan_gradient_is_skipped_and_counted() -> None:
+    """A non-finite gradient norm skips the optimizer step (the weights stay as they were and
+    finite) and shows in `skipped_updates`; the next finite step applies again."""
+    uniform = float(torch.log(torch.tensor(1 / 5)))
+    rollouts = [R([0, 1, 2], [0, 1, 1], [0.0, uniform, uniform]), R([0, 3], [0, 1], [0.0, uniform])]
+    batch = TrainingBatch(rollouts=rollouts, advantages=[1.0, -1.0])
+    cfg = LearnerConfig(lr=0.1, warmup_steps=0, micro_batch_size=8)
+    model = Bigram()
+    poison = [True]
+    model.table.register_hook(lambda g: g * float("nan") if poison[0] else g)
+    opt = make_optimizer(model, cfg)
+    schedule = make_lr_schedule(opt, cfg)
+    metrics = update_policy(model, opt, schedule, batch, cfg, RLConfig())
+    assert metrics["skipped_updates"] == 1.0 and metrics["grad_norm"] == 0.0
+    assert torch.equal(model.table, torch.zeros(5, 5))
+    poison[0] = False
+    metrics = update_policy(model, opt, schedule, batch, cfg, RLConfig())
+    assert metrics["skipped_updates"] == 0.0 and metrics["grad_norm"] > 0
+    assert torch.isfinite(model.table).all() and not torch.equal(model.table, torch.zeros(5, 5))

@@ -8,7 +8,9 @@ import torch
 
 from rstar2.config import ConfigError, from_dict, load_file
 from rstar2.learner.sft import (
+    MAX_SKIPPED_IN_A_ROW,
     SFTConfig,
+    SFTDivergedError,
     collate,
     encode_examples,
     lr_at,
@@ -119,6 +121,39 @@ def test_on_step_is_called_after_every_step(tok, examples) -> None:
     model = build_model(SMALL, tok)
     train_sft(model, examples, SFTConfig(steps=3, batch_size=2), 0, on_step=seen.append)
     assert seen == [1, 2, 3]
+
+
+def _nan_gradients_at(model: torch.nn.Module, calls: set[int]) -> None:
+    """Make the gradient of the model's first parameter NaN in the given (1-based) backward
+    passes, the loss staying finite (what SFT met on an H200: a NaN gradient norm after a
+    finite loss)."""
+    seen = [0]
+
+    def hook(grad: torch.Tensor) -> torch.Tensor:
+        seen[0] += 1
+        return grad * float("nan") if seen[0] in calls else grad
+
+    next(model.parameters()).register_hook(hook)
+
+
+def test_a_step_with_a_nan_gradient_is_skipped_not_applied(tok, examples) -> None:
+    torch.manual_seed(0)
+    model = build_model(SMALL, tok)
+    _nan_gradients_at(model, {2})
+    cfg = SFTConfig(steps=4, batch_size=2, lr=1e-2, warmup_steps=1)
+    result = train_sft(model, examples, cfg, 0)
+    assert [step for step, _, _ in result.skipped] == [2]
+    assert math.isnan(result.skipped[0][2]) and math.isfinite(result.skipped[0][1])
+    assert all(torch.isfinite(p).all() for p in model.parameters())
+    assert all(math.isfinite(x) for x in result.losses)
+
+
+def test_sft_that_keeps_producing_nan_stops_with_a_clear_error(tok, examples) -> None:
+    model = build_model(SMALL, tok)
+    _nan_gradients_at(model, set(range(3, 100)))
+    cfg = SFTConfig(steps=MAX_SKIPPED_IN_A_ROW + 5, batch_size=2)
+    with pytest.raises(SFTDivergedError, match="diverged: 10 steps in a row"):
+        train_sft(model, examples, cfg, 0)
 
 
 def test_bf16_autocasts_the_forward_and_keeps_float32_weights(tok, examples) -> None:

@@ -16,7 +16,9 @@ def test_sft_saves_the_demonstrations_it_trained_on(tmp_path: Path) -> None:
     sft_dir = prepare_policy(cfg, tmp_path)
     demos = sft_dir / "demos.jsonl"
     lines = demos.read_text().splitlines()
-    info = json.loads((sft_dir / "sft.json").read_text())["demos"]
+    sft_info = json.loads((sft_dir / "sft.json").read_text())
+    assert sft_info["skipped_steps"] == []  # none had a non-finite gradient
+    info = sft_info["demos"]
     assert info == {"count": 8, "sha256": hashlib.sha256(demos.read_bytes()).hexdigest()}
     assert [json.loads(line)["messages"] for line in lines] == sft_traces(cfg)
     assert any("Fixing it" in m["content"] or "fix it" in m["content"]

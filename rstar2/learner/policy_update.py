@@ -62,9 +62,9 @@ log = logging.getLogger(__name__)
 
 def make_optimizer(model: nn.Module, cfg: LearnerConfig) -> torch.optim.AdamW:
     """AdamW over the model's parameters; its fused CUDA kernel when they are all on a GPU
-    (one kernel launch for every tensor instead of a chain of foreach ones: the optimizer
-    step of a 1.5B model was 0.04 s of a 0.9 s update on an H200). FSDP2's DTensor parameters
-    take the same kernel."""
+    (one kernel launch for every tensor instead of chains of foreach ones: on an H200 the
+    1.5B shape's optimizer step took 0.022 s with it, about 0.04 s without). FSDP2's DTensor
+    parameters take the same kernel."""
     params = list(model.parameters())
     return torch.optim.AdamW(
         params,

@@ -29,6 +29,7 @@ from rstar2.engine.config import EngineConfig, resolve_device
 from rstar2.engine.protocol import Engine, SleepableEngine
 from rstar2.model.loader import load_model, load_tokenizer
 from rstar2.rollout.token_codec import TokenCodec
+from rstar2.weights import shared_policy
 from rstar2.wire import EngineSleep, EngineSleepAck, EngineWake
 
 ENGINE_BACKENDS = ("embedded", "vllm")
@@ -75,12 +76,20 @@ async def open_worker_engine(
     engine_cfg: EngineConfig,
     vllm_options: dict[str, Any],
     index: int,
+    shared: str = "",
 ) -> AsyncIterator[tuple[Engine, TokenCodec, int]]:
     """The `backend`'s engine for rollout worker `index`, the token codec and the engine's
-    context limit."""
+    context limit. `shared`: the embedded engine computes with the module the learner of this
+    process shares under that key (`rstar2.weights.shared_policy`) instead of loading
+    `model_dir`'s weights."""
     if backend == "embedded":
-        model, tokenizer = load_model(model_dir)
         device = resolve_device(engine_cfg.device, index)
+        if shared:
+            model = await shared_policy.wait_for(shared)
+            shared_policy.check_shared(model, device)
+            tokenizer = load_tokenizer(model_dir)
+        else:
+            model, tokenizer = load_model(model_dir)
         async with open_engine(model, engine_cfg, device=device) as embedded:
             yield embedded, TokenCodec(tokenizer), embedded.core.max_model_len
         return

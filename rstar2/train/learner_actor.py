@@ -52,6 +52,7 @@ from rstar2.train.controller import Controller
 from rstar2.train.rollout_reader import RolloutReader
 from rstar2.train.run_files import RunFiles
 from rstar2.train.run_state import RunState, load_split
+from rstar2.weights import shared_policy
 from rstar2.weights.learner_group import Request, layout_for
 from rstar2.weights.push import PushPlan, WeightPush, open_push
 from rstar2.wire import (
@@ -136,6 +137,8 @@ class LearnerActor(Actor):
             torch.set_num_threads(self.cfg.graph.learner_threads)
         self.reader = RolloutReader(ctx, self.cfg.engine.block_size, self.profile)
         state, controller = await anyio.to_thread.run_sync(self._open)
+        if self.cfg.cluster.share_weights:  # the engines of this process build on it
+            shared_policy.publish(str(self.run_dir), state.model)
         summary: dict[str, Any] | None = None
         failed = True
         control = _requests(ctx, "control")
@@ -146,6 +149,7 @@ class LearnerActor(Actor):
                 summary = await self.reader.reading(self._run(ctx, state, controller))
             failed = False
         finally:
+            shared_policy.withdraw(str(self.run_dir))
             self.files.close()
             state.close(abort=failed)  # blocking but short: a stop message, or kills
         if summary is None:
@@ -267,6 +271,7 @@ class LearnerActor(Actor):
             bucket_bytes=max(1, int(c.weight_bucket_mb * 2**20)),
             atomic=self.cfg.rl.max_staleness > 0,
             host=self.weight_sync_host,
+            shared=c.share_weights,
         )
         weights, report = _requests(ctx, "weights"), _requests(ctx, "report")
         return open_push(plan, weights, report, partial(handling, ctx, "weights"))

@@ -271,6 +271,7 @@ def _train_actors(
                 engine_backend=cfg.cluster.engine_backend,
                 vllm=vllm_options(cfg.cluster),
                 move_turns=cfg.scheduler.move_turns,
+                shared_policy=str(run_dir) if cfg.cluster.share_weights else "",
             ),
             count=g.engines,
             process=workers,

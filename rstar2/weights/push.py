@@ -1,7 +1,7 @@
 """The learner's weight push: one class per strategy, each returning its statistics.
 
 After each update the learner pushes the policy to every rollout worker and waits for their
-acks (the next rollout samples from the new policy). Two strategies, one interface
+acks (the next rollout samples from the new policy). Three strategies, one interface
 (`WeightPush.push(source, version) -> PushStats`):
 
 - `BusPush` (the embedded engine, or `cluster.weight_sync = "file"`): the policy a bucket of
@@ -12,7 +12,10 @@ acks (the next rollout samples from the new policy). Two strategies, one interfa
   asynchronous RL (`atomic`: the engines keep generating) marks none, then sends an empty
   final bucket, so each worker loads the whole version at once (`update_receiver.py`);
 - `GroupPush` (vLLM engines, `cluster.weight_sync = "broadcast"`): once through the
-  learner's weight group (`learner_group.py`): the bus carries only the manifest.
+  learner's weight group (`learner_group.py`): the bus carries only the manifest;
+- `SharedPush` (embedded engines in the learner's process, `cluster.share_weights`): the
+  engines already compute with the learner's tensors (`shared_policy.py`), so only an empty
+  final `WeightUpdate` goes to each worker: the version bump.
 
 `PushStats.metrics()` are the step's `weights_*` metrics: `weights_broadcast_bytes` (through
 the group, once), `weights_bus_bytes` (over the bus, all workers together), `weights_buckets`
@@ -157,14 +160,35 @@ class BusPush:
         return PushStats(0, sent, parts, largest, time.perf_counter() - start)
 
     async def _send(self, update: WeightUpdate) -> int:
-        """Send `update` to every worker and wait for their acks; returns the bytes sent."""
+        return await send_update(self.request, self.engines, update)
 
-        def acked(reply: Message) -> bool:
-            return isinstance(reply, WeightAck) and reply.version == update.version
 
-        wanted = f"a WeightAck of version {update.version}"
-        await ask_every_engine(self.request, self.engines, update, acked, wanted)
-        return frames_size(to_frames(update)) * self.engines
+async def send_update(request: Request, engines: int, update: WeightUpdate) -> int:
+    """Send `update` to every worker and wait for their acks; returns the bytes sent."""
+
+    def acked(reply: Message) -> bool:
+        return isinstance(reply, WeightAck) and reply.version == update.version
+
+    wanted = f"a WeightAck of version {update.version}"
+    await ask_every_engine(request, engines, update, acked, wanted)
+    return frames_size(to_frames(update)) * engines
+
+
+class SharedPush:
+    """The engines compute with the learner's own tensors (`cluster.share_weights`,
+    `shared_policy.py`): a push is one empty final `WeightUpdate` per worker, the version
+    bump their weight gates apply."""
+
+    def __init__(self, request: Request, engines: int) -> None:
+        self.request = request
+        self.engines = engines
+
+    async def push(self, source: WeightSource, version: int) -> PushStats:
+        start = time.perf_counter()
+        empty = np.zeros(0, dtype=np.float32)
+        update = WeightUpdate(version, [], [], empty, final=True, bucket=0)
+        sent = await send_update(self.request, self.engines, update)
+        return PushStats(0, sent, 0, 0, time.perf_counter() - start)
 
 
 class GroupPush:
@@ -207,6 +231,8 @@ class PushPlan:
     """Asynchronous RL (`rl.max_staleness > 0`): a bus push loads each version at once."""
     host: str = "127.0.0.1"
     """Address of the learner's process that every engine's workers reach (the group)."""
+    shared: bool = False
+    """The engines share the learner's tensors (`cluster.share_weights`): `SharedPush`."""
 
 
 @asynccontextmanager
@@ -216,6 +242,9 @@ async def open_push(
     """The push `plan` chooses, over the workers' "weights" port (`weights`); a group push
     first checks every worker serves (their "report" port, `report`) and joins them, and
     leaves the group on exit."""
+    if plan.shared:
+        yield SharedPush(weights, plan.engines)
+        return
     if plan.layout is None:
         yield BusPush(weights, plan.engines, plan.bucket_bytes, plan.atomic, span)
         return

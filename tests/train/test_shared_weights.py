@@ -1,0 +1,131 @@
+"""`cluster.share_weights`: the embedded engines compute with the learner's own tensors."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import anyio
+import pytest
+import torch
+
+from rstar2.config import ConfigError
+from rstar2.learner.checkpoint import read_policy
+from rstar2.metrics import read_metrics
+from rstar2.train.config import load_train_config
+from rstar2.weights import shared_policy
+from rstar2.weights.push import PushPlan, open_push
+from rstar2.wire import Message, WeightAck, WeightUpdate
+from tests.profile.tool_policy import ToolPolicy
+
+SHARE = "cluster.share_weights=true"
+
+
+@pytest.mark.parametrize(
+    ("setting", "key"),
+    [
+        ("graph.processes=2", "graph.processes"),
+        ("cluster.learner_ranks=2", "cluster.learner_ranks"),
+        ("rl.max_staleness=1", "rl.max_staleness"),
+        ("engine.device=cpu", "engine.device"),  # learner.device stays "auto"
+        ('cluster.engine_backend="vllm"', "cluster.engine_backend"),
+    ],
+)
+def test_sharing_is_refused_where_it_is_not_safe(setting: str, key: str) -> None:
+    load_train_config(sets=[SHARE])  # the default's settings allow it
+    with pytest.raises(ConfigError, match=key):
+        load_train_config(sets=[SHARE, setting])
+
+
+def test_an_engine_waits_for_the_learners_module_and_checks_it() -> None:
+    module = torch.nn.Linear(2, 2)
+
+    async def main() -> None:
+        with pytest.raises(TimeoutError, match="graph.processes = 1"):
+            await shared_policy.wait_for("nobody", timeout_s=0.1)
+        async with anyio.create_task_group() as tg:
+            got: list[torch.nn.Module] = []
+
+            async def engine() -> None:
+                got.append(await shared_policy.wait_for("run", timeout_s=5))
+
+            tg.start_soon(engine)
+            await anyio.sleep(0.1)
+            shared_policy.publish("run", module)
+        assert got == [module]
+
+    try:
+        anyio.run(main)
+        with pytest.raises(RuntimeError, match="already shared"):
+            shared_policy.publish("run", torch.nn.Linear(2, 2))
+    finally:
+        shared_policy.withdraw("run")
+    shared_policy.check_shared(module, torch.device("cpu"))
+    with pytest.raises(ValueError, match="same device"):
+        shared_policy.check_shared(module, torch.device("cuda", 0))
+    with pytest.raises(ValueError, match="float32"):
+        shared_policy.check_shared(module.to(torch.bfloat16), torch.device("cpu"))
+
+
+def test_a_shared_push_is_one_empty_final_update_per_engine() -> None:
+    sent: list[tuple[int, Message]] = []
+
+    async def request(peer: int, msg: Message, timeout: float | None) -> Message:
+        sent.append((peer, msg))
+        assert isinstance(msg, WeightUpdate)
+        return WeightAck(version=msg.version, engine=peer)
+
+    async def main() -> None:
+        plan = PushPlan(layout=None, engines=2, bucket_bytes=1, atomic=False, shared=True)
+        async with open_push(plan, request, request) as push:
+            stats = await push.push(source=None, version=7)  # type: ignore[arg-type]
+        assert stats.buckets == 0 and stats.broadcast_bytes == 0 and stats.bus_bytes > 0
+
+    anyio.run(main)
+    assert sorted(peer for peer, _ in sent) == [0, 1]
+    for _, msg in sent:
+        assert isinstance(msg, WeightUpdate)
+        assert (msg.version, msg.names, msg.final, msg.bucket) == (7, [], True, 0)
+        assert msg.flat.size == 0
+
+
+@pytest.mark.slow
+def test_a_run_with_shared_weights_trains_exactly_as_one_that_copies_them(
+    tmp_path: Path, tool_policy: ToolPolicy
+) -> None:
+    """From the SFT'd tool policy (it earns reward, so every step updates the policy), three
+    RL steps with the engine computing on the learner's tensors give the copied run's metrics
+    and weights: the engine saw every update. Only the push's own figures differ."""
+    sets = [
+        *tool_policy.sets, f"model.path={tool_policy.path}", "sft.steps=0",
+        "prompts_per_step=4", "rollouts_per_prompt=4", "rl.group_size=2", "heldout_problems=4",
+        "test_problems=0", "eval_every=0", "checkpoint_every=3", "graph.engine_threads=1",
+        "learner.lr=1e-3", "learner.warmup_steps=0", "rollout.tool_show_time=false",
+        'stages=[{"name": "rl1", "steps": 3, "max_response_tokens": 160}]',
+    ]  # fmt: skip
+    runs = {}
+    for name, extra in (("copied", []), ("shared", [SHARE])):
+        run = tmp_path / name
+        argv = [x for s in [*sets, *extra] for x in ("--set", s)]
+        cmd = [sys.executable, "-m", "rstar2.cli", "-q", "train", "--run-dir", str(run), *argv]
+        out = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+        assert out.returncode == 0, out.stderr[-3000:]
+        runs[name] = [r for r in read_metrics(run / "metrics.jsonl") if r.get("stage") == "rl1"]
+    copied, shared = runs["copied"], runs["shared"]
+    assert [r["trained_rollouts"] > 0 for r in copied] == [True] * 3, copied
+    assert all(r["weights_bus_bytes"] > 100_000 for r in copied)
+    assert all(r["weights_bus_bytes"] < 100 and r["weights_buckets"] == 0 for r in shared)
+    own = ("time_", "step_s", "wall_s", "weights_")
+    for a, b in zip(shared, copied, strict=True):
+        assert a.keys() == b.keys()
+        for key, value in b.items():
+            if key.startswith(own):
+                continue
+            if isinstance(value, float):
+                assert a[key] == pytest.approx(value, rel=1e-5, abs=1e-6), (key, a, b)
+            else:
+                assert a[key] == value, (key, a, b)
+    want, got = (read_policy(tmp_path / n / "checkpoints" / "step-000003") for n in runs)
+    for name, tensor in want["model"].items():
+        torch.testing.assert_close(got["model"][name], tensor, rtol=1e-4, atol=1e-5, msg=name)

@@ -267,6 +267,8 @@ def train_figures(run_dir: Path) -> dict[str, Any]:
     if sft.is_file():
         info = json.loads(sft.read_text())
         out["sft_steps"], out["sft_s"] = info["steps"], info["seconds"]
+        out["sft_final_loss"] = info.get("final_loss")
+        out["sft_skipped_steps"] = len(info.get("skipped_steps", []))  # non-finite gradients
     metrics = run_dir / "metrics.jsonl"
     rows = []
     if metrics.is_file():
@@ -278,13 +280,14 @@ def train_figures(run_dir: Path) -> dict[str, Any]:
         out["rl_steps"] = len(steps)
         out["step_s_mean"] = statistics.fmean(total)
         out["step_s_without_evals_mean"] = statistics.fmean(bare)
-        for key in ("time_gen_s", "time_learner_s", "time_sync_s"):
+        for key in ("time_gen_s", "time_learner_s", "time_sync_s", "weights_bus_bytes"):
             values = [float(r[key]) for r in steps if key in r]
             if values:
                 out[key + "_mean"] = statistics.fmean(values)
         gen_s = sum(float(r.get("time_gen_s", 0.0)) for r in steps)
         if gen_s > 0:
             out["gen_tokens_per_s"] = sum(float(r.get("gen_tokens", 0.0)) for r in steps) / gen_s
+        out["skipped_updates"] = sum(float(r.get("skipped_updates", 0.0)) for r in steps)
         out["reward_first_10"] = statistics.fmean(float(r["reward_mean"]) for r in steps[:10])
         out["reward_last_10"] = statistics.fmean(float(r["reward_mean"]) for r in steps[-10:])
     evals = [r for r in rows if "heldout_accuracy" in r]

@@ -80,11 +80,13 @@ def test_missing_modules_and_last_json() -> None:
 def test_training_figures_from_a_run_directory(tmp_path: Path) -> None:
     run = tmp_path / "run"
     (run / "model-sft").mkdir(parents=True)
-    (run / "model-sft" / "sft.json").write_text(json.dumps({"steps": 800, "seconds": 40.0}))
+    sft = {"steps": 800, "seconds": 40.0, "final_loss": 0.1, "skipped_steps": [7, 9]}
+    (run / "model-sft" / "sft.json").write_text(json.dumps(sft))
     rows = [
         {"step": 0, "stage": "sft", "heldout_accuracy": 0.25, "test_accuracy": 0.2},
         {"step": 1, "stage": "rl1", "step_s": 2.0, "time_gen_s": 1.0, "gen_tokens": 300.0,
-         "time_learner_s": 0.5, "reward_mean": 0.4},
+         "time_learner_s": 0.5, "reward_mean": 0.4, "skipped_updates": 1.0,
+         "weights_bus_bytes": 17.0},
         {"step": 2, "stage": "rl1", "step_s": 5.0, "time_eval_s": 2.0, "time_gen_s": 2.0,
          "gen_tokens": 600.0, "time_learner_s": 0.7, "reward_mean": 0.6, "heldout_accuracy": 0.5},
         {"step": 2, "stage": "final", "test_accuracy": 0.45},
@@ -92,6 +94,12 @@ def test_training_figures_from_a_run_directory(tmp_path: Path) -> None:
     (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     got = gpu.train_figures(run)
     assert got["sft_s"] == 40.0 and got["rl_steps"] == 2
+    assert (got["sft_final_loss"], got["sft_skipped_steps"], got["skipped_updates"]) == (
+        0.1,
+        2,
+        1.0,
+    )
+    assert got["weights_bus_bytes_mean"] == 17.0
     assert got["step_s_mean"] == pytest.approx(3.5)
     assert got["step_s_without_evals_mean"] == pytest.approx(2.5)
     assert got["gen_tokens_per_s"] == pytest.approx(300.0)

@@ -17,6 +17,10 @@ forward and its captured CUDA graphs read where they are. The learner's push the
 tensor: one empty final `WeightUpdate` per version (`rstar2.weights.push.SharedPush`), which
 each worker's weight gate applies as usual (tagging turns with the version).
 
+Engines keep the module they were built on: a learner that published another module later
+would leave them behind, which `rstar2 train` never does (its learner actor is not restarted:
+a failure stops the graph).
+
 What it does not do: cross a process boundary (CUDA IPC handles could; not built) or check the
 settings (the config does; `check_shared` checks the module against the engine's device).
 """

@@ -75,6 +75,17 @@ class ToolPolicy:
     sets: list[str]
     """`--set` overrides a run from it needs: its task."""
 
+    def rl_sets(self, steps: int, *extra: str) -> list[str]:
+        """`--set` overrides of a short RL run from it that earns reward (so every step
+        updates the policy): its task, 4 prompts x 4 rollouts, no SFT, no evaluation during
+        the run, lr 1e-3 from the first step, one stage of `steps` steps; `extra` on top."""
+        return [
+            *self.sets, f"model.path={self.path}", "sft.steps=0",
+            "prompts_per_step=4", "rollouts_per_prompt=4", "rl.group_size=2", "test_problems=0",
+            "eval_every=0", "graph.engine_threads=1", "learner.lr=1e-3", "learner.warmup_steps=0",
+            f'stages=[{{"name": "rl1", "steps": {steps}, "max_response_tokens": 160}}]', *extra,
+        ]  # fmt: skip
+
 
 def build_tool_policy(run_dir: Path) -> ToolPolicy:
     """SFT the policy in `run_dir` (as `rstar2 train` would) and say how to run from it."""

@@ -18,13 +18,7 @@ from tests.train.test_train_run import train_cmd
 def test_a_run_with_max_staleness_2_trains_within_the_bound(
     tmp_path: Path, tool_policy: ToolPolicy
 ) -> None:
-    sets = [
-        *tool_policy.sets, f"model.path={tool_policy.path}", "sft.steps=0",
-        "prompts_per_step=4", "rollouts_per_prompt=4", "rl.group_size=2", "heldout_problems=0",
-        "test_problems=0", "eval_every=0", "checkpoint_every=2", "graph.engine_threads=1",
-        "learner.lr=1e-3", "learner.warmup_steps=0", "rl.max_staleness=2",
-        'stages=[{"name": "rl1", "steps": 4, "max_response_tokens": 160}]',
-    ]  # fmt: skip
+    sets = tool_policy.rl_sets(4, "heldout_problems=0", "checkpoint_every=2", "rl.max_staleness=2")
     run = tmp_path / "run"
     cmd = [*train_cmd(), *[x for s in sets for x in ("--set", s)], "--run-dir", str(run)]
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=600)

@@ -23,13 +23,9 @@ from tests.profile.tool_policy import ToolPolicy
 
 
 def _cmd(tool_policy: ToolPolicy, run: Path, steps: int, *extra: str) -> list[str]:
-    sets = [
-        *tool_policy.sets, f"model.path={tool_policy.path}", "sft.steps=0",
-        "prompts_per_step=4", "rollouts_per_prompt=4", "rl.group_size=2", "heldout_problems=4", "test_problems=0",
-        "eval_every=0", "checkpoint_every=1", "graph.engine_threads=1", "learner.lr=1e-3",
-        "learner.warmup_steps=0", "cluster.learner_ranks=2", *extra,
-        f'stages=[{{"name": "rl1", "steps": {steps}, "max_response_tokens": 160}}]',
-    ]  # fmt: skip
+    sets = tool_policy.rl_sets(
+        steps, "heldout_problems=4", "checkpoint_every=1", "cluster.learner_ranks=2", *extra
+    )
     return [
         sys.executable, "-m", "rstar2.cli", "train", "--run-dir", str(run),
         *[x for s in sets for x in ("--set", s)],

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import subprocess
-import sys
 from pathlib import Path
 
 import anyio
@@ -18,6 +17,7 @@ from rstar2.weights import shared_policy
 from rstar2.weights.push import PushPlan, open_push
 from rstar2.wire import Message, WeightAck, WeightUpdate
 from tests.profile.tool_policy import ToolPolicy
+from tests.train.test_train_run import train_cmd
 
 SHARE = "cluster.share_weights=true"
 
@@ -97,18 +97,14 @@ def test_a_run_with_shared_weights_trains_exactly_as_one_that_copies_them(
     """From the SFT'd tool policy (it earns reward, so every step updates the policy), three
     RL steps with the engine computing on the learner's tensors give the copied run's metrics
     and weights: the engine saw every update. Only the push's own figures differ."""
-    sets = [
-        *tool_policy.sets, f"model.path={tool_policy.path}", "sft.steps=0",
-        "prompts_per_step=4", "rollouts_per_prompt=4", "rl.group_size=2", "heldout_problems=4",
-        "test_problems=0", "eval_every=0", "checkpoint_every=3", "graph.engine_threads=1",
-        "learner.lr=1e-3", "learner.warmup_steps=0", "rollout.tool_show_time=false",
-        'stages=[{"name": "rl1", "steps": 3, "max_response_tokens": 160}]',
-    ]  # fmt: skip
+    sets = tool_policy.rl_sets(
+        3, "heldout_problems=4", "checkpoint_every=3", "rollout.tool_show_time=false"
+    )
     runs = {}
     for name, extra in (("copied", []), ("shared", [SHARE])):
         run = tmp_path / name
         argv = [x for s in [*sets, *extra] for x in ("--set", s)]
-        cmd = [sys.executable, "-m", "rstar2.cli", "-q", "train", "--run-dir", str(run), *argv]
+        cmd = [*train_cmd(), "--run-dir", str(run), *argv]
         out = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
         assert out.returncode == 0, out.stderr[-3000:]
         runs[name] = [r for r in read_metrics(run / "metrics.jsonl") if r.get("stage") == "rl1"]

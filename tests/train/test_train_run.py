@@ -163,13 +163,10 @@ def test_resume_restores_the_policy_and_optimizer_of_a_run_that_trains(
     # policy from a fresh one. This run starts from the SFT'd tool policy, which does: the
     # reference must update the policy at every step, and the resumed run must end with the
     # reference's weights and optimizer state (compared directly, not through metrics).
-    sets = [
-        *tool_policy.sets, f"model.path={tool_policy.path}", "sft.steps=0",
-        "prompts_per_step=4", "rollouts_per_prompt=4", "rl.group_size=2", "heldout_problems=4", "test_problems=0",
-        "eval_every=0", "checkpoint_every=1", "keep_checkpoints=4", "graph.engine_threads=1",
-        "learner.lr=1e-3", "learner.warmup_steps=0", "rollout.tool_show_time=false",
-    ]  # fmt: skip
-    sets.append('stages=[{"name": "rl1", "steps": 3, "max_response_tokens": 160}]')
+    sets = tool_policy.rl_sets(
+        3, "heldout_problems=4", "checkpoint_every=1", "keep_checkpoints=4",
+        "rollout.tool_show_time=false",
+    )  # fmt: skip
     cmd = [*train_cmd(), *[x for s in sets for x in ("--set", s)]]
     ref, run = tmp_path / "ref", tmp_path / "run"
     subprocess.run([*cmd, "--run-dir", str(ref)], check=True, capture_output=True, timeout=600)

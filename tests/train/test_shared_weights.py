@@ -118,8 +118,10 @@ def test_a_run_with_shared_weights_trains_exactly_as_one_that_copies_them(
         for key, value in b.items():
             if key.startswith(own):
                 continue
-            if isinstance(value, float):
-                assert a[key] == pytest.approx(value, rel=1e-5, abs=1e-6), (key, a, b)
+            if isinstance(value, float):  # the tolerance of test_train_run's resume check:
+                # two identical runs differ by float noise (weights by 3e-6, the logprob
+                # mismatch's maximum 1.9e-6 against 3.6e-6), a stale engine by 0.06 in reward
+                assert a[key] == pytest.approx(value, rel=1e-3, abs=1e-5), (key, a, b)
             else:
                 assert a[key] == value, (key, a, b)
     want, got = (read_policy(tmp_path / n / "checkpoints" / "step-000003") for n in runs)

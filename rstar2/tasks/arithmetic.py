@@ -9,8 +9,10 @@ bags and keeps the leftover) and `min_events`..`max_events` events (gets / finds
 more; gives away / loses / sells), so the operation sequence must be inferred from the wording.
 `lexicon = "ood"` draws names, items and event verbs from sets the "train" lexicon never uses,
 for an out-of-distribution test. `word_style = "verbal"` names one operation by a word ("the
-quotient when 96 is divided by 7, rounded down"). Operands have several digits, so a tiny model cannot do the arithmetic in its head but
-can learn to copy the numbers into `print(...)` and the tool's output into `\\boxed{}`.
+quotient when 96 is divided by 7, rounded down"); `word_style = "steps"` tells a story's shape
+with every operation named ("Start with 12 pens and multiply by 40. Then subtract 7.").
+Operands have several digits, so a tiny model cannot do the arithmetic in its head but can learn
+to copy the numbers into `print(...)` and the tool's output into `\\boxed{}`.
 
 Generation is seeded and reproducible. Train and held-out splits are disjoint by construction:
 a problem's split is decided by a stable hash of its text, so the same text can never land in
@@ -43,7 +45,7 @@ _NAMES = ("Ana", "Ben", "Chen", "Dara", "Eli", "Femi", "Gus", "Hana", "Ivo", "Ju
 _ITEMS = ("apples", "coins", "stamps", "cards", "shells", "beads", "books", "pens")
 _OOD_NAMES = ("Kai", "Lena", "Milo", "Nora", "Omar", "Pia", "Quinn", "Rosa")
 _OOD_ITEMS = ("marbles", "stickers", "cookies", "tickets", "pebbles", "buttons")
-WORD_STYLES = ("templates", "story", "verbal")
+WORD_STYLES = ("templates", "story", "verbal", "steps")
 Lexicon = Literal["train", "ood"]
 
 
@@ -64,9 +66,11 @@ class TaskConfig:
     word_fraction: float = 0.5
     """Share of problems stated in words rather than as a bare expression."""
     word_style: str = "templates"
-    """Word problems from the fixed templates, stories of a base clause and events, or one
-    operation named by a word ("verbal": "the quotient when a is divided by b"); several joined
-    by "+" ("templates+verbal") draw each word problem's style uniformly among them."""
+    """Word problems from the fixed templates, stories of a base clause and events, one
+    operation named by a word ("verbal": "the quotient when a is divided by b"), or a story's
+    shape as explicit instructions ("steps": "Start with a and multiply by b. Then subtract c.");
+    several joined by "+" ("templates+verbal") draw each word problem's style uniformly among
+    them."""
     min_events: int = 0
     """Stories: fewest event clauses after the base clause (a story has at least one
     operation: a base clause without one gets an event)."""
@@ -100,7 +104,7 @@ class TaskConfig:
         styles = self.word_style.split("+")
         require(
             set(styles) <= set(WORD_STYLES) and len(set(styles)) == len(styles), "word_style",
-            self.word_style, '"templates", "story" or "verbal", or several joined by "+"',
+            self.word_style, '"templates", "story", "verbal" or "steps", or several joined by "+"',
         )  # fmt: skip
         require(0 <= self.min_events <= 4, "min_events", self.min_events, "an integer in 0..4")
         require(
@@ -236,6 +240,44 @@ _VERBAL: tuple[tuple[str, str], ...] = (
 )
 
 
+# Steps: a story's shape (a base operation, then events that add or subtract) told as explicit
+# instructions, every operation named: "Start with 12 pens and multiply by 40. Then subtract 7.
+# How many pens is that?" is `12 * 40 - 7`. It demonstrates reading a chain of numbers in order
+# without telling what a story's verbs (buys packs of, shared equally, loses) mean.
+_STEP_BASES: tuple[tuple[str, str], ...] = (
+    ("Start with {a} {i}.", "{a}"),
+    ("Start with {a} {i} and multiply by {b}.", "{a} * {b}"),
+    ("Start with {a} {i} and divide by {b}, rounded down.", "{a} // {b}"),
+    ("Start with {a} {i} and take the remainder after dividing by {b}.", "{a} % {b}"),
+)
+_STEP_EVENTS = {
+    "+": ("Then add {c}.", "Then plus {c}."),
+    "-": ("Then subtract {c}.", "Then minus {c}."),
+}
+
+
+def _steps(rng: random.Random, cfg: TaskConfig) -> tuple[str, str]:
+    item = rng.choice(_ITEMS)
+    base, expr = rng.choice(_STEP_BASES)
+    a, b = _operand(rng, cfg), _operand(rng, cfg)
+    if "//" in expr or "%" in expr:
+        a, b = _division(rng, a, b)
+    value = evaluate(expr.format(a=a, b=b))
+    sentences = [base.format(i=item, a=a, b=b)]
+    events = rng.randint(cfg.min_events, cfg.max_events)
+    if expr == "{a}":
+        events = max(events, 1)  # "start with a" alone has no operation
+    expr = expr.format(a=a, b=b)
+    for _ in range(events):
+        c = _operand(rng, cfg)
+        op = "-" if c < value and rng.random() < 0.5 else "+"  # never below zero
+        value = value - c if op == "-" else value + c
+        sentences.append(rng.choice(_STEP_EVENTS[op]).format(c=c))
+        expr = f"{expr} {op} {c}"
+    sentences.append(f"How many {item} is that?")
+    return " ".join(sentences), expr
+
+
 def _base_pattern(text: str) -> re.Pattern[str]:
     """A base clause's template as a regex: numbers, names and items as wildcards."""
     fields = {"a": r"\d+", "b": r"\d+", "n": r"\w+", "i": r"\w+"}
@@ -297,7 +339,7 @@ def _stream(cfg: TaskConfig, split: Split) -> Iterator[ArithmeticProblem]:
         if rng.random() < cfg.word_fraction:
             # one style draws nothing more, so a single style's problems stay as they were
             style = styles[0] if len(styles) == 1 else rng.choice(styles)
-            make = {"story": _story, "verbal": _verbal}.get(style, _word)
+            make = {"story": _story, "verbal": _verbal, "steps": _steps}.get(style, _word)
         else:
             make = _bare
         text, expr = make(rng, cfg)

@@ -167,6 +167,27 @@ def test_a_verbal_problem_names_its_one_operation_by_a_word() -> None:
     assert seen == {"+", "-", "*", "//", "%"}
 
 
+def test_steps_tell_a_storys_shape_with_every_operation_named() -> None:
+    cfg = TaskConfig(word_fraction=1.0, word_style="steps", ops="+-*/%", min_digits=2,
+                     max_digits=2, max_events=2, train_size=300)  # fmt: skip
+    bases = {"multiply by": "*", "rounded down": "//", "remainder after": "%"}
+    events = {"add": "+", "plus": "+", "subtract": "-", "minus": "-"}
+    shapes = set()
+    for p in generate_problems(cfg, "train"):
+        assert p.answer == str(evaluate(p.expression)) and int(p.answer) >= 0, p
+        numbers = [int(t) for t in re.findall(r"\d+", p.problem)]
+        assert numbers == [int(t) for t in re.findall(r"\d+", p.expression)], p
+        named = [o for w, o in bases.items() if w in p.problem]
+        named += [events[w] for w in re.findall(r"Then (add|plus|subtract|minus) ", p.problem)]
+        assert named == p.expression.split()[1::2], p  # each operator named, in order
+        assert p.problem.count("Then ") <= 2 and p.problem.startswith("Start with")
+        shapes.add((named[0] if named[0] not in "+-" else "", p.problem.count("Then ")))
+    assert {op for op, _ in shapes} == {"", "*", "//", "%"} and {n for _, n in shapes} == {0, 1, 2}
+    # the verbs of a story never appear: what they mean is left to RL
+    story_verbs = ("buys", "packs of", "shared equally", "into bags", "gets", "loses", "sells")
+    assert not any(v in p.problem for p in generate_problems(cfg, "train") for v in story_verbs)
+
+
 def test_joined_word_styles_draw_each_problem_from_one_of_them() -> None:
     markers = ("sum", "Add", "difference", "away", "product", "Multiply", "quotient",
                "whole times", "left over")  # fmt: skip

@@ -57,3 +57,36 @@ def test_a_run_without_evaluations_is_one_line(tmp_path: Path, capsys, make: boo
         (tmp_path / "trajectories.jsonl").write_text(json.dumps(_row("train", 1, "x", 0)) + "\n")
     assert by_kind.main([str(tmp_path)]) == 2
     assert len(capsys.readouterr().err.strip().splitlines()) == 1
+
+
+def _call(code: str) -> list[dict]:
+    call = json.dumps({"name": "t", "arguments": {"code": code}})
+    return [{"role": "assistant", "text": "", "call": call, "code": code},
+            {"role": "tool", "text": "Tool call success\n1\n", "failed": False}]  # fmt: skip
+
+
+def test_first_call_shapes_name_the_numbers_by_their_place_in_the_problem(
+    tmp_path: Path, capsys
+) -> None:
+    problem = SHARED.format(12)  # numbers 84, 12, 3: a, b, c
+    assert by_kind.call_shape(problem, _call("print(84 // 12 - 3)")) == "print(a // b - c)"
+    assert by_kind.call_shape(problem, _call("print(12 + 7)")) == "print(b + N)"
+    assert by_kind.call_shape(problem, []) == "<no call>"
+    bad = [{"role": "assistant", "text": "", "call": "{not json", "call_error": "invalid JSON"}]
+    assert by_kind.call_shape(problem, bad) == "<invalid call>"
+    rows = [
+        {**_row("test", 0, problem, 0.0), "conversation": _call("print(12 + 3)")},
+        {**_row("test", 0, problem, 0.0), "conversation": _call("print(12 + 3)")},
+        {**_row("test", 0, problem, 1.0), "conversation": _call("print(84 // 12 - 3)")},
+        {**_row("test", 60, problem, 1.0), "conversation": _call("print(84 // 12 - 3)")},
+    ]
+    shapes = by_kind.call_shapes(rows, "test", None)  # the first evaluation: step 0
+    assert shapes == {"{a} // {b}, 1 event": {"print(b + c)": 2, "print(a // b - c)": 1}}
+    assert by_kind.call_shapes(rows, "test", 60)["{a} // {b}, 1 event"] == {"print(a // b - c)": 1}
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "trajectories.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert by_kind.main([str(run), "--source", "test", "--calls"]) == 0
+    out = capsys.readouterr().out
+    assert "- {a} // {b}, 1 event (3 samples): `print(b + c)` 67%, `print(a // b - c)` 33%" in out
+    assert by_kind.main([str(run), "--source", "test", "--calls", "--step", "7"]) == 2

@@ -174,7 +174,9 @@ CASES: dict[str, Case] = {
         lambda d, m: ["chat", "--model", str(m()), "--max-tokens", "900", "What is 2 + 2?"],
         "rollout",
     ),
-    "init-model": Case(lambda d, m: ["init-model", "m", "--shape", "25m"], "", after_s=6, out="m"),
+    "init-model": Case(
+        lambda d, m: ["init-model", "m", "--shape", "qwen2.5-0.5b"], "", after_s=6, out="m"
+    ),
     "train (SFT)": Case(lambda d, m: ["train", "--quick", "--run-dir", "run"], "SFT:", 1, "run"),
 }
 """The commands checked here (`bench train` below). Checked by hand the same way, each too slow

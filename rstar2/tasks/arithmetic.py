@@ -203,26 +203,41 @@ _LOSSES = {"train": ("gives away {c}", "loses {c}", "sells {c}"),
            "ood": ("donates {c}", "breaks {c}")}  # fmt: skip
 
 
+def _chain(
+    rng: random.Random,
+    cfg: TaskConfig,
+    bases: tuple[tuple[str, str], ...],
+    phrases: dict[str, tuple[str, ...]],
+) -> tuple[str, int, int, str, list[tuple[str, int]]]:
+    """A base clause and its events, drawn alike for stories and steps: (the base's template,
+    its numbers a and b, the expression, [(the phrase of each event, its number c)]). Events add
+    or subtract (`phrases["+"]`, `phrases["-"]`) and never go below zero."""
+    base, template = rng.choice(bases)
+    a, b = _operand(rng, cfg), _operand(rng, cfg)
+    if "//" in template or "%" in template:
+        a, b = _division(rng, a, b)
+    expr = template.format(a=a, b=b)
+    value = evaluate(expr)
+    events = rng.randint(cfg.min_events, cfg.max_events)
+    if template == "{a}":
+        events = max(events, 1)  # a base without an operation gets an event
+    drawn: list[tuple[str, int]] = []
+    for _ in range(events):
+        c = _operand(rng, cfg)
+        op = "-" if c < value and rng.random() < 0.5 else "+"
+        value = value - c if op == "-" else value + c
+        drawn.append((rng.choice(phrases[op]), c))
+        expr = f"{expr} {op} {c}"
+    return base, a, b, expr, drawn
+
+
 def _story(rng: random.Random, cfg: TaskConfig) -> tuple[str, str]:
     names, items = (_NAMES, _ITEMS) if cfg.lexicon == "train" else (_OOD_NAMES, _OOD_ITEMS)
     name, item = rng.choice(names), rng.choice(items)
-    base, expr = rng.choice(_BASES)
-    a, b = _operand(rng, cfg), _operand(rng, cfg)
-    if "//" in expr or "%" in expr:
-        a, b = _division(rng, a, b)
-    value = evaluate(expr.format(a=a, b=b))
+    verbs = {"+": _GAINS[cfg.lexicon], "-": _LOSSES[cfg.lexicon]}
+    base, a, b, expr, events = _chain(rng, cfg, _BASES, verbs)
     sentences = [base.format(n=name, i=item, a=a, b=b)]
-    events = rng.randint(cfg.min_events, cfg.max_events)
-    if expr == "{a}":
-        events = max(events, 1)  # "has a" alone has no operation
-    expr = expr.format(a=a, b=b)
-    for _ in range(events):
-        c = _operand(rng, cfg)
-        if c < value and rng.random() < 0.5:  # never below zero
-            verb, value, expr = rng.choice(_LOSSES[cfg.lexicon]), value - c, f"{expr} - {c}"
-        else:
-            verb, value, expr = rng.choice(_GAINS[cfg.lexicon]), value + c, f"{expr} + {c}"
-        sentences.append(f"Then {name} {verb.format(c=c)}.")
+    sentences += [f"Then {name} {verb.format(c=c)}." for verb, c in events]
     sentences.append(f"How many {item} does {name} have now?")
     return " ".join(sentences), expr
 
@@ -258,22 +273,9 @@ _STEP_EVENTS = {
 
 def _steps(rng: random.Random, cfg: TaskConfig) -> tuple[str, str]:
     item = rng.choice(_ITEMS)
-    base, expr = rng.choice(_STEP_BASES)
-    a, b = _operand(rng, cfg), _operand(rng, cfg)
-    if "//" in expr or "%" in expr:
-        a, b = _division(rng, a, b)
-    value = evaluate(expr.format(a=a, b=b))
+    base, a, b, expr, events = _chain(rng, cfg, _STEP_BASES, _STEP_EVENTS)
     sentences = [base.format(i=item, a=a, b=b)]
-    events = rng.randint(cfg.min_events, cfg.max_events)
-    if expr == "{a}":
-        events = max(events, 1)  # "start with a" alone has no operation
-    expr = expr.format(a=a, b=b)
-    for _ in range(events):
-        c = _operand(rng, cfg)
-        op = "-" if c < value and rng.random() < 0.5 else "+"  # never below zero
-        value = value - c if op == "-" else value + c
-        sentences.append(rng.choice(_STEP_EVENTS[op]).format(c=c))
-        expr = f"{expr} {op} {c}"
+    sentences += [phrase.format(c=c) for phrase, c in events]
     sentences.append(f"How many {item} is that?")
     return " ".join(sentences), expr
 

@@ -75,9 +75,10 @@ SMOKE_BATCH = (
     "1",
     "--no-push",
 )
-BEFORE = ("--padded", "--reshard")
+BEFORE = ("--padded", "--reshard", "--sync-every-micro-batch")
 """The learner as it was before packing: padded rows, full-vocabulary logits, FSDP2 resharding
-after forward on one rank (and no compiled layers: `bench learner` compiles only when asked)."""
+after forward and reducing gradients after every micro-batch on one rank (and no compiled
+layers: `bench learner` compiles only when asked)."""
 AFTER = ("--compile", "--compile-head")
 """The learner as `rstar2 train` runs it on a GPU: packed rows, the chunked LM head with its
 element-wise work compiled, compiled layers, fused AdamW, FSDP2 keeping gathered parameters on
@@ -92,13 +93,15 @@ VARIANTS = (
     ("before-fsdp-ac", (*BEFORE, *FSDP_AC), True),
     ("fsdp-ac", (*AFTER, *FSDP_AC), True),
     ("fsdp-ac-every-2", (*AFTER, *FSDP_AC, "--checkpoint-every", "2"), True),
+    ("fsdp-ac-sync-every", (*AFTER, *FSDP_AC, "--sync-every-micro-batch"), True),
     ("rl-before-plain", (*RL, *BEFORE), True),
     ("rl-plain", (*RL, *AFTER), True),
     # each optimisation alone, against "before" (the 0.5B shape only)
     ("packed-alone", (), False),
     ("compile-alone", (*BEFORE, "--compile"), False),
-    ("before-fsdp", ("--padded", "--reshard", "--fsdp"), False),
-    ("fsdp-keep-alone", ("--padded", "--fsdp"), False),
+    ("before-fsdp", (*BEFORE, "--fsdp"), False),
+    ("fsdp-keep-alone", ("--padded", "--sync-every-micro-batch", "--fsdp"), False),
+    ("fsdp-defer-alone", ("--padded", "--reshard", "--fsdp"), False),
     ("before-ac", ("--padded", "--activation-checkpointing"), False),
     ("ac-every-2-alone", ("--padded", "--activation-checkpointing", "--checkpoint-every", "2"),
      False),

@@ -36,6 +36,8 @@ def test_the_plan_covers_before_and_after_each_optimisation_alone_and_both_workl
     for alone, before, flags in (
         ("compile-alone", "before-plain", {"--compile"}),
         ("fsdp-keep-alone", "before-fsdp", {"--reshard"}),
+        ("fsdp-defer-alone", "before-fsdp", {"--sync-every-micro-batch"}),
+        ("fsdp-ac", "fsdp-ac-sync-every", {"--sync-every-micro-batch"}),
         ("ac-every-2-alone", "before-ac", {"--checkpoint-every", "2"}),
     ):
         assert by_name[alone] ^ by_name[before] == flags

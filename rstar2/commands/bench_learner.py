@@ -11,7 +11,8 @@ one-rank group of its own, so the sharded path (FSDP2, its mixed precision, NCCL
 on a single device; N ranks are always sharded.
 
 Figures (`--json` keys): `model_params`, `ranks`, `fsdp`, `bf16`, `activation_checkpointing`,
-`compile`, `compile_head`, the batch (`rollouts`, `tokens`, `micro_batch`), `device`,
+`compile`, `compile_head`, `reshard_after_forward`, `sync_every_micro_batch` (FSDP2's settings
+as resolved; null without FSDP2), the batch (`rollouts`, `tokens`, `micro_batch`), `device`,
 `device_name`, `tokens_per_s` (sequence tokens through forward and backward per second, all
 ranks together), `step_s` (median update), `peak_memory_mb` (the largest of any rank: GPU memory allocated by torch, or the
 process's peak RSS on the CPU), `mfu` (GPUs only: 6 x parameters x tokens/s over the GPUs' peak
@@ -159,6 +160,12 @@ def _add_compile_options(p: argparse.ArgumentParser) -> None:
         help="FSDP2 on one rank reshards after forward (the earlier setting; default: keeps "
         "the gathered parameters for backward)",
     )
+    p.add_argument(
+        "--sync-every-micro-batch",
+        action="store_true",
+        help="FSDP2 on one rank reduces gradients after every micro-batch (the earlier "
+        "setting; default: once per mini-batch, after its last micro-batch)",
+    )
 
 
 def _add_output_options(p: argparse.ArgumentParser) -> None:
@@ -201,6 +208,7 @@ def _learner_config(args: argparse.Namespace) -> LearnerConfig:
         activation_checkpointing=args.activation_checkpointing,
         checkpoint_every=args.checkpoint_every,
         reshard_after_forward=True if args.reshard else None,
+        sync_every_micro_batch=True if args.sync_every_micro_batch else None,
     )  # fmt: skip
 
 
@@ -296,6 +304,7 @@ def measure(args: argparse.Namespace, model_dir: Path) -> dict[str, Any]:
         "compile": args.compile,
         "compile_head": args.compile_head,
         "reshard_after_forward": policy.reshard_after_forward,
+        "sync_every_micro_batch": policy.sync_every_micro_batch,
         "workload": "trace" if args.trace is not None else args.workload,
         "rollouts": args.rollouts,
         "tokens": args.tokens,

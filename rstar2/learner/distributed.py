@@ -159,7 +159,11 @@ def _sharded_mini_batch(
     keys = METRIC_KEYS + (TIS_METRIC_KEYS if rl.decoupled else ())
     weighted = torch.zeros(len(keys), dtype=torch.float64)
     seen = Mismatch()
-    for part, rows, advantages in _rank_micro_batches(batch, chunk, cfg, pad_id, rank, world):
+    micro_batches = list(_rank_micro_batches(batch, chunk, cfg, pad_id, rank, world))
+    defer = isinstance(model, FSDPModule) and not syncs_every_micro_batch(cfg, world)
+    for i, (part, rows, advantages) in enumerate(micro_batches):
+        if defer:
+            set_gradient_sync(model, i == len(micro_batches) - 1)
         loss, metrics, mismatch = micro_batch_loss(
             model, part, rows, advantages, proximal, num_tokens, cfg, rl, pad_id
         )
@@ -170,6 +174,23 @@ def _sharded_mini_batch(
     device = model_device(model)
     weighted = _all_reduced_sum(weighted, device, world)
     return {k: float(weighted[j]) for j, k in enumerate(keys)}, _all_reduced(seen, device, world)
+
+
+def syncs_every_micro_batch(cfg: LearnerConfig, world: int) -> bool:
+    """Whether FSDP2 reduces gradients after every micro-batch (`sync_every_micro_batch`;
+    None: with several ranks only)."""
+    if cfg.sync_every_micro_batch is None:
+        return world > 1
+    return cfg.sync_every_micro_batch
+
+
+def set_gradient_sync(model: FSDPModule, sync: bool) -> None:
+    """Before a micro-batch's backward: reduce the gradients (with those accumulated since the
+    last reduction) and reshard the parameters after it, or neither (gradients accumulate
+    unsharded, parameters stay gathered for the next micro-batch). Every rank makes the same
+    choice for the same micro-batch: they run the same number (`_rank_micro_batches`)."""
+    model.set_requires_gradient_sync(sync)
+    model.set_reshard_after_backward(sync)
 
 
 def _sharded_logprobs(

@@ -67,6 +67,13 @@ class LearnerConfig:
     reshard_after_forward: bool | None = None
     """FSDP2: free the gathered parameters after forward and gather them again for backward.
     None: only with several ranks (one rank frees nothing another could use)."""
+    sync_every_micro_batch: bool | None = None
+    """FSDP2: reduce the gradients (and reshard the parameters) after every micro-batch's
+    backward. None: only with several ranks, where it keeps each rank's gradients sharded
+    (ZeRO's memory saving); with one rank the gradients accumulate in place and are reduced
+    once, after a mini-batch's last micro-batch (`set_requires_gradient_sync`), which saves the
+    per-layer reduce and regather of every other micro-batch. False with several ranks: the
+    same, at the cost of a full fp32 gradient on every rank."""
     compile: bool | None = None
     """torch.compile each decoder layer (in place: module names unchanged), before FSDP2 wraps
     it; the first update pays the compilation (about 20 s at Qwen2.5-0.5B shape). None: on

@@ -24,7 +24,9 @@ weights and fp32 optimizer state (FSDP2's `MixedPrecisionPolicy` when sharded on
 the chunked LM head, activation checkpointing (every `checkpoint_every`-th decoder layer, the
 Hugging Face model's own gradient checkpointing), compiled layers. FSDP2 with one rank keeps
 the gathered parameters from forward to backward (`reshard_after_forward` False): resharding
-would free nothing another rank could use, and gather them again.
+would free nothing another rank could use, and gather them again; and it reduces the gradients
+once per mini-batch, after its last micro-batch (`sync_every_micro_batch`), instead of after
+each.
 
 `load_policy` builds a rank's policy from a model directory; `policy_rank` is the body of every
 rank but 0 (used by `rstar2 train` and `rstar2 bench learner`).
@@ -52,7 +54,12 @@ from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_di
 from torch.distributed.tensor import DTensor
 
 from rstar2 import devices
-from rstar2.learner.distributed import DistributedConfig, shard_model, update_policy_sharded
+from rstar2.learner.distributed import (
+    DistributedConfig,
+    shard_model,
+    syncs_every_micro_batch,
+    update_policy_sharded,
+)
 from rstar2.learner.learner_config import LearnerConfig
 from rstar2.learner.model_preparation import packed_head, prepare_model
 from rstar2.learner.policy_update import make_lr_schedule, make_optimizer, update_policy
@@ -92,7 +99,9 @@ class LearnerPolicy:
         self.packed = packed_head(model) is not None
         """Whether updates take the packed, chunked-head path (`prepare_model`)."""
         self.reshard_after_forward: bool | None = None
+        self.sync_every_micro_batch: bool | None = None
         if self.sharded:
+            self.sync_every_micro_batch = syncs_every_micro_batch(cfg, self.world)
             # One rank holds every parameter anyway: resharding after forward would only
             # gather them again for backward.
             reshard = cfg.reshard_after_forward

@@ -47,6 +47,33 @@ SCENARIOS = [
         "sgd",
         LearnerConfig(lr=2.0, warmup_steps=0, grad_clip=1e6, micro_batch_size=1, mini_batches=2),
     ),
+    # The same with FSDP2's gradient reduction forced after every micro-batch (the default
+    # with several ranks) and deferred to a mini-batch's last one (the default with one rank):
+    # each pairing of a world size and a choice is run by one of the tests.
+    Scenario(
+        "sgd_sync_every",
+        "sgd",
+        LearnerConfig(
+            lr=2.0,
+            warmup_steps=0,
+            grad_clip=1e6,
+            micro_batch_size=1,
+            mini_batches=2,
+            sync_every_micro_batch=True,
+        ),
+    ),
+    Scenario(
+        "sgd_deferred",
+        "sgd",
+        LearnerConfig(
+            lr=2.0,
+            warmup_steps=0,
+            grad_clip=1e6,
+            micro_batch_size=1,
+            mini_batches=2,
+            sync_every_micro_batch=False,
+        ),
+    ),
     # The RL learner's optimizer with clipping and warm-up, one mini-batch of odd size.
     Scenario(
         "adamw",

@@ -313,6 +313,13 @@ class EngineLoad(msgspec.Struct, array_like=True, frozen=True):
     """Cumulative tokens prefilled again because their request had been preempted."""
     generated_tokens: int = 0
     """Cumulative sampled tokens."""
+    steps: int = 0
+    """Cumulative engine steps (the embedded engine; 0 where an engine does not count them)."""
+    step_s: float = 0.0
+    """Cumulative wall seconds inside engine steps (the rest of the time it had nothing to run)."""
+    wait_s: float = 0.0
+    """Of `step_s`, the host's wait for the device in each step's one transfer (the embedded
+    engine's fixed-shape path; `rstar2.engine.core.StepClock`)."""
 
 
 @register

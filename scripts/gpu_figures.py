@@ -290,6 +290,7 @@ def train_figures(run_dir: Path) -> dict[str, Any]:
         gen_s = sum(float(r.get("time_gen_s", 0.0)) for r in steps)
         if gen_s > 0:
             out["gen_tokens_per_s"] = sum(float(r.get("gen_tokens", 0.0)) for r in steps) / gen_s
+        out.update(engine_figures(steps))
         out["skipped_updates"] = sum(float(r.get("skipped_updates", 0.0)) for r in steps)
         out["reward_first_10"] = statistics.fmean(float(r["reward_mean"]) for r in steps[:10])
         out["reward_last_10"] = statistics.fmean(float(r["reward_mean"]) for r in steps[-10:])
@@ -308,6 +309,29 @@ def train_figures(run_dir: Path) -> dict[str, Any]:
     if out["finished"]:
         out["wall_s"] = json.loads(summary.read_text())["wall_s"]
     return out
+
+
+def engine_figures(steps: list[dict[str, Any]]) -> dict[str, Any]:
+    """What the engines did over the RL steps' generation (`engine_split`'s metrics): the
+    share of the generation phase spent inside engine steps, the time a step took, split into
+    the host's own work and its wait for the device, and the generated tokens per second of
+    engine steps (the engine's rate when it has work, tool waits left out)."""
+    rows = [r for r in steps if r.get("engine_steps")]
+    if not rows:
+        return {}
+    count = sum(float(r["engine_steps"]) for r in rows)
+    busy = sum(float(r["engine_step_s"]) for r in rows)
+    wait = sum(float(r["engine_wait_s"]) for r in rows)
+    gen = sum(float(r.get("time_gen_s", 0.0)) for r in rows)
+    return {
+        "engine_busy_share": busy / gen if gen > 0 else None,
+        "engine_step_ms": busy * 1e3 / count,
+        "engine_host_ms": (busy - wait) * 1e3 / count,
+        "engine_wait_ms": wait * 1e3 / count,
+        "gen_tokens_per_engine_s": sum(float(r.get("gen_tokens", 0.0)) for r in rows) / busy
+        if busy > 0
+        else None,
+    }
 
 
 def markdown(results: dict[str, Any]) -> str:

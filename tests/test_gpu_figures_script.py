@@ -88,9 +88,10 @@ def test_training_figures_from_a_run_directory(tmp_path: Path) -> None:
         {"step": 0, "stage": "sft", "heldout_accuracy": 0.25, "test_accuracy": 0.2},
         {"step": 1, "stage": "rl1", "step_s": 2.0, "time_gen_s": 1.0, "gen_tokens": 300.0,
          "time_learner_s": 0.5, "reward_mean": 0.4, "skipped_updates": 1.0,
-         "weights_bus_bytes": 17.0},
+         "weights_bus_bytes": 17.0},  # no engine figures: the first step after a resume
         {"step": 2, "stage": "rl1", "step_s": 5.0, "time_eval_s": 2.0, "time_gen_s": 2.0,
-         "gen_tokens": 600.0, "time_learner_s": 0.7, "reward_mean": 0.6, "heldout_accuracy": 0.5},
+         "gen_tokens": 600.0, "time_learner_s": 0.7, "reward_mean": 0.6, "heldout_accuracy": 0.5,
+         "engine_steps": 100.0, "engine_step_s": 1.5, "engine_wait_s": 0.5},
         {"step": 2, "stage": "final", "test_accuracy": 0.45},
     ]  # fmt: skip
     (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
@@ -106,6 +107,14 @@ def test_training_figures_from_a_run_directory(tmp_path: Path) -> None:
     assert got["step_s_without_evals_mean"] == pytest.approx(2.5)
     assert got["gen_tokens_per_s"] == pytest.approx(300.0)
     assert got["time_learner_s_mean"] == pytest.approx(0.6)
+    # engine figures from the rows that have them: 1.5 s of 2.0 s generation in 100 steps
+    assert got["engine_busy_share"] == pytest.approx(0.75)
+    assert (got["engine_step_ms"], got["engine_host_ms"], got["engine_wait_ms"]) == (
+        pytest.approx(15.0),
+        pytest.approx(10.0),
+        pytest.approx(5.0),
+    )
+    assert got["gen_tokens_per_engine_s"] == pytest.approx(400.0)
     assert (got["validation_sft"], got["validation_last"], got["validation_last_step"]) == (
         0.25, 0.5, 2
     )  # fmt: skip

@@ -6,7 +6,11 @@ again before each HF batch size). Prints a table, or with `--json` one object wi
 `ratio`, the HF sweep (each with the engine run next to it), CPU microseconds per token of both
 sides, the load average before and after, and the conditions (`model_size`, `params`,
 `threads`, `contention`, `omp_wait_policy`, `device`, `dtype`, `decode` and, on the fixed
-path, `decode_graphs`: shapes used, graphs captured, failed captures).
+path, `decode_graphs`: shapes used, graphs captured, failed captures), and the median engine
+run's steps split (`engine_steps`, `engine_step_ms` wall per step, of which `engine_wait_ms`
+waiting for the device in the step's one transfer and `engine_host_ms` the rest: on a GPU's
+fixed path, what the host's Python costs a step; on the CPU the computation is in the host's
+share).
 
 `--contention N` runs everything beside N busy-loop processes (`bench_contention`), so a
 figure under CPU contention can be reproduced.
@@ -26,7 +30,7 @@ from rstar2.commands.arguments import int_list, model_directory, nonnegative_int
 from rstar2.commands.bench_contention import busy_processes, load_average
 from rstar2.config import UsageError
 from rstar2.devices import DEVICES
-from rstar2.engine.benchmark import Sweep, make_workload, random_model, run_sweep
+from rstar2.engine.benchmark import Sweep, Timing, make_workload, random_model, run_sweep
 from rstar2.engine.config import DECODE_PATHS, EngineConfig, resolve_device
 from rstar2.engine.core import load_causal_lm
 from rstar2.model.tiny import SHAPES
@@ -121,6 +125,20 @@ def report(sweep: Sweep, tokens: int) -> dict[str, Any]:
         ],
         "engine_seconds": round(sorted(t.seconds for t in sweep.engine)[len(sweep.engine) // 2], 2),
         "engine_preemptions": sweep.core.stats().preemptions,
+        **step_split(sweep.engine),
+    }
+
+
+def step_split(runs: list[Timing]) -> dict[str, Any]:
+    """The engine run of median wall time, per step: its wall time and, of that, the wait for
+    the device in the step's one transfer (fixed path; the host's own work is the rest)."""
+    run = sorted(runs, key=lambda t: t.seconds)[len(runs) // 2]
+    steps = max(run.steps, 1)
+    return {
+        "engine_steps": run.steps,
+        "engine_step_ms": round(run.seconds * 1e3 / steps, 3),
+        "engine_wait_ms": round(run.wait_s * 1e3 / steps, 3),
+        "engine_host_ms": round((run.seconds - run.wait_s) * 1e3 / steps, 3),
     }
 
 

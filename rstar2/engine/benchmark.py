@@ -67,6 +67,9 @@ class Timing:
     seconds: float
     cpu_seconds: float
     tok_s: float
+    steps: int = 0
+    wait_s: float = 0.0
+    """Of `seconds`, the engine steps' wait for the device (`StepClock`)."""
 
     def cpu_us_per_token(self, tokens: int) -> float:
         return self.cpu_seconds * 1e6 / tokens
@@ -140,13 +143,17 @@ def engine_core(model: nn.Module, cfg: EngineConfig) -> EngineCore:
 def time_engine(core: EngineCore, work: Workload) -> Timing:
     """One run of the whole workload on `core` (all requests at once)."""
     params = [SamplingParams(n, temperature=1.0, seed=i) for i, n in enumerate(work.output_lengths)]
+    clock = core.clock
+    steps, wait = clock.steps, clock.wait_s
     start, cpu_start = time.perf_counter(), time.process_time()
     outs = core.generate(work.prompts, params)
     seconds, cpu = time.perf_counter() - start, time.process_time() - cpu_start
     produced = sum(len(o.token_ids) for o in outs)
     if produced != work.total_tokens:
         raise RuntimeError(f"engine produced {produced} tokens, expected {work.total_tokens}")
-    return Timing(seconds, cpu, work.total_tokens / seconds)
+    return Timing(
+        seconds, cpu, work.total_tokens / seconds, clock.steps - steps, clock.wait_s - wait
+    )
 
 
 def run_sweep(

@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import logging
 import random
+import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -45,6 +47,20 @@ def load_causal_lm(path: str | Path, dtype: torch.dtype = torch.float32) -> nn.M
         raise ValueError(f"model directory {str(path)!r} does not exist")
     model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, local_files_only=True)
     return model.eval()
+
+
+@dataclass
+class StepClock:
+    """Where the engine's steps spent their wall time, cumulative: on the fixed
+    path the step's one device-to-host transfer is where the host waits for the device (a
+    CUDA graph's replay returns at once), so `wait_s` is the device time the host's own work
+    did not cover and `seconds - wait_s` the host's (scheduling, filling buffers, launching,
+    bookkeeping). On the CPU, and on the dynamic path, the computation runs inside the host's
+    share and `wait_s` stays near 0."""
+
+    steps: int = 0
+    seconds: float = 0.0
+    wait_s: float = 0.0
 
 
 class EngineCore:
@@ -91,6 +107,7 @@ class EngineCore:
         self._arrivals = 0
         self._shared_generator = torch.Generator(self.device).manual_seed(seed)
         self._seeds = random.Random(seed)  # seeds of unseeded requests on the fixed path
+        self.clock = StepClock()
         self.fixed: FixedDecoder | None = None
         if cfg.fixed_decode(self.device):
             self.fixed = FixedDecoder(
@@ -154,6 +171,7 @@ class EngineCore:
 
     def step(self) -> list[GenerationOutput]:
         """Run one engine step; the requests that finished in it."""
+        start = time.perf_counter()
         result = self.scheduler.schedule()
         if not result.scheduled:
             return []
@@ -168,7 +186,10 @@ class EngineCore:
         finished = self.scheduler.update(scheduled, tokens, logprobs)
         for req in finished:
             del self._requests[req.request_id]
-        return [req.to_output() for req in finished]
+        outputs = [req.to_output() for req in finished]
+        self.clock.steps += 1
+        self.clock.seconds += time.perf_counter() - start
+        return outputs
 
     def _fixed_step(
         self, scheduled: list[tuple[Request, int]], fixed: FixedDecoder
@@ -187,7 +208,10 @@ class EngineCore:
         if decode:
             parts.append(fixed.decode(decode, [r.seed for r in decode]))
             order.extend((r, 1) for r in decode)
-        drawn = (parts[0] if len(parts) == 1 else torch.cat(parts, dim=1)).tolist()
+        both = parts[0] if len(parts) == 1 else torch.cat(parts, dim=1)
+        wait = time.perf_counter()
+        drawn = both.tolist()
+        self.clock.wait_s += time.perf_counter() - wait
         return order, [int(t) for t in drawn[0]], drawn[1]
 
     def stats(self) -> EngineLoad:
@@ -200,6 +224,9 @@ class EngineCore:
             preemptions=s.preemptions,
             recomputed_tokens=s.recomputed_tokens,
             generated_tokens=s.generated_tokens,
+            steps=self.clock.steps,
+            step_s=self.clock.seconds,
+            wait_s=self.clock.wait_s,
         )
 
     @torch.no_grad()

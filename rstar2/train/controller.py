@@ -86,10 +86,10 @@ from rstar2.train.run_commands import (
     Update,
     WriteMetrics,
 )
-from rstar2.train.step_metrics import progress_line
+from rstar2.train.step_metrics import latest_loads, progress_line
 from rstar2.train.step_rollouts import StepRollouts, within_staleness
 from rstar2.train.trajectory_log import recorded_step
-from rstar2.wire import TrajectoryResult
+from rstar2.wire import EngineLoad, TrajectoryResult
 
 log = logging.getLogger(__name__)
 
@@ -122,6 +122,8 @@ class Controller:
         self.evaluations = EvaluationPlan(validation=bool(self.heldout), test=bool(self.test))
         self._awaited = AwaitedReply()
         self._step: StepInFlight | None = None
+        self._engine_loads: dict[int, EngineLoad] = {}
+        """Each engine's counters as last seen in any rollout's results (`engine_split`)."""
         self._sft_row: dict[str, Any] = {}
         self._final_row: dict[str, Any] = {}
         self._boundary: tuple[int, dict[str, Any]] | None = None
@@ -194,6 +196,7 @@ class Controller:
         assert isinstance(asked, RollOut)
         if len(results) != len(asked.tasks):
             raise ValueError(f"{len(results)} results for {len(asked.tasks)} tasks of step {step}")
+        self._engine_loads |= latest_loads(results)
         if phase in EVALUATIONS:
             return self._evaluated(phase, score(results), started, finished)
         if phase == Phase.FILTER:
@@ -317,7 +320,7 @@ class Controller:
         """The next step's rollout: the one submitted ahead for it, or a new one."""
         step = self.progress.step + 1
         stage = self.cfg.stages[self.stage_at(step)]
-        self._step = StepInFlight(step, stage)
+        self._step = StepInFlight(step, stage, engines_before=dict(self._engine_loads))
         return self._awaited.expect(Phase.TRAIN, self.rollouts.take(step))
 
     def _submit_ahead(self) -> list[Command]:

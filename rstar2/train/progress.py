@@ -12,8 +12,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rstar2.train.config import StageConfig
-from rstar2.train.step_metrics import rollout_metrics, stage_split
-from rstar2.wire import TrajectoryResult
+from rstar2.train.step_metrics import engine_split, rollout_metrics, stage_split
+from rstar2.wire import EngineLoad, TrajectoryResult
 
 
 def stage_index(stages: Sequence[StageConfig], step: int) -> int:
@@ -55,6 +55,8 @@ class StepInFlight:
     step: int
     stage: StageConfig
     results: list[TrajectoryResult] = field(default_factory=list)
+    engines_before: dict[int, EngineLoad] = field(default_factory=dict)
+    """Each engine's counters as last seen before this step's rollout (`engine_split`)."""
     started: float = 0.0
     last: float = 0.0
     rollout_s: float = 0.0
@@ -70,6 +72,7 @@ class StepInFlight:
         row.update(rollout_metrics(self.results))
         row.update(self.update)
         row.update(stage_split(self.results, self.rollout_s))
+        row.update(engine_split(self.results, self.engines_before))
         row.update(time_learner_s=self.learner_s, time_sync_s=self.sync_s)
         row.update(self.staleness)
         return row

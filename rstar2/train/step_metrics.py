@@ -16,6 +16,14 @@
 - `stage_split`: how the rollout phase's wall time divides into generation, tool and reward
   time. These overlap (many trajectories run at once), so the wall time is split in proportion
   to the summed per-trajectory times: t_gen = wall * G / (G + T + R), and so on;
+- `engine_split`: what the engines did over the step's rollout phase, from the cumulative
+  counters each trajectory's result carries (`EngineLoad`): `engine_steps`, `engine_step_s`
+  (seconds inside engine steps, summed over engines: against `time_gen_s`, how much of the
+  generation phase the engines computed rather than waited for tool results or new turns) and
+  `engine_wait_s` (of those, the host waiting for the device: the rest is the host's own
+  work). A delta against the latest counters seen before the step (`latest_loads` of the
+  previous rollout or evaluation); an engine seen for the first time has no baseline and no
+  figures (the run's first step, the first after a resume);
 - `progress_line`: a step's metrics row as its one fixed-width progress line.
 
 What it does not do: anything with gradients (rstar2.learner.policy_update).
@@ -26,7 +34,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from rstar2.wire import TrajectoryResult
+from rstar2.wire import EngineLoad, TrajectoryResult
 
 
 def _mean(xs: Sequence[float]) -> float:
@@ -66,6 +74,34 @@ def stage_split(results: Sequence[TrajectoryResult], wall_s: float) -> dict[str,
         "time_gen_s": wall_s * gen / total,
         "time_tool_s": wall_s * tool / total,
         "time_reward_s": wall_s * reward / total,
+    }
+
+
+def latest_loads(results: Sequence[TrajectoryResult]) -> dict[int, EngineLoad]:
+    """Each engine's latest counters among `results` (the most engine steps)."""
+    latest: dict[int, EngineLoad] = {}
+    for r in results:
+        if r.load is None or r.engine < 0:
+            continue
+        seen = latest.get(r.engine)
+        if seen is None or r.load.steps > seen.steps:
+            latest[r.engine] = r.load
+    return latest
+
+
+def engine_split(
+    results: Sequence[TrajectoryResult], before: dict[int, EngineLoad]
+) -> dict[str, float]:
+    """The engines' steps, seconds in steps and device wait over the step (see above); {}
+    when no engine that served the step has a baseline or counts steps."""
+    after = latest_loads(results)
+    pairs = [(before[e], load) for e, load in after.items() if e in before]
+    if not pairs or not any(a.steps for _, a in pairs):
+        return {}
+    return {
+        "engine_steps": float(sum(a.steps - b.steps for b, a in pairs)),
+        "engine_step_s": sum(a.step_s - b.step_s for b, a in pairs),
+        "engine_wait_s": sum(a.wait_s - b.wait_s for b, a in pairs),
     }
 
 

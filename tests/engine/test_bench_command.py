@@ -21,6 +21,11 @@ def test_bench_engine_json_reports_both_sides(capsys: pytest.CaptureFixture[str]
     )
     assert [r["batch_size"] for r in result["hf_sweep"]] == [2, 6]
     assert result["output_tokens"] == sum(make_workload(6, 1024, 8).output_lengths)
+    # the median run's steps: at least the longest request's tokens, wall = host + wait
+    assert result["engine_steps"] >= max(make_workload(6, 1024, 8).output_lengths)
+    assert result["engine_step_ms"] == pytest.approx(
+        result["engine_host_ms"] + result["engine_wait_ms"], abs=0.002
+    )
 
 
 def test_workload_lengths_are_heavy_tailed_and_capped() -> None:

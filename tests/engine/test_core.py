@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import pytest
 import torch
 from transformers import Qwen2ForCausalLM
@@ -196,3 +198,33 @@ def test_sampling_params_are_validated(kwargs: dict) -> None:
         SamplingParams(**kwargs)
     with pytest.raises(TypeError):
         SamplingParams(max_tokens=1, stop_token_ids=[1])  # type: ignore[arg-type]
+
+
+def test_the_step_clock_counts_steps_and_the_wait_for_the_device(
+    qwen2: Qwen2ForCausalLM, decode_path: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every step is counted with its wall time; on the fixed path the wait in the step's one
+    transfer is `wait_s` (a transfer made to take 20 ms here, as a GPU still computing would)."""
+    core = EngineCore(qwen2, EngineConfig(kv_budget_tokens=1024))
+    if core.fixed is not None:
+        decode = core.fixed.decode
+
+        class SlowTransfer:
+            def __init__(self, t: torch.Tensor) -> None:
+                self.t = t
+
+            def tolist(self) -> list:
+                time.sleep(0.02)
+                return self.t.tolist()
+
+        monkeypatch.setattr(core.fixed, "decode", lambda *a: SlowTransfer(decode(*a)))
+    core.generate([[1, 2, 3], [4, 5]], SamplingParams(max_tokens=5, temperature=0.0))
+    clock = core.clock
+    assert clock.steps == 5  # one token per request and step, the first from the prefill
+    assert clock.seconds > clock.wait_s >= 0.0
+    if decode_path == "fixed":
+        assert clock.wait_s >= 4 * 0.02  # the 4 decode-only steps
+    else:
+        assert clock.wait_s == 0.0
+    stats = core.stats()
+    assert (stats.steps, stats.step_s, stats.wait_s) == (5, clock.seconds, clock.wait_s)

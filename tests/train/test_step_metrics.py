@@ -2,10 +2,17 @@
 
 from __future__ import annotations
 
+import msgspec
 import pytest
 
-from rstar2.train.step_metrics import accuracy, rollout_metrics, stage_split
-from rstar2.wire import TrajectoryResult
+from rstar2.train.step_metrics import (
+    accuracy,
+    engine_split,
+    latest_loads,
+    rollout_metrics,
+    stage_split,
+)
+from rstar2.wire import EngineLoad, TrajectoryResult
 from tests.trajectories import trajectory
 
 
@@ -95,3 +102,29 @@ def test_stage_split_sums_to_wall_time() -> None:
     split = stage_split(trajs, wall_s=12.0)
     assert split == {"time_gen_s": 8.0, "time_tool_s": 2.0, "time_reward_s": 2.0}
     assert stage_split([], 5.0)["time_gen_s"] == 5.0
+
+
+def counters(steps: int, step_s: float, wait_s: float) -> EngineLoad:
+    return EngineLoad(64, 64, 0, 0, steps=steps, step_s=step_s, wait_s=wait_s)
+
+
+def test_engine_split_is_the_change_of_each_engines_latest_counters() -> None:
+    served = [
+        msgspec.structs.replace(result("p", 1.0), engine=0, load=counters(12, 1.5, 0.25)),
+        msgspec.structs.replace(result("p", 1.0), engine=0, load=counters(15, 2.0, 0.5)),
+        msgspec.structs.replace(result("q", 1.0), engine=1, load=counters(7, 1.0, 0.0)),
+        msgspec.structs.replace(result("q", 1.0), engine=1, load=None),  # no engine report
+    ]
+    assert latest_loads(served) == {0: counters(15, 2.0, 0.5), 1: counters(7, 1.0, 0.0)}
+    before = {0: counters(5, 0.5, 0.125), 1: counters(2, 0.25, 0.0)}
+    assert engine_split(served, before) == {
+        "engine_steps": 15.0,  # (15 - 5) + (7 - 2)
+        "engine_step_s": 2.25,  # (2.0 - 0.5) + (1.0 - 0.25)
+        "engine_wait_s": 0.375,
+    }
+    # an engine without a baseline adds nothing; no baseline at all: no figures
+    assert engine_split(served, {1: before[1]})["engine_steps"] == 5.0
+    assert engine_split(served, {}) == {}
+    # engines that count no steps (vLLM): no figures
+    vllm = [msgspec.structs.replace(result("p", 1.0), engine=0, load=EngineLoad(64, 64, 0, 0))]
+    assert engine_split(vllm, {0: EngineLoad(64, 64, 0, 0)}) == {}

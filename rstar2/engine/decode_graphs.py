@@ -26,6 +26,7 @@ step), or capture ahead of time (a shape is captured when a step first needs it)
 from __future__ import annotations
 
 import logging
+from array import array
 from dataclasses import dataclass
 
 import torch
@@ -59,6 +60,11 @@ def bucket(n: int, sizes: list[int]) -> int:
         if size >= n:
             return size
     raise ValueError(f"{n} exceeds the largest bucket {sizes[-1]}")
+
+
+def _view(values: array, dtype: torch.dtype) -> torch.Tensor:
+    """A CPU tensor over `values`' memory (no copy; the tensor keeps the array alive)."""
+    return torch.frombuffer(values, dtype=dtype)
 
 
 def _nucleus(rows: list[Request]) -> bool:
@@ -112,7 +118,7 @@ class FixedDecoder:
 
     def shape(self, rows: list[Request]) -> Shape:
         bs = self.cache.block_size
-        need = max(-(-(r.num_computed + 1) // bs) for r in rows)
+        need = -(-(max(r.num_computed for r in rows) + 1) // bs)
         return Shape(
             bucket(len(rows), self.batch_sizes), bucket(need, self.width_sizes), _nucleus(rows)
         )
@@ -171,55 +177,50 @@ class FixedDecoder:
         return _Buffers(ints, table, floats)
 
     def _fill(self, buf: _Buffers, shape: Shape, rows: list[Request], seeds: list[int]) -> None:
-        """Copy the rows' inputs into the buffers; the rows past them stay padding."""
+        """Copy the rows' inputs into the buffers; the rows past them stay padding.
+
+        The host's share of every decode step, so it is written for speed: one comprehension
+        per input row and `array` buffers (a C loop over the ints, about 4x faster than
+        `torch.tensor` of a list) viewed as tensors without a copy."""
         bs, n, pad = self.cache.block_size, len(rows), shape.batch - len(rows)
-        scratch = self.cache.scratch_block * bs
-        ids, pos, slot, ctx, lo, hi, counter = [], [], [], [], [], [], []
-        table: list[int] = []
-        temps, top_p = [], []
-        for r, seed in zip(rows, seeds, strict=True):
-            p = r.num_computed
-            ids.append(r.token_slice(p, p + 1)[0])
-            pos.append(p)
-            slot.append(r.blocks[p // bs] * bs + p % bs)
-            ctx.append(p + 1)
-            lo.append(seed & _M32)
-            hi.append((seed >> 32) & _M32)
-            counter.append(len(r.output_ids))
-            blocks = r.blocks[: shape.blocks]
-            table.extend(blocks)
-            table.extend([self.cache.pad_block] * (shape.blocks - len(blocks)))
-            temps.append(r.params.temperature)
-            top_p.append(r.params.top_p)
+        pad_block, width = self.cache.pad_block, shape.blocks
+        pos = [r.num_computed for r in rows]
         zeros = [0] * pad
-        ints = (
-            ids
+        ints = array(
+            "q",
+            [r.token_at(p) for r, p in zip(rows, pos, strict=True)]
             + zeros
             + pos
             + zeros
-            + slot
-            + [scratch] * pad
-            + ctx
+            + [r.blocks[p // bs] * bs + p % bs for r, p in zip(rows, pos, strict=True)]
+            + [self.cache.scratch_block * bs] * pad
+            + [p + 1 for p in pos]
             + [1] * pad
-            + lo
+            + [s & _M32 for s in seeds]
             + zeros
-            + hi
+            + [(s >> 32) & _M32 for s in seeds]
             + zeros
-            + counter
-            + zeros
+            + [len(r.output_ids) for r in rows]
+            + zeros,
         )
-        buf.ints.copy_(
-            torch.tensor(ints, dtype=torch.int64).view(7, shape.batch), non_blocking=True
+        table: list[int] = []
+        for r in rows:
+            blocks = r.blocks[:width]
+            table += blocks
+            if len(blocks) < width:
+                table += [pad_block] * (width - len(blocks))
+        floats = array(
+            "f",
+            [r.params.temperature for r in rows]
+            + [0.0] * pad
+            + [r.params.top_p for r in rows]
+            + [1.0] * pad,
         )
-        buf.table[:n].copy_(
-            torch.tensor(table, dtype=torch.int64).view(n, shape.blocks), non_blocking=True
-        )
+        buf.ints.copy_(_view(ints, torch.int64).view(7, shape.batch), non_blocking=True)
+        buf.table[:n].copy_(_view(array("q", table), torch.int64).view(n, width), non_blocking=True)
         if pad:
-            buf.table[n:].fill_(self.cache.pad_block)
-        floats = temps + [0.0] * pad + top_p + [1.0] * pad
-        buf.floats.copy_(
-            torch.tensor(floats, dtype=torch.float32).view(2, shape.batch), non_blocking=True
-        )
+            buf.table[n:].fill_(pad_block)
+        buf.floats.copy_(_view(floats, torch.float32).view(2, shape.batch), non_blocking=True)
 
     def _step(self, buf: _Buffers, shape: Shape) -> torch.Tensor:
         cache, ints = self.cache, buf.ints

@@ -39,6 +39,11 @@ class Request:
     def num_tokens(self) -> int:
         return len(self.prompt_ids) + len(self.output_ids)
 
+    def token_at(self, index: int) -> int:
+        """Token `index` of the prompt followed by the output."""
+        n_prompt = len(self.prompt_ids)
+        return self.prompt_ids[index] if index < n_prompt else self.output_ids[index - n_prompt]
+
     def token_slice(self, start: int, end: int) -> list[int]:
         """Tokens `start:end` of the prompt followed by the output."""
         n_prompt = len(self.prompt_ids)

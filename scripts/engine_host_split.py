@@ -1,0 +1,117 @@
+"""Where an embedded-engine step's host time goes, part by part (docs/production.md).
+
+    python3 scripts/engine_host_split.py [--model-size tiny] [--requests 256] [--max-tokens 256]
+                                         [--device cpu|cuda] [--decode fixed|dynamic] [--json]
+
+Runs `rstar2 bench engine`'s workload once (after a warm-up) with the engine's parts timed:
+`schedule` (the scheduler's choice of requests), `fill` (the fixed path's copy of the rows'
+inputs into its static buffers), `shape` (the fixed path's bucket choice), `update` (recording
+the sampled tokens, finishing requests), `decode` (the fixed path's forward and sampling: on a
+GPU with CUDA graphs a replay, which returns before the GPU is done), `forward` (the dynamic
+path's forward: a fixed-path step's new prompts, every step on the dynamic path), `wait` (the step's one transfer, where the host waits for the device)
+and `other` (the rest of the step's Python). Each is milliseconds per step, over the steps of
+the run. On the CPU `decode` and `forward` are the computation itself; on a GPU they are the
+launches, and `wait` the GPU time the host's work did not cover.
+
+What it does not do: time HF `generate` (`rstar2 bench engine` does), or profile inside torch.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from collections import Counter
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from rstar2.engine.benchmark import engine_core, make_workload, random_model, time_engine
+from rstar2.engine.config import EngineConfig, resolve_device
+from rstar2.engine.core import EngineCore
+from rstar2.model.tiny import SHAPES
+
+
+def timed(spent: Counter[str], key: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+    """`fn`, adding its wall time to `spent[key]` on every call."""
+
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        start = time.perf_counter()
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            spent[key] += time.perf_counter() - start
+
+    return wrapper
+
+
+def instrument(core: EngineCore) -> Counter[str]:
+    """Wrap the core's parts (instance attributes shadow the methods); their seconds."""
+    spent: Counter[str] = Counter()
+    core.scheduler.schedule = timed(spent, "schedule", core.scheduler.schedule)  # type: ignore[method-assign]
+    core.scheduler.update = timed(spent, "update", core.scheduler.update)  # type: ignore[method-assign]
+    core.transformer.forward = timed(spent, "forward", core.transformer.forward)  # type: ignore[method-assign]
+    if core.fixed is not None:
+        fixed = core.fixed
+        fixed._fill = timed(spent, "fill", fixed._fill)  # type: ignore[method-assign]
+        fixed.shape = timed(spent, "shape", fixed.shape)  # type: ignore[method-assign]
+        fixed._step = timed(spent, "decode", fixed._step)  # type: ignore[method-assign]
+    return spent
+
+
+def measure(args: argparse.Namespace) -> dict[str, Any]:
+    device = resolve_device(args.device)
+    model = random_model(args.model_size, args.seed, device)
+    work = make_workload(args.requests, model.config.vocab_size, args.max_tokens, args.seed)
+    cfg = EngineConfig(max_num_seqs=args.requests, device=device.type, decode=args.decode)
+    core = engine_core(model, cfg)
+    time_engine(core, work)  # warm-up: every shape's buffers (and CUDA graphs) made once
+    spent = instrument(core)
+    timing = time_engine(core, work)
+    steps = max(timing.steps, 1)
+    spent["wait"] = timing.wait_s
+    parts = {k: round(v * 1e3 / steps, 4) for k, v in spent.most_common()}
+    parts["other"] = round((timing.seconds - sum(spent.values())) * 1e3 / steps, 4)
+    return {
+        "model_size": args.model_size,
+        "device": str(device),
+        "decode": "fixed" if core.fixed is not None else "dynamic",
+        "requests": args.requests,
+        "steps": timing.steps,
+        "rows_per_step": round(work.total_tokens / steps, 1),
+        "step_ms": round(timing.seconds * 1e3 / steps, 4),
+        "ms_per_step": parts,
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--model-size", choices=sorted(SHAPES), default="tiny")
+    p.add_argument("--requests", type=int, default=256)
+    p.add_argument("--max-tokens", type=int, default=256)
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--decode", choices=("fixed", "dynamic"), default="fixed")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--threads", type=int, default=1, help="torch threads (0: leave as is)")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    args = p.parse_args(argv)
+    if args.requests < 1:
+        p.error("--requests must be >= 1")
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    out = measure(args)
+    if args.json:
+        print(json.dumps(out))
+        return 0
+    print(
+        f"{out['model_size']} on {out['device']}, {out['decode']} decode: {out['steps']} steps, "
+        f"{out['rows_per_step']} rows and {out['step_ms']:.3f} ms a step"
+    )
+    for part, ms in out["ms_per_step"].items():
+        print(f"  {part:<10}{ms:8.3f} ms/step")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,36 @@
+"""scripts/engine_host_split.py on a few requests (a smoke test of the command)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+
+SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "engine_host_split.py"
+spec = importlib.util.spec_from_file_location("engine_host_split", SCRIPT)
+assert spec is not None and spec.loader is not None
+split = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(split)
+
+
+@pytest.mark.parametrize("decode", ["fixed", "dynamic"])
+def test_every_part_of_a_step_is_reported(decode: str, capsys) -> None:
+    argv = ["--requests", "6", "--max-tokens", "8", "--decode", decode, "--json"]
+    assert split.main(argv) == 0
+    out = json.loads(capsys.readouterr().out)
+    parts = out["ms_per_step"]
+    assert out["decode"] == decode and out["steps"] >= 8
+    expected = {"schedule", "update", "forward", "wait", "other"}
+    if decode == "fixed":
+        expected |= {"fill", "shape", "decode"}
+    assert set(parts) == expected
+    assert all(v >= 0 for v in parts.values())
+    assert parts["forward"] > 0 and parts["update"] > 0
+
+
+def test_a_part_that_is_called_is_timed() -> None:
+    spent = split.Counter()
+    add = split.timed(spent, "add", lambda a, b: a + b)
+    assert add(2, 3) == 5 and spent["add"] > 0

@@ -9,8 +9,10 @@ cut short keeps what it measured. Parts (`all`: engine, train, bench, in that or
 
 - `engine`: first `--check-engine` (the embedded engine's decode paths, fixed-shape with and
   without CUDA graphs and dynamic, against each other and HF `generate`: greedy tokens, a
-  preempting KV budget, a multi-turn continuation, sampled log-probs), then `rstar2 bench
-  engine` (the engine against HF `generate`'s batch sizes) for each entry of `ENGINE_PLAN`.
+  preempting KV budget, a multi-turn continuation, sampled log-probs), then
+  `scripts/engine_host_split.py` on the tiny and 25m shapes (a step's time, part by part: the
+  host's work, the graph replay, the wait for the GPU), then `rstar2 bench engine` (the engine
+  against HF `generate`'s batch sizes) for each entry of `ENGINE_PLAN`.
 
 - `bench`: first `--check-packed` (the packed, chunked-head log-probs against the padded
   full-logits ones on the GPU), then `rstar2 bench learner` measurements (an RL update on a
@@ -168,6 +170,16 @@ def engine_plan(smoke: bool) -> list[tuple[str, list[str]]]:
         return [(name, [*SMOKE_ENGINE_WORK, *extra]) for name, extra in ENGINE_PLAN
                 if name.startswith("tiny")]  # fmt: skip
     return [(name, [*ENGINE_WORK, *extra]) for name, extra in ENGINE_PLAN]
+
+
+def host_split_commands(device: str, smoke: bool) -> list[list[str]]:
+    """`scripts/engine_host_split.py` runs: where a fixed-path engine step's time goes (the
+    host's parts, the replay, the wait for the GPU), for the tiny and 25m shapes."""
+    script = str(Path(__file__).resolve().parent / "engine_host_split.py")
+    work = ["--requests", "8", "--max-tokens", "16"] if smoke else []
+    sizes = ("tiny",) if smoke else ("tiny", "25m")
+    return [[sys.executable, script, "--device", device, "--model-size", size, *work, "--json"]
+            for size in sizes]  # fmt: skip
 
 
 def smaller_micro_batch(args: list[str]) -> list[str]:
@@ -701,6 +713,12 @@ def main(argv: list[str] | None = None) -> int:
         results["engine_check"] = run_check(check, 180)
         print(f"engine check: {json.dumps(results['engine_check'])}", flush=True)
         save()
+        splits = results.setdefault("engine_host_split", {})
+        for command in host_split_commands(device, args.smoke):
+            size = command[command.index("--model-size") + 1]
+            splits[size] = run_check(command, 120)
+            print(f"engine host split {size}: {json.dumps(splits[size])}", flush=True)
+            save()
         engines = results.setdefault("engine", {})
         for name, extra in engine_plan(args.smoke):
             if past_deadline():

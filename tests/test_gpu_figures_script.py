@@ -177,3 +177,13 @@ def test_markdown_has_the_engine_table_and_check() -> None:
     assert "graphs_equal_hf_generate" in text
     assert "| tiny-fixed | fixed | 1.1M | 32,559 | 20,615 (256) | 1.58 |" in text
     assert "| qwen2.5-1.5b-fixed | failed: skipped: past the 140 s deadline |" in text
+
+
+def test_the_host_split_runs_as_the_engine_part_calls_it() -> None:
+    commands = gpu.host_split_commands("cpu", smoke=True)
+    assert [c[c.index("--model-size") + 1] for c in commands] == ["tiny"]
+    full = gpu.host_split_commands("cuda", smoke=False)
+    assert [c[c.index("--model-size") + 1] for c in full] == ["tiny", "25m"]
+    assert all(c[c.index("--device") + 1] == "cuda" for c in full)
+    got = gpu.run_check(commands[0], 120)
+    assert got.get("decode") == "fixed" and got["ms_per_step"]["fill"] >= 0, got

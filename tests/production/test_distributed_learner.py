@@ -6,12 +6,14 @@ one rank, or no process group at all).
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
+from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 
 from production.distributed_ranks import (
     SCENARIOS,
@@ -25,8 +27,11 @@ from rstar2.learner.distributed import (
     decoder_layers,
     rank_share,
 )
+from rstar2.learner.learner_config import LearnerConfig
 from rstar2.learner.micro_batch import even_chunks, pad_batch, token_logprobs
+from rstar2.learner.policy import LearnerPolicy
 from rstar2.learner.rank_group import free_port
+from rstar2.rl import RLConfig
 
 TOL = 1e-5
 
@@ -117,3 +122,29 @@ def test_two_gloo_ranks_equal_the_single_process_step(tmp_path: Path) -> None:
         assert_same_step(ranks[0][s.name], want)
         assert ranks[1][s.name][0] == ranks[0][s.name][0]  # same metrics on every rank
         assert ranks[1][s.name][1] == {}  # full weights are gathered on rank 0 only
+
+
+def test_one_rank_fsdp_with_checkpointing_and_deferred_reduction_equals_the_plain_policy(
+    tmp_path: Path,
+) -> None:
+    """`LearnerPolicy` as `rstar2 train` builds it on one rank with FSDP2 and activation
+    checkpointing: gradients reduced once per mini-batch of several micro-batches, with the
+    layers recomputed in backward, give the unsharded policy's update."""
+    cfg = LearnerConfig(lr=1e-2, warmup_steps=0, grad_clip=0.5, micro_batch_size=1, mini_batches=2)
+    batch = synthetic_batch(tiny_model())
+    plain = LearnerPolicy(tiny_model(), cfg, RLConfig())
+    want = plain.update(batch)
+    dist.init_process_group(
+        "gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1
+    )
+    try:
+        sharded = LearnerPolicy(
+            tiny_model(), replace(cfg, activation_checkpointing=True), RLConfig()
+        )
+        assert sharded.sharded and sharded.sync_every_micro_batch is False
+        got = sharded.update(batch)
+        options = StateDictOptions(full_state_dict=True, cpu_offload=True)
+        state = get_model_state_dict(sharded.model, options=options)
+    finally:
+        dist.destroy_process_group()
+    assert_same_step((got, state), (want, plain.model.state_dict()))

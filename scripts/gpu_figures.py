@@ -353,6 +353,14 @@ def markdown(results: dict[str, Any]) -> str:
     checked = results.get("engine_check")
     if checked:
         lines += [f"Engine check: `{json.dumps(checked)}`", ""]
+    for size, split in results.get("engine_host_split", {}).items():
+        parts = split.get("ms_per_step")
+        if parts is None:
+            lines += [f"Engine host split, {size}: failed: {split.get('error')}", ""]
+            continue
+        shares = ", ".join(f"{k} {v:.3f}" for k, v in parts.items())
+        lines += [f"Engine host split, {size} ({split['rows_per_step']} rows, "
+                  f"{split['step_ms']:.3f} ms a step): {shares} ms", ""]  # fmt: skip
     engines = results.get("engine", {})
     if engines:
         lines += [

@@ -172,8 +172,18 @@ def test_markdown_has_the_engine_table_and_check() -> None:
             },  # fmt: skip
             "qwen2.5-1.5b-fixed": {"error": "skipped: past the 140 s deadline"},
         },
+        "engine_host_split": {
+            "tiny": {
+                "rows_per_step": 76.9,
+                "step_ms": 1.9,
+                "ms_per_step": {"wait": 1.2, "fill": 0.2},
+            },
+            "25m": {"error": "timed out"},
+        },
     }
     text = gpu.markdown(results)
+    assert "Engine host split, tiny (76.9 rows, 1.900 ms a step): wait 1.200, fill 0.200 ms" in text
+    assert "Engine host split, 25m: failed: timed out" in text
     assert "graphs_equal_hf_generate" in text
     assert "| tiny-fixed | fixed | 1.1M | 32,559 | 20,615 (256) | 1.58 |" in text
     assert "| qwen2.5-1.5b-fixed | failed: skipped: past the 140 s deadline |" in text

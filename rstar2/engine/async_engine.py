@@ -1,11 +1,14 @@
 """AsyncEngine: the `Engine` protocol on anyio (asyncio or trio) around a synchronous EngineCore.
 
 One loop task (`serve`) owns the core. Callers never touch it: `generate`, `abort` and
-`update_weights` put an operation in an inbox and wake the loop; the loop applies the inbox and
-runs one `core.step()` at a time in a worker thread (`anyio.to_thread.run_sync`), so the event
-loop stays free for the agent loop, tool calls and many concurrent `generate` callers while
-the model computes. Finished outputs are handed to their waiting callers on the event loop
-thread. A weight update is applied between two steps: requests already running continue with
+`update_weights` put an operation in an inbox and wake the loop; the loop runs the core in a
+worker thread (`anyio.to_thread.run_sync`), so the event loop stays free for the agent loop,
+tool calls and many concurrent `generate` callers while the model computes. In the thread it
+applies the inbox and runs `core.step()`, again and again (the inbox read before each step),
+until a step finishes a request, an operation completes or `MAX_STEPS_PER_HOP` steps have run:
+a hop between the threads costs about as much as a small model's whole step on the host
+(0.3 ms here), and finished outputs still go back at once. They are handed to their waiting
+callers on the event loop thread. A weight update is applied between two steps: requests already running continue with
 the new weights (their cached K/V were computed with the old ones, as in vLLM).
 
 A caller whose `generate` is cancelled aborts its request. If the loop stops (engine closed or
@@ -66,6 +69,10 @@ class _Weights:
 
 _Op = _Add | _Abort | _Weights
 
+MAX_STEPS_PER_HOP = 32
+"""Most engine steps the worker thread runs before handing back to the event loop when no
+step finished anything (bounds how long closing the engine waits for the thread)."""
+
 
 @dataclass
 class _StepResult:
@@ -74,6 +81,10 @@ class _StepResult:
     outputs: list[tuple[_Waiter, GenerationOutput]] = field(default_factory=list)
     errors: list[tuple[str, _Waiter, BaseException]] = field(default_factory=list)
     weights_done: list[_Waiter] = field(default_factory=list)
+
+    def __bool__(self) -> bool:
+        """Whether a caller has something to be handed."""
+        return bool(self.outputs or self.errors or self.weights_done)
 
 
 class AsyncEngine:
@@ -88,6 +99,8 @@ class AsyncEngine:
         self._in_core: dict[str, _Waiter] = {}
         self._wakeup: anyio.Event | None = None  # created by `serve`, inside the event loop
         self._running = False
+        self.hops = 0
+        """Hand-overs to the worker thread so far (each runs one or more steps)."""
 
     async def generate(
         self, request_id: str, prompt_ids: list[int], params: SamplingParams
@@ -142,7 +155,8 @@ class AsyncEngine:
                     await self._wakeup.wait()
                     self._wakeup = anyio.Event()
                     continue
-                self._deliver(await anyio.to_thread.run_sync(self._step))
+                self.hops += 1
+                self._deliver(await anyio.to_thread.run_sync(self._steps))
         finally:
             self._running = False
             self._fail_all(EngineClosedError("the engine loop stopped"))
@@ -153,11 +167,20 @@ class AsyncEngine:
         if self._wakeup is not None:
             self._wakeup.set()
 
-    def _step(self) -> _StepResult:
+    def _steps(self) -> _StepResult:
+        """Worker thread: queued operations and engine steps until a caller has something to
+        be handed, the core has nothing left or `MAX_STEPS_PER_HOP` steps have run."""
+        result = _StepResult()
+        for _ in range(MAX_STEPS_PER_HOP):
+            self._step(result)
+            if result or not self.core.has_unfinished():
+                break
+        return result
+
+    def _step(self, result: _StepResult) -> None:
         """Worker thread: apply queued operations, then one engine step."""
         with self._lock:
             inbox, self._inbox = self._inbox, []
-        result = _StepResult()
         for op in inbox:
             if isinstance(op, _Add):
                 try:
@@ -179,7 +202,6 @@ class AsyncEngine:
         if self.core.has_unfinished():
             for out in self.core.step():
                 result.outputs.append((self._in_core.pop(out.request_id), out))
-        return result
 
     def _deliver(self, result: _StepResult) -> None:
         for waiter, out in result.outputs:

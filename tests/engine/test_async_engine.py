@@ -9,7 +9,7 @@ import pytest
 from transformers import Qwen2ForCausalLM
 
 from rstar2.engine import Engine, EngineClosedError, EngineCore, SamplingParams, open_engine
-from rstar2.engine.async_engine import AsyncEngine
+from rstar2.engine.async_engine import MAX_STEPS_PER_HOP, AsyncEngine, _Add, _Waiter
 from rstar2.engine.config import EngineConfig
 from tests.engine.factories import random_prompts, tiny_qwen2
 
@@ -125,3 +125,22 @@ async def test_bad_requests_fail_fast_and_closed_engine_refuses(qwen2: Qwen2ForC
             await engine.generate("x", [], GREEDY)
     with pytest.raises(EngineClosedError):
         await engine.generate("y", [1], GREEDY)
+
+
+async def test_a_hop_runs_steps_until_a_request_finishes(qwen2: Qwen2ForCausalLM) -> None:
+    """The worker thread's hop (`_steps`, called here directly): steps run back to back until
+    one finishes a request, whose output goes back at once, or until `MAX_STEPS_PER_HOP`."""
+    engine = AsyncEngine(EngineCore(qwen2))
+    short, long = _Waiter(), _Waiter()
+    engine._post(_Add("short", [1, 2, 3], SamplingParams(3, 0.0), short))
+    engine._post(_Add("long", [4, 5], SamplingParams(MAX_STEPS_PER_HOP + 8, 0.0), long))
+    clock = engine.core.clock
+    first = engine._steps()
+    assert [(w, o.request_id) for w, o in first.outputs] == [(short, "short")]
+    assert clock.steps == 3  # one token a step: the short request's last at step 3
+    second = engine._steps()
+    assert not second and clock.steps == 3 + MAX_STEPS_PER_HOP  # nothing finished: the cap
+    third = engine._steps()
+    assert [(w, o.request_id) for w, o in third.outputs] == [(long, "long")]
+    assert clock.steps == MAX_STEPS_PER_HOP + 8
+    assert not engine._steps() and clock.steps == MAX_STEPS_PER_HOP + 8  # nothing left: no step

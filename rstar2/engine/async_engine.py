@@ -5,7 +5,8 @@ One loop task (`serve`) owns the core. Callers never touch it: `generate`, `abor
 worker thread (`anyio.to_thread.run_sync`), so the event loop stays free for the agent loop,
 tool calls and many concurrent `generate` callers while the model computes. In the thread it
 applies the inbox and runs `core.step()`, again and again (the inbox read before each step),
-until a step finishes a request, an operation completes or `MAX_STEPS_PER_HOP` steps have run:
+until a step finishes a request, an operation completes, or `MAX_STEPS_PER_HOP` steps or
+`MAX_HOP_S` seconds have run:
 a hop between the threads costs about as much as a small model's whole step on the host
 (0.3 ms here), and finished outputs still go back at once. They are handed to their waiting
 callers on the event loop thread. A weight update is applied between two steps: requests already running continue with
@@ -20,6 +21,7 @@ What it does not do: run the model in another process (the actor layer does that
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -70,8 +72,10 @@ class _Weights:
 _Op = _Add | _Abort | _Weights
 
 MAX_STEPS_PER_HOP = 32
-"""Most engine steps the worker thread runs before handing back to the event loop when no
-step finished anything (bounds how long closing the engine waits for the thread)."""
+MAX_HOP_S = 0.05
+"""Most engine steps, and seconds, the worker thread runs before handing back to the event loop
+when no step finished anything: closing the engine waits for the thread, so a hop of a large
+model's slow CPU steps stays one or two steps long."""
 
 
 @dataclass
@@ -169,11 +173,13 @@ class AsyncEngine:
 
     def _steps(self) -> _StepResult:
         """Worker thread: queued operations and engine steps until a caller has something to
-        be handed, the core has nothing left or `MAX_STEPS_PER_HOP` steps have run."""
+        be handed, the core has nothing left, or `MAX_STEPS_PER_HOP` steps or `MAX_HOP_S`
+        seconds have run."""
         result = _StepResult()
+        deadline = time.perf_counter() + MAX_HOP_S
         for _ in range(MAX_STEPS_PER_HOP):
             self._step(result)
-            if result or not self.core.has_unfinished():
+            if result or not self.core.has_unfinished() or time.perf_counter() > deadline:
                 break
         return result
 

@@ -3,12 +3,20 @@
 from __future__ import annotations
 
 import threading
+import time
 
 import anyio
 import pytest
 from transformers import Qwen2ForCausalLM
 
-from rstar2.engine import Engine, EngineClosedError, EngineCore, SamplingParams, open_engine
+from rstar2.engine import (
+    Engine,
+    EngineClosedError,
+    EngineCore,
+    SamplingParams,
+    async_engine,
+    open_engine,
+)
 from rstar2.engine.async_engine import MAX_STEPS_PER_HOP, AsyncEngine, _Add, _Waiter
 from rstar2.engine.config import EngineConfig
 from tests.engine.factories import random_prompts, tiny_qwen2
@@ -127,9 +135,12 @@ async def test_bad_requests_fail_fast_and_closed_engine_refuses(qwen2: Qwen2ForC
         await engine.generate("y", [1], GREEDY)
 
 
-async def test_a_hop_runs_steps_until_a_request_finishes(qwen2: Qwen2ForCausalLM) -> None:
+async def test_a_hop_runs_steps_until_a_request_finishes(
+    qwen2: Qwen2ForCausalLM, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The worker thread's hop (`_steps`, called here directly): steps run back to back until
     one finishes a request, whose output goes back at once, or until `MAX_STEPS_PER_HOP`."""
+    monkeypatch.setattr(async_engine, "MAX_HOP_S", 60.0)  # the step cap alone, however slow
     engine = AsyncEngine(EngineCore(qwen2))
     short, long = _Waiter(), _Waiter()
     engine._post(_Add("short", [1, 2, 3], SamplingParams(3, 0.0), short))
@@ -144,3 +155,22 @@ async def test_a_hop_runs_steps_until_a_request_finishes(qwen2: Qwen2ForCausalLM
     assert [(w, o.request_id) for w, o in third.outputs] == [(long, "long")]
     assert clock.steps == MAX_STEPS_PER_HOP + 8
     assert not engine._steps() and clock.steps == MAX_STEPS_PER_HOP + 8  # nothing left: no step
+
+
+async def test_a_hop_of_slow_steps_hands_back_after_its_time(
+    qwen2: Qwen2ForCausalLM, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Steps slower than `MAX_HOP_S` (a large model on a CPU): one step a hop, so closing the
+    engine never waits for a long run of them."""
+    core = EngineCore(qwen2)
+    step = core.step
+
+    def slow_step() -> list:
+        time.sleep(0.03)
+        return step()
+
+    monkeypatch.setattr(core, "step", slow_step)
+    monkeypatch.setattr(async_engine, "MAX_HOP_S", 0.02)
+    engine = AsyncEngine(core)
+    engine._post(_Add("long", [4, 5], SamplingParams(20, 0.0), _Waiter()))
+    assert not engine._steps() and core.clock.steps == 1

@@ -24,7 +24,9 @@ from rstar2.model import load_model
 from tests.profile.tool_policy import ToolPolicy
 from tests.train.conftest import SMOKE_TOML
 
-TIMING = ("time_", "step_s", "wall_s")
+TIMING = ("time_", "step_s", "wall_s", "engine_")
+"""Metrics that measure time, or depend on it: `engine_steps` counts the steps the requests'
+arrival times made, and a resumed run's first step has no engine baseline."""
 REPO = Path(__file__).resolve().parents[2]
 
 

@@ -6,11 +6,11 @@ worker thread (`anyio.to_thread.run_sync`), so the event loop stays free for the
 tool calls and many concurrent `generate` callers while the model computes. In the thread it
 applies the inbox and runs `core.step()`, again and again (the inbox read before each step),
 until a step finishes a request, an operation completes, or `MAX_STEPS_PER_HOP` steps or
-`MAX_HOP_S` seconds have run:
-a hop between the threads costs about as much as a small model's whole step on the host
-(0.3 ms here), and finished outputs still go back at once. They are handed to their waiting
-callers on the event loop thread. A weight update is applied between two steps: requests already running continue with
-the new weights (their cached K/V were computed with the old ones, as in vLLM).
+`MAX_HOP_S` seconds have run: a hop between the threads costs about as much as a small model's
+whole step on the host (0.3 ms on a 2-core CPU), and finished outputs still go back at once.
+They are handed to their waiting callers on the event loop thread. A weight update is applied
+between two steps: requests already running continue with the new weights (their cached K/V
+were computed with the old ones, as in vLLM).
 
 A caller whose `generate` is cancelled aborts its request. If the loop stops (engine closed or
 a bug in a step), every pending caller gets `EngineClosedError`.

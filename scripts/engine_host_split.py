@@ -8,8 +8,9 @@ Runs `rstar2 bench engine`'s workload once (after a warm-up) with the engine's p
 inputs into its static buffers), `shape` (the fixed path's bucket choice), `update` (recording
 the sampled tokens, finishing requests), `decode` (the fixed path's forward and sampling: on a
 GPU with CUDA graphs a replay, which returns before the GPU is done), `forward` (the dynamic
-path's forward: a fixed-path step's new prompts, every step on the dynamic path), `wait` (the step's one transfer, where the host waits for the device)
-and `other` (the rest of the step's Python). Each is milliseconds per step, over the steps of
+path's forward: a fixed-path step's new prompts, every step on the dynamic path), `wait` (the
+step's one transfer, where the host waits for the device) and `other` (the rest of the step's
+Python). Each is milliseconds per step, over the steps of
 the run. On the CPU `decode` and `forward` are the computation itself; on a GPU they are the
 launches, and `wait` the GPU time the host's work did not cover.
 

@@ -104,6 +104,7 @@ def report(sweep: Sweep, tokens: int) -> dict[str, Any]:
     """The JSON figures of one sweep (no conditions)."""
     best = sweep.best_hf
     engine_cpu = sorted(t.cpu_us_per_token(tokens) for t in sweep.engine)
+    median = sorted(sweep.engine, key=lambda t: t.seconds)[len(sweep.engine) // 2]
     return {
         "engine_tok_s": round(sweep.engine_tok_s, 1),
         "hf_generate_tok_s": round(best.tok_s, 1),
@@ -123,16 +124,15 @@ def report(sweep: Sweep, tokens: int) -> dict[str, Any]:
             }
             for e, r in zip(sweep.engine, sweep.hf, strict=True)
         ],
-        "engine_seconds": round(sorted(t.seconds for t in sweep.engine)[len(sweep.engine) // 2], 2),
+        "engine_seconds": round(median.seconds, 2),
         "engine_preemptions": sweep.core.stats().preemptions,
-        **step_split(sweep.engine),
+        **step_split(median),
     }
 
 
-def step_split(runs: list[Timing]) -> dict[str, Any]:
-    """The engine run of median wall time, per step: its wall time and, of that, the wait for
-    the device in the step's one transfer (fixed path; the host's own work is the rest)."""
-    run = sorted(runs, key=lambda t: t.seconds)[len(runs) // 2]
+def step_split(run: Timing) -> dict[str, Any]:
+    """An engine run per step: its wall time and, of that, the wait for the device in the
+    step's one transfer (fixed path; the host's own work is the rest)."""
     steps = max(run.steps, 1)
     return {
         "engine_steps": run.steps,

@@ -5,7 +5,7 @@ the per-rank body that `torch.multiprocessing.spawn` runs (it must live in an im
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import torch
@@ -38,42 +38,18 @@ class Scenario:
     rl: RLConfig = field(default_factory=RLConfig)
 
 
+# SGD, no clipping: the update is the gradient itself, so a mis-scaled reduction shows.
+# One rollout per micro-batch: rank 1 gets 1 of the 3 rollouts of the second mini-batch
+# against rank 0's 2, so it runs the all-masked filler micro-batch.
+SGD = LearnerConfig(lr=2.0, warmup_steps=0, grad_clip=1e6, micro_batch_size=1, mini_batches=2)
+
 SCENARIOS = [
-    # SGD, no clipping: the update is the gradient itself, so a mis-scaled reduction shows.
-    # One rollout per micro-batch: rank 1 gets 1 of the 3 rollouts of the second mini-batch
-    # against rank 0's 2, so it runs the all-masked filler micro-batch.
-    Scenario(
-        "sgd",
-        "sgd",
-        LearnerConfig(lr=2.0, warmup_steps=0, grad_clip=1e6, micro_batch_size=1, mini_batches=2),
-    ),
+    Scenario("sgd", "sgd", SGD),
     # The same with FSDP2's gradient reduction forced after every micro-batch (the default
     # with several ranks) and deferred to a mini-batch's last one (the default with one rank):
     # each pairing of a world size and a choice is run by one of the tests.
-    Scenario(
-        "sgd_sync_every",
-        "sgd",
-        LearnerConfig(
-            lr=2.0,
-            warmup_steps=0,
-            grad_clip=1e6,
-            micro_batch_size=1,
-            mini_batches=2,
-            sync_every_micro_batch=True,
-        ),
-    ),
-    Scenario(
-        "sgd_deferred",
-        "sgd",
-        LearnerConfig(
-            lr=2.0,
-            warmup_steps=0,
-            grad_clip=1e6,
-            micro_batch_size=1,
-            mini_batches=2,
-            sync_every_micro_batch=False,
-        ),
-    ),
+    Scenario("sgd_sync_every", "sgd", replace(SGD, sync_every_micro_batch=True)),
+    Scenario("sgd_deferred", "sgd", replace(SGD, sync_every_micro_batch=False)),
     # The RL learner's optimizer with clipping and warm-up, one mini-batch of odd size.
     Scenario(
         "adamw",

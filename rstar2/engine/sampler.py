@@ -104,25 +104,28 @@ def sample_fixed(
     """float64 `[2, B]`: each row's token and its temperature-1 log-prob under the model.
 
     Rows with temperature 0 take the argmax; the others sample from softmax(logits / T),
-    restricted to the nucleus of mass `top_p` when `nucleus` is set (a sort over the
-    vocabulary, skipped when no row needs it)."""
+    those with `top_p` < 1 restricted to the nucleus of that mass when `nucleus` is set (a
+    sort over the vocabulary, skipped when no row needs it). A row's token depends on its own
+    inputs only, never on whether other rows of the batch keep a nucleus."""
     x = logits.to(torch.promote_types(logits.dtype, torch.float32))
     logprobs = torch.log_softmax(x, dim=-1)
     greedy = x.argmax(dim=-1)
     hot = temperature > 0.0
     probs = torch.softmax(x / torch.where(hot, temperature, 1.0).view(-1, 1), dim=-1)
     u = counter_uniform(seed_lo, seed_hi, counter).view(-1, 1)
+    last = x.shape[-1] - 1
+    cdf = probs.cumsum(dim=-1)
+    drawn = torch.searchsorted(cdf, (u * cdf[:, -1:].double()).to(cdf.dtype)).clamp_(max=last)
+    drawn = drawn.view(-1)
     if nucleus:
+        # only the rows that keep a nucleus draw from the sorted order: a top_p = 1 row draws
+        # the same token whether or not its batch has such rows
         sorted_probs, order = probs.sort(dim=-1, descending=True)
         mass_before = sorted_probs.cumsum(dim=-1) - sorted_probs
-        limit = torch.where(top_p >= 1.0, torch.inf, top_p).view(-1, 1)
-        cdf = (sorted_probs * (mass_before < limit)).cumsum(dim=-1)
-        index = torch.searchsorted(cdf, (u * cdf[:, -1:].double()).to(cdf.dtype))
-        drawn = order.gather(1, index.clamp_(max=x.shape[-1] - 1)).view(-1)
-    else:
-        cdf = probs.cumsum(dim=-1)
-        index = torch.searchsorted(cdf, (u * cdf[:, -1:].double()).to(cdf.dtype))
-        drawn = index.clamp_(max=x.shape[-1] - 1).view(-1)
+        cut = (sorted_probs * (mass_before < top_p.view(-1, 1))).cumsum(dim=-1)
+        index = torch.searchsorted(cut, (u * cut[:, -1:].double()).to(cut.dtype))
+        in_nucleus = order.gather(1, index.clamp_(max=last)).view(-1)
+        drawn = torch.where(top_p < 1.0, in_nucleus, drawn)
     tokens = torch.where(hot, drawn, greedy)
     chosen = logprobs.gather(1, tokens.view(-1, 1)).view(-1)
     return torch.stack([tokens.double(), chosen.double()])

@@ -137,3 +137,25 @@ def test_a_rows_draw_depends_on_its_seed_and_counter_only() -> None:
         for c in range(2, 12)
     }
     assert len(draws) > 3  # another counter draws anew
+
+
+def test_a_full_distribution_rows_draw_does_not_depend_on_a_nucleus_beside_it() -> None:
+    """A top_p = 1 row draws the same token whether or not its batch holds a row that keeps a
+    nucleus (which sends the batch through the sort): its draw is its own, with or without
+    the sort (the draws of 64 counters, where an order-dependent draw would differ)."""
+    logits = torch.randn(2, 50, generator=torch.Generator().manual_seed(1))
+    n = 64
+
+    def run(top_p: float, nucleus: bool) -> list[int]:
+        out = sample_fixed(
+            torch.cat([logits[:1].expand(n, -1), logits[1:]]),
+            torch.ones(n + 1),
+            torch.tensor([1.0] * n + [top_p]),
+            torch.full((n + 1,), 5, dtype=torch.int64),
+            torch.zeros(n + 1, dtype=torch.int64),
+            torch.arange(n + 1, dtype=torch.int64),
+            nucleus=nucleus,
+        )
+        return out[0].long().tolist()[:n]
+
+    assert run(0.5, nucleus=True) == run(1.0, nucleus=False)

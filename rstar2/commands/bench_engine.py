@@ -96,6 +96,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="run the fixed-shape decode eagerly on a GPU (engine.cuda_graphs = false)",
     )
+    parser.add_argument(
+        "--decode-steps",
+        type=int,
+        default=1,
+        metavar="K",
+        help="with the fixed-shape decode: up to K decode steps a round, one transfer back "
+        "(engine.decode_steps; default 1)",
+    )
     parser.add_argument("--seed", type=int, default=0, help="workload and weights seed")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
 
@@ -161,6 +169,7 @@ def run(args: argparse.Namespace) -> int:
         device=device.type,
         decode=args.decode,
         cuda_graphs=not args.no_cuda_graphs,
+        decode_steps=args.decode_steps,
     )
     log.info("workload: %d requests, %d output tokens", args.requests, work.total_tokens)
     load_before = load_average()
@@ -177,6 +186,7 @@ def run(args: argparse.Namespace) -> int:
         "device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
         "dtype": args.dtype,
         "decode": "fixed" if sweep.core.fixed is not None else "dynamic",
+        "decode_steps": sweep.core.round_steps,
         "decode_graphs": sweep.core.fixed.stats() if sweep.core.fixed is not None else None,
         "contention": args.contention,
         "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY", ""),

@@ -49,6 +49,13 @@ class EngineConfig:
     cuda_graphs: bool = True
     """With fixed decode on a GPU: capture each shape as a CUDA graph (false: run the same
     fixed-shape code eagerly, to tell the graphs' gain from the rest)."""
+    decode_steps: int = 1
+    """With fixed decode: decode steps per round (vLLM's multi-step scheduling). When a step
+    has only one-token decodes and nobody waits, the engine runs up to this many steps on the
+    device, each taking the previous step's tokens from the device, and the host schedules,
+    fills the buffers and reads the tokens once per round (`decode_graphs.FixedDecoder.
+    decode_round`). The outputs are the same as with 1; a request that finishes inside a round
+    is known at the round's end, and a request that arrives waits for it. 1: every step."""
 
     def validate(self) -> None:
         require(
@@ -85,10 +92,21 @@ class EngineConfig:
             self.decode,
             " or ".join(map(repr, DECODE_PATHS)),
         )
+        require(self.decode_steps >= 1, "decode_steps", self.decode_steps, "an integer >= 1")
+        require(
+            self.decode_steps == 1 or self.decode != "dynamic",
+            "decode_steps",
+            self.decode_steps,
+            '1 with decode = "dynamic" (rounds of several steps need the fixed path)',
+        )
 
     def fixed_decode(self, device: torch.device) -> bool:
         """Whether decode steps take the fixed-shape path on `device`."""
         return self.decode == "fixed" or (self.decode == "auto" and device.type == "cuda")
+
+    def round_steps(self, device: torch.device) -> int:
+        """Decode steps per round on `device`: `decode_steps` on the fixed path, else 1."""
+        return self.decode_steps if self.fixed_decode(device) else 1
 
     @property
     def num_blocks(self) -> int:

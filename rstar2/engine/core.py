@@ -4,7 +4,10 @@ Each `step()` asks the scheduler which requests run (continuing requests decode 
 new or preempted ones prefill their whole context), runs one forward pass over all of their
 tokens, samples one token per request and returns the requests that finished. Requests join
 and leave the running batch at every step. KV memory is a fixed pool of blocks; when it runs
-out the newest request is preempted and recomputed later (see `scheduler.py`).
+out the newest request is preempted and recomputed later (see `scheduler.py`). On the fixed
+path with `engine.decode_steps` k > 1, a step with only one-token decodes and nobody waiting
+becomes a round of up to k decode steps on the device with one transfer back (`_fixed_round`):
+the same outputs, the host's scheduling and bookkeeping paid once per round.
 
 The model, the KV cache, the step's index tensors and the sampling RNGs live on one device
 (`engine.device`, or the `device` argument); token ids and logprobs come back as Python values,
@@ -32,7 +35,7 @@ from rstar2.engine.kv_cache import KVCache
 from rstar2.engine.protocol import GenerationOutput, SamplingParams
 from rstar2.engine.request import Request
 from rstar2.engine.sampler import sample
-from rstar2.engine.scheduler import Scheduler
+from rstar2.engine.scheduler import Scheduler, ScheduleResult
 from rstar2.engine.step_batch import build_step_batch
 from rstar2.engine.transformer import Transformer
 from rstar2.wire import EngineLoad
@@ -59,6 +62,7 @@ class StepClock:
     share and `wait_s` stays near 0."""
 
     steps: int = 0
+    """Decode steps (a round of k steps counts k)."""
     seconds: float = 0.0
     wait_s: float = 0.0
 
@@ -109,12 +113,14 @@ class EngineCore:
         self._seeds = random.Random(seed)  # seeds of unseeded requests on the fixed path
         self.clock = StepClock()
         self.fixed: FixedDecoder | None = None
+        self.round_steps = cfg.round_steps(self.device)
         if cfg.fixed_decode(self.device):
             self.fixed = FixedDecoder(
                 t, self.cache, cfg.max_num_seqs, self.max_model_len, cfg.cuda_graphs
             )
         log.info(
-            "engine on %s: %d KV tokens in %d blocks, max_model_len %d, max_num_seqs %d, %s decode",
+            "engine on %s: %d KV tokens in %d blocks, max_model_len %d, max_num_seqs %d, %s decode"
+            ", %d step(s) a round",
             self.device,
             capacity,
             cfg.num_blocks,
@@ -123,6 +129,7 @@ class EngineCore:
             "dynamic"
             if self.fixed is None
             else "fixed" + (" (CUDA graphs)" if self.fixed.graphs else ""),
+            self.round_steps,
         )
 
     def check_request(self, request_id: str, prompt_ids: list[int], params: SamplingParams) -> None:
@@ -170,26 +177,57 @@ class EngineCore:
         return self.scheduler.has_unfinished()
 
     def step(self) -> list[GenerationOutput]:
-        """Run one engine step; the requests that finished in it."""
+        """Run one engine step (or a round of decode steps, above); the requests that
+        finished in it."""
         start = time.perf_counter()
         result = self.scheduler.schedule()
         if not result.scheduled:
             return []
+        steps = 1
         if self.fixed is None:
             batch = build_step_batch(result.scheduled, self.cache)
             logits = self.transformer.forward(batch, self.cache)
             reqs = [r for r, _ in batch.requests]
             tokens, logprobs = sample(logits, reqs, self._shared_generator)
-            scheduled = batch.requests
+            finished = self.scheduler.update(batch.requests, tokens, logprobs)
         else:
-            scheduled, tokens, logprobs = self._fixed_step(result.scheduled, self.fixed)
-        finished = self.scheduler.update(scheduled, tokens, logprobs)
+            counts = self._round_counts(result)
+            if counts is not None and max(counts) > 1:
+                rows = [r for r, _ in result.scheduled]
+                finished = self._fixed_round(rows, counts, self.fixed)
+                steps = max(counts)
+            else:
+                scheduled, tokens, logprobs = self._fixed_step(result.scheduled, self.fixed)
+                finished = self.scheduler.update(scheduled, tokens, logprobs)
         for req in finished:
             del self._requests[req.request_id]
         outputs = [req.to_output() for req in finished]
-        self.clock.steps += 1
+        self.clock.steps += steps
         self.clock.seconds += time.perf_counter() - start
         return outputs
+
+    def _round_counts(self, result: ScheduleResult) -> list[int] | None:
+        """Each scheduled request's steps when this step can be a round of several decode
+        steps (`engine.decode_steps` > 1, only one-token decodes, nobody waiting, blocks for
+        the round free without preempting anyone), else None."""
+        if self.round_steps == 1 or self.scheduler.waiting:
+            return None
+        if any(n != 1 for _, n in result.scheduled):
+            return None
+        return self.scheduler.reserve([r for r, _ in result.scheduled], self.round_steps)
+
+    def _fixed_round(
+        self, rows: list[Request], counts: list[int], fixed: FixedDecoder
+    ) -> list[Request]:
+        """A round of decode steps on the fixed path, one device-to-host transfer; the
+        requests that finished in it."""
+        drawn_on_device = fixed.decode_round(rows, [r.seed for r in rows], counts)
+        wait = time.perf_counter()
+        drawn = drawn_on_device.tolist()
+        self.clock.wait_s += time.perf_counter() - wait
+        tokens = [step[0] for step in drawn]
+        logprobs = [step[1] for step in drawn]
+        return self.scheduler.update_round(rows, counts, tokens, logprobs)
 
     def _fixed_step(
         self, scheduled: list[tuple[Request, int]], fixed: FixedDecoder

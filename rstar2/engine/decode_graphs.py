@@ -19,6 +19,11 @@ Padding rows write their K/V into the cache's scratch block and read the pad blo
 tokens are dropped. The graphs read the model's parameter tensors where they are: a weight
 update must copy into them in place (`EngineCore.load_state_dict` does), never replace them.
 
+A round (`decode_round`, `engine.decode_steps` > 1) replays one shape's step several times
+back to back, each step's input tokens copied on the device from the previous step's draws and
+its other inputs computed there from the first step's: the host fills the buffers and waits
+for the device once per round instead of once per step (vLLM's multi-step scheduling).
+
 What it does not do: prefill (prompts and continuations run the dynamic path in the same
 step), or capture ahead of time (a shape is captured when a step first needs it).
 """
@@ -116,9 +121,14 @@ class FixedDecoder:
         self._pool = torch.cuda.graph_pool_handle() if self.graphs else None
         self.capture_failures = 0
 
-    def shape(self, rows: list[Request]) -> Shape:
+    def shape(self, rows: list[Request], counts: list[int] | None = None) -> Shape:
+        """The buffers' shape for `rows` decoding one token each (`counts[i]` for row i)."""
         bs = self.cache.block_size
-        need = -(-(max(r.num_computed for r in rows) + 1) // bs)
+        if counts is None:
+            end = max(r.num_computed for r in rows) + 1
+        else:
+            end = max(r.num_computed + c for r, c in zip(rows, counts, strict=True))
+        need = -(-end // bs)
         return Shape(
             bucket(len(rows), self.batch_sizes), bucket(need, self.width_sizes), _nucleus(rows)
         )
@@ -129,10 +139,42 @@ class FixedDecoder:
         whose new token's K/V slot is allocated) draws next and its log-prob; `seeds` are the
         requests' sampling seeds."""
         shape = self.shape(rows)
+        buf = self._buffers_for(shape)
+        self._fill(buf, shape, rows, seeds)
+        return self._run(buf, shape)[:, : len(rows)]
+
+    @torch.inference_mode()
+    def decode_round(
+        self, rows: list[Request], seeds: list[int], counts: list[int]
+    ) -> torch.Tensor:
+        """float64 `[k, 2, len(rows)]` on the device, k = max(counts): `decode` run k times,
+        each step's input tokens taken on the device from the previous step's draws. Row i
+        runs `counts[i]` steps (its K/V slots for them allocated); its entries past them are
+        garbage (its writes go to the scratch block). The host fills the buffers once: a later
+        step's positions, write slots, context lengths and sampling counters are computed on
+        the device from the first step's and the block table."""
+        k, n = max(counts), len(rows)
+        shape = self.shape(rows, counts)
+        buf = self._buffers_for(shape)
+        self._fill(buf, shape, rows, seeds)
+        results = torch.empty(k, 2, shape.batch, dtype=torch.float64, device=self.device)
+        results[0].copy_(self._run(buf, shape))
+        if k > 1:
+            steps = self._round_inputs(buf, counts + [0] * (shape.batch - n), k)
+            for j in range(1, k):
+                buf.ints.copy_(steps[j])
+                buf.ints[_IDS, :n].copy_(results[j - 1, 0, :n])
+                results[j].copy_(self._run(buf, shape))
+        return results[:, :, :n]
+
+    def _buffers_for(self, shape: Shape) -> _Buffers:
         buf = self._buffers.get(shape)
         if buf is None:
             buf = self._buffers[shape] = self._allocate(shape)
-        self._fill(buf, shape, rows, seeds)
+        return buf
+
+    def _run(self, buf: _Buffers, shape: Shape) -> torch.Tensor:
+        """One step over the filled buffers (captured the first time on CUDA): `[2, batch]`."""
         if buf.graph is None and self.graphs and not buf.eager:
             self._capture(buf, shape)
         if buf.graph is not None:
@@ -140,7 +182,29 @@ class FixedDecoder:
         else:
             buf.out = self._step(buf, shape)
         assert buf.out is not None
-        return buf.out[:, : len(rows)]
+        return buf.out
+
+    def _round_inputs(self, buf: _Buffers, counts: list[int], k: int) -> torch.Tensor:
+        """int64 `[k, 7, batch]` on the device: the input rows of a round's k steps from the
+        first step's (filled in `buf`): position, context length and counter advance by one a
+        step up to a row's last step (`counts`, 0 for padding rows), the write slot is the
+        position's place in the row's blocks, the scratch block's after its last step."""
+        cache, first = self.cache, buf.ints
+        bs = cache.block_size
+        step = torch.arange(k, device=self.device).view(k, 1)
+        count = torch.tensor(counts, dtype=torch.int64).to(self.device, non_blocking=True)
+        ahead = torch.minimum(step, count.view(1, -1) - 1).clamp_(min=0)
+        pos = first[_POS].view(1, -1) + ahead
+        block = buf.table.gather(1, (pos // bs).T.clamp_(max=buf.table.shape[1] - 1)).T
+        slot = torch.where(
+            step < count.view(1, -1), block * bs + pos % bs, cache.scratch_block * bs
+        )
+        steps = first.unsqueeze(0).repeat(k, 1, 1)
+        steps[:, _POS] = pos
+        steps[:, _SLOT] = slot
+        steps[:, _CTX] = pos + 1
+        steps[:, _COUNTER] = first[_COUNTER].view(1, -1) + ahead
+        return steps
 
     @torch.inference_mode()
     def sample(self, logits: torch.Tensor, rows: list[Request], seeds: list[int]) -> torch.Tensor:

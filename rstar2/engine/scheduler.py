@@ -10,7 +10,10 @@ vLLM's policy, on a fixed pool of blocks:
    while blocks for their whole context, a batch slot and the step's token budget allow. A
    prompt longer than the budget is admitted alone (no chunked prefill).
 `update()` then appends the sampled tokens and finishes requests (stop token, max_tokens, or
-max_model_len). A finished request's blocks are parked in the prefix cache; a new request whose
+max_model_len). For a round of several decode steps (`engine.decode_steps`), `reserve()` gives
+the running requests blocks for the whole round without preempting anyone, and
+`update_round()` records the round's tokens as `update()` would have step by step, dropping
+what a request drew after its finish. A finished request's blocks are parked in the prefix cache; a new request whose
 prompt extends a parked sequence takes its blocks and prefills only the new tokens (multi-turn
 continuations). Parked blocks count as free: they are evicted before anyone is preempted.
 
@@ -155,19 +158,67 @@ class Scheduler:
             raise ValueError("one token and one logprob per scheduled request")
         finished = []
         for (req, num_new), token, logprob in zip(scheduled, tokens, logprobs, strict=True):
-            req.num_computed += num_new
-            req.output_ids.append(token)
-            req.logprobs.append(logprob)
-            self.generated_tokens += 1
-            reason = finish_reason(req, self.max_model_len)
-            if reason is not None:
-                req.finish_reason = reason
-                self.running.remove(req)
-                tokens = req.token_slice(0, req.num_computed)
-                self.pool.free(self.prefix_cache.put(tokens, req.blocks))
-                req.blocks = []
+            if self._record(req, num_new, token, logprob):
                 finished.append(req)
         return finished
+
+    def reserve(self, rows: list[Request], steps: int) -> list[int] | None:
+        """Blocks for a round of up to `steps` decode steps of `rows` (running requests each
+        scheduled for one token), taken without preempting anyone (parked prefixes are
+        evicted); each row's step count, fewer where its max_tokens or max_model_len ends it
+        sooner. None, with nothing changed, when the pool is short."""
+        counts = [min(steps, remaining_tokens(r, self.max_model_len)) for r in rows]
+        needs = [
+            blocks_needed(r.num_computed + c, self.block_size) - len(r.blocks)
+            for r, c in zip(rows, counts, strict=True)
+        ]
+        total = sum(n for n in needs if n > 0)
+        if total:
+            blocks = self._allocate(total)
+            if blocks is None:
+                return None
+            for req, n in zip(rows, needs, strict=True):
+                if n > 0:
+                    req.blocks.extend(blocks[:n])
+                    blocks = blocks[n:]
+        return counts
+
+    def update_round(
+        self,
+        rows: list[Request],
+        counts: list[int],
+        tokens: list[list[int]],
+        logprobs: list[list[float]],
+    ) -> list[Request]:
+        """Record a round's tokens (`tokens[j][i]`: row i's token of step j; row i ran
+        `counts[i]` steps, `reserve`'s counts) up to each row's finish, as `update` would have
+        step by step; the requests that finished."""
+        finished = []
+        for i, req in enumerate(rows):
+            for j in range(counts[i]):
+                if self._record(req, 1, int(tokens[j][i]), logprobs[j][i]):
+                    finished.append(req)
+                    break
+        return finished
+
+    def _record(self, req: Request, num_new: int, token: int, logprob: float) -> bool:
+        """Append one sampled token; finish `req` (its blocks parked) if it ends here."""
+        req.num_computed += num_new
+        req.output_ids.append(token)
+        req.logprobs.append(logprob)
+        self.generated_tokens += 1
+        reason = finish_reason(req, self.max_model_len)
+        if reason is None:
+            return False
+        req.finish_reason = reason
+        self.running.remove(req)
+        # a round may have reserved blocks past the finish: they hold nothing of the request
+        keep = blocks_needed(req.num_computed, self.block_size)
+        self.pool.free(req.blocks[keep:])
+        tokens = req.token_slice(0, req.num_computed)
+        self.pool.free(self.prefix_cache.put(tokens, req.blocks[:keep]))
+        req.blocks = []
+        return True
 
     def abort(self, request_id: str) -> Request | None:
         """Remove a request wherever it is; None if it is not here."""
@@ -187,6 +238,11 @@ class Scheduler:
         self.running.remove(req)
         self.pool.free(req.blocks)
         req.blocks = []
+
+
+def remaining_tokens(req: Request, max_model_len: int) -> int:
+    """Tokens `req` may still sample before max_tokens or max_model_len ends it."""
+    return min(req.params.max_tokens - len(req.output_ids), max_model_len - req.num_tokens)
 
 
 def finish_reason(req: Request, max_model_len: int) -> str | None:

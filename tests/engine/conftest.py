@@ -18,12 +18,19 @@ def anyio_backend(request: pytest.FixtureRequest) -> str:
     return request.param
 
 
-@pytest.fixture(params=["dynamic", "fixed"])
+ROUND_STEPS = 3
+"""The decode steps a round runs on the "rounds" decode path (odd, so rounds end mid-block)."""
+
+
+@pytest.fixture(params=["dynamic", "fixed", "rounds"])
 def decode_path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
-    """Run a test on both decode paths: every engine built in it takes `request.param`
-    (`EngineConfig.decode`), whatever its config says."""
+    """Run a test on every decode path: every engine built in it takes `request.param`
+    (`EngineConfig.decode`; "rounds" is the fixed path with `decode_steps` = `ROUND_STEPS`),
+    whatever its config says."""
     from rstar2.engine.config import EngineConfig
 
-    fixed = request.param == "fixed"
+    fixed = request.param != "dynamic"
+    steps = ROUND_STEPS if request.param == "rounds" else 1
     monkeypatch.setattr(EngineConfig, "fixed_decode", lambda self, device: fixed)
+    monkeypatch.setattr(EngineConfig, "round_steps", lambda self, device: steps)
     return request.param

@@ -28,6 +28,18 @@ def test_bench_engine_json_reports_both_sides(capsys: pytest.CaptureFixture[str]
     )
 
 
+def test_bench_engine_runs_rounds_of_decode_steps(capsys: pytest.CaptureFixture[str]) -> None:
+    """`--decode-steps 4` on the fixed path is taken and reported; on the dynamic path, where
+    rounds cannot run, it is refused before any work."""
+    argv = ["bench", "engine", "--requests", "6", "--max-tokens", "8", "--batch-sizes", "6"]
+    assert main([*argv, "--decode", "fixed", "--decode-steps", "4", "--json"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert (result["decode"], result["decode_steps"]) == ("fixed", 4)
+    assert result["engine_tok_s"] > 0 and result["engine_steps"] >= 8
+    assert main([*argv, "--decode", "dynamic", "--decode-steps", "4"]) == 2
+    assert "decode_steps" in capsys.readouterr().err
+
+
 def test_workload_lengths_are_heavy_tailed_and_capped() -> None:
     work = make_workload(256, 1024, 512)
     lengths = sorted(work.output_lengths)

@@ -113,14 +113,18 @@ def test_stop_token_is_included_and_ends_the_request(qwen2: Qwen2ForCausalLM) ->
     assert out.token_ids == ref[: ref.index(stop) + 1]
 
 
-def test_abort_returns_partial_output_and_frees_blocks(qwen2: Qwen2ForCausalLM) -> None:
+def test_abort_returns_partial_output_and_frees_blocks(
+    qwen2: Qwen2ForCausalLM, decode_path: str
+) -> None:
     core = EngineCore(qwen2, EngineConfig(kv_budget_tokens=512))
     core.add_request("a", [1, 2, 3], SamplingParams(50, 0.0))
-    core.add_request("b", [4, 5], SamplingParams(5, 0.0))
+    core.add_request("b", [4, 5], SamplingParams(10, 0.0))
     for _ in range(3):
         core.step()
     out = core.abort("a")
-    assert out is not None and out.finish_reason == "abort" and len(out.token_ids) == 3
+    # one token a decode step (a round of several steps is one `step()` call, counted by each)
+    assert out is not None and out.finish_reason == "abort"
+    assert len(out.token_ids) == core.clock.steps == (7 if decode_path == "rounds" else 3)
     assert core.abort("a") is None
     finished = []
     while core.has_unfinished():
@@ -207,7 +211,7 @@ def test_the_step_clock_counts_steps_and_the_wait_for_the_device(
     transfer is `wait_s` (a transfer made to take 20 ms here, as a GPU still computing would)."""
     core = EngineCore(qwen2, EngineConfig(kv_budget_tokens=1024))
     if core.fixed is not None:
-        decode = core.fixed.decode
+        decode, decode_round = core.fixed.decode, core.fixed.decode_round
 
         class SlowTransfer:
             def __init__(self, t: torch.Tensor) -> None:
@@ -218,12 +222,15 @@ def test_the_step_clock_counts_steps_and_the_wait_for_the_device(
                 return self.t.tolist()
 
         monkeypatch.setattr(core.fixed, "decode", lambda *a: SlowTransfer(decode(*a)))
+        monkeypatch.setattr(core.fixed, "decode_round", lambda *a: SlowTransfer(decode_round(*a)))
     core.generate([[1, 2, 3], [4, 5]], SamplingParams(max_tokens=5, temperature=0.0))
     clock = core.clock
     assert clock.steps == 5  # one token per request and step, the first from the prefill
     assert clock.seconds > clock.wait_s >= 0.0
     if decode_path == "fixed":
         assert clock.wait_s >= 4 * 0.02  # the 4 decode-only steps
+    elif decode_path == "rounds":
+        assert clock.wait_s >= 2 * 0.02  # a round of 3 decode steps, then one step
     else:
         assert clock.wait_s == 0.0
     stats = core.stats()

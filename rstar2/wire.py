@@ -320,6 +320,8 @@ class EngineLoad(msgspec.Struct, array_like=True, frozen=True):
     wait_s: float = 0.0
     """Of `step_s`, the host's wait for the device in each step's one transfer (the embedded
     engine's fixed-shape path; `rstar2.engine.core.StepClock`)."""
+    round_steps: int = 0
+    """Of `steps`, those run inside rounds of several decode steps (`engine.decode_steps`)."""
 
 
 @register

@@ -1,17 +1,18 @@
 """Where an embedded-engine step's host time goes, part by part (docs/production.md).
 
     python3 scripts/engine_host_split.py [--model-size tiny] [--requests 256] [--max-tokens 256]
-                                         [--device cpu|cuda] [--decode fixed|dynamic] [--json]
+                                         [--device cpu|cuda] [--decode fixed|dynamic]
+                                         [--decode-steps K] [--json]
 
 Runs `rstar2 bench engine`'s workload once (after a warm-up) with the engine's parts timed:
 `schedule` (the scheduler's choice of requests), `fill` (the fixed path's copy of the rows'
 inputs into its static buffers), `shape` (the fixed path's bucket choice), `update` (recording
 the sampled tokens, finishing requests), `decode` (the fixed path's forward and sampling: on a
 GPU with CUDA graphs a replay, which returns before the GPU is done), `forward` (the dynamic
-path's forward: a fixed-path step's new prompts, every step on the dynamic path), `wait` (the
+path's forward: a fixed-path step's new prompts, every step on the dynamic path), `round`
+(with `--decode-steps` K > 1, computing a round's later inputs on the device), `wait` (the
 step's one transfer, where the host waits for the device) and `other` (the rest of the step's
-Python). Each is milliseconds per step, over the steps of
-the run. On the CPU `decode` and `forward` are the computation itself; on a GPU they are the
+Python). Each is milliseconds per decode step (a round of k steps counts k), over the run. On the CPU `decode` and `forward` are the computation itself; on a GPU they are the
 launches, and `wait` the GPU time the host's work did not cover.
 
 What it does not do: time HF `generate` (`rstar2 bench engine` does), or profile inside torch.
@@ -52,12 +53,14 @@ def instrument(core: EngineCore) -> Counter[str]:
     spent: Counter[str] = Counter()
     core.scheduler.schedule = timed(spent, "schedule", core.scheduler.schedule)  # type: ignore[method-assign]
     core.scheduler.update = timed(spent, "update", core.scheduler.update)  # type: ignore[method-assign]
+    core.scheduler.update_round = timed(spent, "update", core.scheduler.update_round)  # type: ignore[method-assign]
     core.transformer.forward = timed(spent, "forward", core.transformer.forward)  # type: ignore[method-assign]
     if core.fixed is not None:
         fixed = core.fixed
         fixed._fill = timed(spent, "fill", fixed._fill)  # type: ignore[method-assign]
         fixed.shape = timed(spent, "shape", fixed.shape)  # type: ignore[method-assign]
         fixed._step = timed(spent, "decode", fixed._step)  # type: ignore[method-assign]
+        fixed._round_inputs = timed(spent, "round", fixed._round_inputs)  # type: ignore[method-assign]
     return spent
 
 
@@ -65,7 +68,12 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
     device = resolve_device(args.device)
     model = random_model(args.model_size, args.seed, device)
     work = make_workload(args.requests, model.config.vocab_size, args.max_tokens, args.seed)
-    cfg = EngineConfig(max_num_seqs=args.requests, device=device.type, decode=args.decode)
+    cfg = EngineConfig(
+        max_num_seqs=args.requests,
+        device=device.type,
+        decode=args.decode,
+        decode_steps=args.decode_steps,
+    )
     core = engine_core(model, cfg)
     time_engine(core, work)  # warm-up: every shape's buffers (and CUDA graphs) made once
     spent = instrument(core)
@@ -78,6 +86,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         "model_size": args.model_size,
         "device": str(device),
         "decode": "fixed" if core.fixed is not None else "dynamic",
+        "decode_steps": core.round_steps,
         "requests": args.requests,
         "steps": timing.steps,
         "rows_per_step": round(work.total_tokens / steps, 1),
@@ -93,6 +102,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--max-tokens", type=int, default=256)
     p.add_argument("--device", default="cpu")
     p.add_argument("--decode", choices=("fixed", "dynamic"), default="fixed")
+    p.add_argument("--decode-steps", type=int, default=1, help="decode steps a round (fixed)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--threads", type=int, default=1, help="torch threads (0: leave as is)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
@@ -106,7 +116,8 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(out))
         return 0
     print(
-        f"{out['model_size']} on {out['device']}, {out['decode']} decode: {out['steps']} steps, "
+        f"{out['model_size']} on {out['device']}, {out['decode']} decode "
+        f"({out['decode_steps']} step(s) a round): {out['steps']} steps, "
         f"{out['rows_per_step']} rows and {out['step_ms']:.3f} ms a step"
     )
     for part, ms in out["ms_per_step"].items():

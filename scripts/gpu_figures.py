@@ -1,7 +1,7 @@
 """The production trainer's GPU figures in one command (docs/production.md, "On a GPU").
 
     python3 scripts/gpu_figures.py --out DIR [--part engine|bench|train|all] [--smoke]
-                                   [--deadline S] [--only NAME,...]
+                                   [--deadline S] [--only NAME,...] [--train-set KEY=VALUE]
 
 Made for a machine lent for a short while (no network, a time limit per command): every
 measurement has a time limit, and DIR/gpu_figures.json is rewritten after each one, so a run
@@ -9,10 +9,11 @@ cut short keeps what it measured. Parts (`all`: engine, train, bench, in that or
 
 - `engine`: first `--check-engine` (the embedded engine's decode paths, fixed-shape with and
   without CUDA graphs and dynamic, against each other and HF `generate`: greedy tokens, a
-  preempting KV budget, a multi-turn continuation, sampled log-probs), then
-  `scripts/engine_host_split.py` on the tiny and 25m shapes (a step's time, part by part: the
-  host's work, the graph replay, the wait for the GPU), then `rstar2 bench engine` (the engine
-  against HF `generate`'s batch sizes) for each entry of `ENGINE_PLAN`.
+  preempting KV budget, a multi-turn continuation, sampled log-probs, rounds of 8 decode
+  steps against single steps), then `scripts/engine_host_split.py` on the tiny and 25m shapes,
+  one step at a time and in rounds of 8 (a step's time, part by part: the host's work, the
+  graph replay, the wait for the GPU), then `rstar2 bench engine` (the engine against HF
+  `generate`'s batch sizes) for each entry of `ENGINE_PLAN`.
 
 - `bench`: first `--check-packed` (the packed, chunked-head log-probs against the padded
   full-logits ones on the GPU), then `rstar2 bench learner` measurements (an RL update on a
@@ -31,7 +32,8 @@ cut short keeps what it measured. Parts (`all`: engine, train, bench, in that or
   learner and the embedded engine on CUDA), then its figures from the run directory: SFT time,
   RL s/step (with and without evaluations) and its parts, generated tokens/s, validation and
   test accuracy after SFT and after RL, and the GPU's peak memory in use (`nvidia-smi`, sampled
-  every second). The run's metrics.jsonl and summary.json are copied into DIR.
+  every second). The run's metrics.jsonl and summary.json are copied into DIR. `--train-set
+  KEY=VALUE` (repeatable) passes a setting to the run (e.g. `engine.decode_steps=1`).
 
 `--smoke` runs both parts at toy size on whatever torch finds (the tiny shape, small batches,
 `train --quick`): the check, where no GPU is, that the script itself works. Prints a Markdown
@@ -110,15 +112,21 @@ VARIANTS = (
     ("chunk-2048", (*AFTER, "--head-chunk", "2048"), False),
 )  # fmt: skip
 SHAPES_FIRST = ("qwen2.5-0.5b", "qwen2.5-1.5b")
+ROUNDS = ("--decode-steps", "8")
 ENGINE_WORK = ("--requests", "256", "--max-tokens", "256", "--batch-sizes", "64,256")
 ENGINE_PLAN = (
     # (name, `rstar2 bench engine` arguments), most important first: the fixed-shape decode
-    # with CUDA graphs (the GPU default) on each shape, then "before" (the dynamic path) and
-    # the fixed path without graphs
+    # with CUDA graphs (the GPU default) on each shape, beside it in rounds of 8 decode steps
+    # (`engine.decode_steps`), then "before" (the dynamic path) and the fixed path without
+    # graphs
     ("tiny-fixed", ("--model-size", "tiny", "--decode", "fixed")),
+    ("tiny-fixed-rounds-8", ("--model-size", "tiny", "--decode", "fixed", *ROUNDS)),
     ("25m-fixed", ("--model-size", "25m", "--decode", "fixed")),
+    ("25m-fixed-rounds-8", ("--model-size", "25m", "--decode", "fixed", *ROUNDS)),
     ("qwen2.5-0.5b-fixed",
      ("--model-size", "qwen2.5-0.5b", "--dtype", "bfloat16", "--decode", "fixed")),
+    ("qwen2.5-0.5b-fixed-rounds-8",
+     ("--model-size", "qwen2.5-0.5b", "--dtype", "bfloat16", "--decode", "fixed", *ROUNDS)),
     ("qwen2.5-1.5b-fixed",
      ("--model-size", "qwen2.5-1.5b", "--dtype", "bfloat16", "--decode", "fixed")),
     ("tiny-dynamic", ("--model-size", "tiny", "--decode", "dynamic")),
@@ -174,12 +182,27 @@ def engine_plan(smoke: bool) -> list[tuple[str, list[str]]]:
 
 def host_split_commands(device: str, smoke: bool) -> list[list[str]]:
     """`scripts/engine_host_split.py` runs: where a fixed-path engine step's time goes (the
-    host's parts, the replay, the wait for the GPU), for the tiny and 25m shapes."""
+    host's parts, the replay, the wait for the GPU), for the tiny and 25m shapes, one step at
+    a time and in rounds of 8."""
     script = str(Path(__file__).resolve().parent / "engine_host_split.py")
     work = ["--requests", "8", "--max-tokens", "16"] if smoke else []
     sizes = ("tiny",) if smoke else ("tiny", "25m")
-    return [[sys.executable, script, "--device", device, "--model-size", size, *work, "--json"]
-            for size in sizes]  # fmt: skip
+    return [[sys.executable, script, "--device", device, "--model-size", size, *work, *steps,
+             "--json"] for size in sizes for steps in ((), ROUNDS)]  # fmt: skip
+
+
+def decode_label(figures: dict[str, Any]) -> str:
+    """An engine benchmark's decode path, with its steps a round when more than one."""
+    steps = figures.get("decode_steps", 1)
+    return f"{figures.get('decode')}" + (f", rounds of {steps}" if steps > 1 else "")
+
+
+def split_name(command: list[str]) -> str:
+    """A host-split command's name: its shape, with `-rounds-K` for rounds of K steps."""
+    name = command[command.index("--model-size") + 1]
+    if "--decode-steps" in command:
+        name += f"-rounds-{command[command.index('--decode-steps') + 1]}"
+    return name
 
 
 def smaller_micro_batch(args: list[str]) -> list[str]:
@@ -325,9 +348,10 @@ def train_figures(run_dir: Path) -> dict[str, Any]:
 
 def engine_figures(steps: list[dict[str, Any]]) -> dict[str, Any]:
     """What the engines did over the RL steps' generation (`engine_split`'s metrics): the
-    share of the generation phase spent inside engine steps, the time a step took, split into
-    the host's own work and its wait for the device, and the generated tokens per second of
-    engine steps (the engine's rate when it has work, tool waits left out)."""
+    share of the generation phase spent inside engine steps, the share of decode steps run
+    inside rounds (`engine.decode_steps`), the time a step took, split into the host's own
+    work and its wait for the device, and the generated tokens per second of engine steps
+    (the engine's rate when it has work, tool waits left out)."""
     rows = [r for r in steps if r.get("engine_steps")]
     if not rows:
         return {}
@@ -335,8 +359,10 @@ def engine_figures(steps: list[dict[str, Any]]) -> dict[str, Any]:
     busy = sum(float(r["engine_step_s"]) for r in rows)
     wait = sum(float(r["engine_wait_s"]) for r in rows)
     gen = sum(float(r.get("time_gen_s", 0.0)) for r in rows)
+    rounds = sum(float(r.get("engine_round_steps", 0.0)) for r in rows)
     return {
         "engine_busy_share": busy / gen if gen > 0 else None,
+        "engine_round_share": rounds / count,
         "engine_step_ms": busy * 1e3 / count,
         "engine_host_ms": (busy - wait) * 1e3 / count,
         "engine_wait_ms": wait * 1e3 / count,
@@ -373,7 +399,7 @@ def markdown(results: dict[str, Any]) -> str:
                 lines.append(f"| {name} | failed: {e['error']} | | | | | |")
                 continue
             lines.append(
-                f"| {name} | {e.get('decode')} | {e['params'] / 1e6:.1f}M | "
+                f"| {name} | {decode_label(e)} | {e['params'] / 1e6:.1f}M | "
                 f"{e['engine_tok_s']:,.0f} | {e['hf_generate_tok_s']:,.0f} "
                 f"({e['hf_best_batch_size']}) | {e['ratio']:.2f} | {e.get('decode_graphs')} |"
             )
@@ -497,13 +523,18 @@ def engine_check(device: str, smoke: bool = False) -> dict[str, Any]:
             core = EngineCore(model, cfg)
             outs = [o.token_ids for o in core.generate(prompts, greedy)]
             if core.fixed is not None:
-                out[f"{key}_graphs_{budget}_{kw.get('cuda_graphs', True)}"] = core.fixed.stats()
+                name = f"{key}_graphs_{budget}_{kw.get('cuda_graphs', True)}"
+                out[name + (f"_rounds_{core.round_steps}" if core.round_steps > 1 else "")] = (
+                    core.fixed.stats()
+                )
             return outs
 
         graphs = run(decode="fixed")
         eager = run(decode="fixed", cuda_graphs=False)
         dynamic = run(decode="dynamic")
         tight = run(budget=512, decode="fixed")  # 12 x ~75 tokens in 32 blocks: preemptions
+        rounds = run(decode="fixed", decode_steps=8)
+        rounds_tight = run(budget=512, decode="fixed", decode_steps=8)
         with torch.inference_mode():
             hf = [model.generate(torch.tensor([p], device=device), max_new_tokens=48,
                                  min_new_tokens=48, do_sample=False, pad_token_id=0)
@@ -519,6 +550,8 @@ def engine_check(device: str, smoke: bool = False) -> dict[str, Any]:
             "graphs_equal_hf_generate": same(graphs, hf),
             "dynamic_equal_hf_generate": same(dynamic, hf),
             "graphs_preempted_equal_roomy": same(tight, graphs),
+            "rounds_equal_graphs": same(rounds, graphs),
+            "rounds_preempted_equal_graphs": same(rounds_tight, graphs),
         }
         core = EngineCore(model, EngineConfig(device=device, decode="fixed"))
         first = core.generate(prompts[:4], greedy)
@@ -538,6 +571,16 @@ def engine_check(device: str, smoke: bool = False) -> dict[str, Any]:
                 ref = ref.gather(1, torch.tensor(o.token_ids, device=device).view(-1, 1))
                 diffs.append(float((ref.view(-1).cpu() - torch.tensor(o.logprobs)).abs().max()))
         out[key]["sampled_logprob_max_abs_diff"] = max(diffs)
+        mixed = [SamplingParams(48, 1.0, top_p=(1.0, 0.9)[i % 2], seed=i) for i in range(12)]
+        stepwise = EngineCore(model, EngineConfig(device=device, decode="fixed"))
+        in_rounds = EngineCore(model, EngineConfig(device=device, decode="fixed", decode_steps=8))
+        a, b = stepwise.generate(prompts, mixed), in_rounds.generate(prompts, mixed)
+        out[key]["rounds_sampled_equal"] = same([o.token_ids for o in a], [o.token_ids for o in b])
+        out[key]["rounds_sampled_logprob_max_abs_diff"] = max(
+            abs(x - y)
+            for o, q in zip(a, b, strict=True)
+            for x, y in zip(o.logprobs, q.logprobs, strict=True)
+        )
     return out
 
 
@@ -653,6 +696,14 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument("--train-timeout", type=float, default=540.0, help="seconds for the run")
     p.add_argument(
+        "--train-set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a setting for the training run (`rstar2 train --set`; repeatable), e.g. "
+        "engine.decode_steps=1",
+    )
+    p.add_argument(
         "--work",
         type=Path,
         default=Path(tempfile.gettempdir()) / "rstar2-gpu-figures",
@@ -723,9 +774,9 @@ def main(argv: list[str] | None = None) -> int:
         save()
         splits = results.setdefault("engine_host_split", {})
         for command in host_split_commands(device, args.smoke):
-            size = command[command.index("--model-size") + 1]
-            splits[size] = run_check(command, 120)
-            print(f"engine host split {size}: {json.dumps(splits[size])}", flush=True)
+            name = split_name(command)
+            splits[name] = run_check(command, 120)
+            print(f"engine host split {name}: {json.dumps(splits[name])}", flush=True)
             save()
         engines = results.setdefault("engine", {})
         for name, extra in engine_plan(args.smoke):
@@ -744,11 +795,13 @@ def main(argv: list[str] | None = None) -> int:
         shutil.rmtree(run_dir, ignore_errors=True)
         cmd = ["train", "--run-dir", str(run_dir)]
         cmd += ["--quick"] if args.smoke else ["--config", "configs/gpu_20m.toml"]
+        for setting in args.train_set:
+            cmd += ["--set", setting]
         with GpuMemory() as memory:
             rc, _, secs = run_command(cmd, args.train_timeout, log)
         figures = train_figures(run_dir)
         results["train"] = {"exit": rc, "seconds": secs, "gpu_peak_used_mb": memory.peak_mb,
-                            **figures}  # fmt: skip
+                            "set": args.train_set, **figures}  # fmt: skip
         for name in ("metrics.jsonl", "summary.json"):
             if (run_dir / name).is_file():
                 shutil.copy(run_dir / name, out / f"train_{name}")

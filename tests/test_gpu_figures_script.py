@@ -91,7 +91,8 @@ def test_training_figures_from_a_run_directory(tmp_path: Path) -> None:
          "weights_bus_bytes": 17.0},  # no engine figures: the first step after a resume
         {"step": 2, "stage": "rl1", "step_s": 5.0, "time_eval_s": 2.0, "time_gen_s": 2.0,
          "gen_tokens": 600.0, "time_learner_s": 0.7, "reward_mean": 0.6, "heldout_accuracy": 0.5,
-         "engine_steps": 100.0, "engine_step_s": 1.5, "engine_wait_s": 0.5},
+         "engine_steps": 100.0, "engine_step_s": 1.5, "engine_wait_s": 0.5,
+         "engine_round_steps": 60.0},
         {"step": 2, "stage": "final", "test_accuracy": 0.45},
     ]  # fmt: skip
     (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
@@ -115,6 +116,7 @@ def test_training_figures_from_a_run_directory(tmp_path: Path) -> None:
         pytest.approx(5.0),
     )
     assert got["gen_tokens_per_engine_s"] == pytest.approx(400.0)
+    assert got["engine_round_share"] == pytest.approx(0.6)
     assert (got["validation_sft"], got["validation_last"], got["validation_last_step"]) == (
         0.25, 0.5, 2
     )  # fmt: skip
@@ -147,12 +149,18 @@ def test_a_failed_benchmark_is_retried_with_half_the_micro_batch() -> None:
 def test_the_engine_plan_measures_each_shape_then_the_paths_before() -> None:
     plan = gpu.engine_plan(smoke=False)
     names = [name for name, _ in plan]
-    assert names[:4] == ["tiny-fixed", "25m-fixed", "qwen2.5-0.5b-fixed", "qwen2.5-1.5b-fixed"]
+    fixed = ["tiny-fixed", "25m-fixed", "qwen2.5-0.5b-fixed", "qwen2.5-1.5b-fixed"]
+    assert [n for n in names if n.endswith("-fixed")] == fixed
+    assert names.index("qwen2.5-1.5b-fixed") < min(names.index(n) for n in names if "dyn" in n)
+    for shape in ("tiny", "25m", "qwen2.5-0.5b"):  # each beside its rounds of 8
+        assert names[names.index(f"{shape}-fixed") + 1] == f"{shape}-fixed-rounds-8"
     for name, args in plan:
         want = "dynamic" if "dynamic" in name else "fixed"
         assert args[args.index("--decode") + 1] == want
         assert ("--no-cuda-graphs" in args) == name.endswith("no-graphs")
         assert ("bfloat16" in args) == name.startswith("qwen")
+        rounds = args[args.index("--decode-steps") + 1] if "--decode-steps" in args else "1"
+        assert rounds == ("8" if "rounds-8" in name else "1")
     smoke = gpu.engine_plan(smoke=True)
     assert smoke and all(name.startswith("tiny") and "8" in args for name, args in smoke)
 
@@ -168,6 +176,16 @@ def test_markdown_has_the_engine_table_and_check() -> None:
                 "hf_generate_tok_s": 20615.1,
                 "hf_best_batch_size": 256,
                 "ratio": 1.58,
+                "decode_graphs": {"graphs": 9},
+            },  # fmt: skip
+            "tiny-fixed-rounds-8": {
+                "decode": "fixed",
+                "decode_steps": 8,
+                "params": 1_050_752,
+                "engine_tok_s": 61000.0,
+                "hf_generate_tok_s": 20615.1,
+                "hf_best_batch_size": 256,
+                "ratio": 2.96,
                 "decode_graphs": {"graphs": 9},
             },  # fmt: skip
             "qwen2.5-1.5b-fixed": {"error": "skipped: past the 140 s deadline"},
@@ -186,14 +204,18 @@ def test_markdown_has_the_engine_table_and_check() -> None:
     assert "Engine host split, 25m: failed: timed out" in text
     assert "graphs_equal_hf_generate" in text
     assert "| tiny-fixed | fixed | 1.1M | 32,559 | 20,615 (256) | 1.58 |" in text
+    assert "| tiny-fixed-rounds-8 | fixed, rounds of 8 | 1.1M | 61,000 |" in text
     assert "| qwen2.5-1.5b-fixed | failed: skipped: past the 140 s deadline |" in text
 
 
 def test_the_host_split_runs_as_the_engine_part_calls_it() -> None:
     commands = gpu.host_split_commands("cpu", smoke=True)
-    assert [c[c.index("--model-size") + 1] for c in commands] == ["tiny"]
+    assert [gpu.split_name(c) for c in commands] == ["tiny", "tiny-rounds-8"]
     full = gpu.host_split_commands("cuda", smoke=False)
-    assert [c[c.index("--model-size") + 1] for c in full] == ["tiny", "25m"]
+    assert [gpu.split_name(c) for c in full] == ["tiny", "tiny-rounds-8", "25m", "25m-rounds-8"]
     assert all(c[c.index("--device") + 1] == "cuda" for c in full)
     got = gpu.run_check(commands[0], 120)
     assert got.get("decode") == "fixed" and got["ms_per_step"]["fill"] >= 0, got
+    assert got["decode_steps"] == 1
+    rounds = gpu.run_check(commands[1], 120)
+    assert rounds["decode_steps"] == 8 and rounds["ms_per_step"]["round"] >= 0, rounds

@@ -144,6 +144,7 @@ def step_split(run: Timing) -> dict[str, Any]:
     steps = max(run.steps, 1)
     return {
         "engine_steps": run.steps,
+        "engine_round_steps": run.round_steps,
         "engine_step_ms": round(run.seconds * 1e3 / steps, 3),
         "engine_wait_ms": round(run.wait_s * 1e3 / steps, 3),
         "engine_host_ms": round((run.seconds - run.wait_s) * 1e3 / steps, 3),

@@ -70,6 +70,8 @@ class Timing:
     steps: int = 0
     wait_s: float = 0.0
     """Of `seconds`, the engine steps' wait for the device (`StepClock`)."""
+    round_steps: int = 0
+    """Of `steps`, those run inside rounds of several decode steps."""
 
     def cpu_us_per_token(self, tokens: int) -> float:
         return self.cpu_seconds * 1e6 / tokens
@@ -144,7 +146,7 @@ def time_engine(core: EngineCore, work: Workload) -> Timing:
     """One run of the whole workload on `core` (all requests at once)."""
     params = [SamplingParams(n, temperature=1.0, seed=i) for i, n in enumerate(work.output_lengths)]
     clock = core.clock
-    steps, wait = clock.steps, clock.wait_s
+    steps, wait, rounds = clock.steps, clock.wait_s, clock.round_steps
     start, cpu_start = time.perf_counter(), time.process_time()
     outs = core.generate(work.prompts, params)
     seconds, cpu = time.perf_counter() - start, time.process_time() - cpu_start
@@ -152,7 +154,12 @@ def time_engine(core: EngineCore, work: Workload) -> Timing:
     if produced != work.total_tokens:
         raise RuntimeError(f"engine produced {produced} tokens, expected {work.total_tokens}")
     return Timing(
-        seconds, cpu, work.total_tokens / seconds, clock.steps - steps, clock.wait_s - wait
+        seconds,
+        cpu,
+        work.total_tokens / seconds,
+        clock.steps - steps,
+        clock.wait_s - wait,
+        clock.round_steps - rounds,
     )
 
 

@@ -65,6 +65,8 @@ class StepClock:
     """Decode steps (a round of k steps counts k)."""
     seconds: float = 0.0
     wait_s: float = 0.0
+    round_steps: int = 0
+    """Of `steps`, those run inside rounds (`engine.decode_steps` > 1)."""
 
 
 class EngineCore:
@@ -196,6 +198,7 @@ class EngineCore:
                 rows = [r for r, _ in result.scheduled]
                 finished = self._fixed_round(rows, counts, self.fixed)
                 steps = max(counts)
+                self.clock.round_steps += steps
             else:
                 scheduled, tokens, logprobs = self._fixed_step(result.scheduled, self.fixed)
                 finished = self.scheduler.update(scheduled, tokens, logprobs)
@@ -265,6 +268,7 @@ class EngineCore:
             steps=self.clock.steps,
             step_s=self.clock.seconds,
             wait_s=self.clock.wait_s,
+            round_steps=self.clock.round_steps,
         )
 
     @torch.no_grad()

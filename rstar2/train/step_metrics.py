@@ -21,7 +21,8 @@
   (seconds inside engine steps, summed over engines: against `time_gen_s`, how much of the
   generation phase the engines computed rather than waited for tool results or new turns) and
   `engine_wait_s` (of those, the host waiting for the device: the rest is the host's own
-  work). A delta against the latest counters seen before the step (`latest_loads` of the
+  work) and `engine_round_steps` (of the steps, those run inside rounds of several decode
+  steps, `engine.decode_steps`). A delta against the latest counters seen before the step (`latest_loads` of the
   previous rollout or evaluation); an engine seen for the first time has no baseline and no
   figures (the run's first step, the first after a resume);
 - `progress_line`: a step's metrics row as its one fixed-width progress line.
@@ -102,6 +103,7 @@ def engine_split(
         "engine_steps": float(sum(a.steps - b.steps for b, a in pairs)),
         "engine_step_s": sum(a.step_s - b.step_s for b, a in pairs),
         "engine_wait_s": sum(a.wait_s - b.wait_s for b, a in pairs),
+        "engine_round_steps": float(sum(a.round_steps - b.round_steps for b, a in pairs)),
     }
 
 

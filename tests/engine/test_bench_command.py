@@ -23,19 +23,21 @@ def test_bench_engine_json_reports_both_sides(capsys: pytest.CaptureFixture[str]
     assert result["output_tokens"] == sum(make_workload(6, 1024, 8).output_lengths)
     # the median run's steps: at least the longest request's tokens, wall = host + wait
     assert result["engine_steps"] >= max(make_workload(6, 1024, 8).output_lengths)
+    assert result["engine_round_steps"] == 0  # one step at a time by default
     assert result["engine_step_ms"] == pytest.approx(
         result["engine_host_ms"] + result["engine_wait_ms"], abs=0.002
     )
 
 
 def test_bench_engine_runs_rounds_of_decode_steps(capsys: pytest.CaptureFixture[str]) -> None:
-    """`--decode-steps 4` on the fixed path is taken and reported; on the dynamic path, where
-    rounds cannot run, it is refused before any work."""
+    """`--decode-steps 4` on the fixed path runs rounds (most decode steps inside them); on
+    the dynamic path, where rounds cannot run, it is refused before any work."""
     argv = ["bench", "engine", "--requests", "6", "--max-tokens", "8", "--batch-sizes", "6"]
     assert main([*argv, "--decode", "fixed", "--decode-steps", "4", "--json"]) == 0
     result = json.loads(capsys.readouterr().out)
     assert (result["decode"], result["decode_steps"]) == ("fixed", 4)
     assert result["engine_tok_s"] > 0 and result["engine_steps"] >= 8
+    assert 0 < result["engine_round_steps"] <= result["engine_steps"]
     assert main([*argv, "--decode", "dynamic", "--decode-steps", "4"]) == 2
     assert "decode_steps" in capsys.readouterr().err
 

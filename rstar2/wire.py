@@ -322,6 +322,10 @@ class EngineLoad(msgspec.Struct, array_like=True, frozen=True):
     engine's fixed-shape path; `rstar2.engine.core.StepClock`)."""
     round_steps: int = 0
     """Of `steps`, those run inside rounds of several decode steps (`engine.decode_steps`)."""
+    prefill_steps: int = 0
+    """Of `steps`, those that prefilled a prompt or a continuation."""
+    prefill_s: float = 0.0
+    """Of `step_s`, the seconds of the `prefill_steps`."""
 
 
 @register

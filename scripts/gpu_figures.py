@@ -349,9 +349,11 @@ def train_figures(run_dir: Path) -> dict[str, Any]:
 def engine_figures(steps: list[dict[str, Any]]) -> dict[str, Any]:
     """What the engines did over the RL steps' generation (`engine_split`'s metrics): the
     share of the generation phase spent inside engine steps, the share of decode steps run
-    inside rounds (`engine.decode_steps`), the time a step took, split into the host's own
-    work and its wait for the device, and the generated tokens per second of engine steps
-    (the engine's rate when it has work, tool waits left out)."""
+    inside rounds (`engine.decode_steps`), the share of engine time in steps that prefilled
+    a prompt or a new turn and what such a step took against a decode-only step, the time a
+    step took, split into the host's own work and its wait for the device, and the
+    generated tokens per second of engine steps (the engine's rate when it has work, tool
+    waits left out)."""
     rows = [r for r in steps if r.get("engine_steps")]
     if not rows:
         return {}
@@ -360,9 +362,16 @@ def engine_figures(steps: list[dict[str, Any]]) -> dict[str, Any]:
     wait = sum(float(r["engine_wait_s"]) for r in rows)
     gen = sum(float(r.get("time_gen_s", 0.0)) for r in rows)
     rounds = sum(float(r.get("engine_round_steps", 0.0)) for r in rows)
+    prefills = sum(float(r.get("engine_prefill_steps", 0.0)) for r in rows)
+    prefill_s = sum(float(r.get("engine_prefill_s", 0.0)) for r in rows)
     return {
         "engine_busy_share": busy / gen if gen > 0 else None,
         "engine_round_share": rounds / count,
+        "engine_prefill_share": prefill_s / busy if busy > 0 else None,
+        "engine_prefill_step_ms": prefill_s * 1e3 / prefills if prefills else None,
+        "engine_decode_step_ms": (busy - prefill_s) * 1e3 / (count - prefills)
+        if count > prefills
+        else None,
         "engine_step_ms": busy * 1e3 / count,
         "engine_host_ms": (busy - wait) * 1e3 / count,
         "engine_wait_ms": wait * 1e3 / count,

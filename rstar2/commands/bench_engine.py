@@ -145,6 +145,8 @@ def step_split(run: Timing) -> dict[str, Any]:
     return {
         "engine_steps": run.steps,
         "engine_round_steps": run.round_steps,
+        "engine_prefill_steps": run.prefill_steps,
+        "engine_prefill_step_ms": round(run.prefill_s * 1e3 / max(run.prefill_steps, 1), 3),
         "engine_step_ms": round(run.seconds * 1e3 / steps, 3),
         "engine_wait_ms": round(run.wait_s * 1e3 / steps, 3),
         "engine_host_ms": round((run.seconds - run.wait_s) * 1e3 / steps, 3),

@@ -72,6 +72,9 @@ class Timing:
     """Of `seconds`, the engine steps' wait for the device (`StepClock`)."""
     round_steps: int = 0
     """Of `steps`, those run inside rounds of several decode steps."""
+    prefill_steps: int = 0
+    prefill_s: float = 0.0
+    """Of `steps` and `seconds`, the steps that prefilled prompts."""
 
     def cpu_us_per_token(self, tokens: int) -> float:
         return self.cpu_seconds * 1e6 / tokens
@@ -146,7 +149,7 @@ def time_engine(core: EngineCore, work: Workload) -> Timing:
     """One run of the whole workload on `core` (all requests at once)."""
     params = [SamplingParams(n, temperature=1.0, seed=i) for i, n in enumerate(work.output_lengths)]
     clock = core.clock
-    steps, wait, rounds = clock.steps, clock.wait_s, clock.round_steps
+    before = dataclasses.replace(clock)
     start, cpu_start = time.perf_counter(), time.process_time()
     outs = core.generate(work.prompts, params)
     seconds, cpu = time.perf_counter() - start, time.process_time() - cpu_start
@@ -157,9 +160,11 @@ def time_engine(core: EngineCore, work: Workload) -> Timing:
         seconds,
         cpu,
         work.total_tokens / seconds,
-        clock.steps - steps,
-        clock.wait_s - wait,
-        clock.round_steps - rounds,
+        clock.steps - before.steps,
+        clock.wait_s - before.wait_s,
+        clock.round_steps - before.round_steps,
+        clock.prefill_steps - before.prefill_steps,
+        clock.prefill_s - before.prefill_s,
     )
 
 

@@ -67,6 +67,11 @@ class StepClock:
     wait_s: float = 0.0
     round_steps: int = 0
     """Of `steps`, those run inside rounds (`engine.decode_steps` > 1)."""
+    prefill_steps: int = 0
+    """Of `steps`, those that prefilled a prompt or continuation (on the fixed path through
+    the dynamic forward, beside the step's one-token decodes)."""
+    prefill_s: float = 0.0
+    """Of `seconds`, the wall time of the `prefill_steps`."""
 
 
 class EngineCore:
@@ -186,6 +191,7 @@ class EngineCore:
         if not result.scheduled:
             return []
         steps = 1
+        prefill = any(n != 1 for _, n in result.scheduled)
         if self.fixed is None:
             batch = build_step_batch(result.scheduled, self.cache)
             logits = self.transformer.forward(batch, self.cache)
@@ -205,8 +211,12 @@ class EngineCore:
         for req in finished:
             del self._requests[req.request_id]
         outputs = [req.to_output() for req in finished]
+        elapsed = time.perf_counter() - start
         self.clock.steps += steps
-        self.clock.seconds += time.perf_counter() - start
+        self.clock.seconds += elapsed
+        if prefill:
+            self.clock.prefill_steps += 1
+            self.clock.prefill_s += elapsed
         return outputs
 
     def _round_counts(self, result: ScheduleResult) -> list[int] | None:
@@ -269,6 +279,8 @@ class EngineCore:
             step_s=self.clock.seconds,
             wait_s=self.clock.wait_s,
             round_steps=self.clock.round_steps,
+            prefill_steps=self.clock.prefill_steps,
+            prefill_s=self.clock.prefill_s,
         )
 
     @torch.no_grad()

@@ -21,8 +21,9 @@
   (seconds inside engine steps, summed over engines: against `time_gen_s`, how much of the
   generation phase the engines computed rather than waited for tool results or new turns) and
   `engine_wait_s` (of those, the host waiting for the device: the rest is the host's own
-  work) and `engine_round_steps` (of the steps, those run inside rounds of several decode
-  steps, `engine.decode_steps`). A delta against the latest counters seen before the step (`latest_loads` of the
+  work), `engine_round_steps` (of the steps, those run inside rounds of several decode
+  steps, `engine.decode_steps`), `engine_prefill_steps` and `engine_prefill_s` (of the steps
+  and their seconds, those that prefilled a prompt or a new turn). A delta against the latest counters seen before the step (`latest_loads` of the
   previous rollout or evaluation); an engine seen for the first time has no baseline and no
   figures (the run's first step, the first after a resume);
 - `progress_line`: a step's metrics row as its one fixed-width progress line.
@@ -104,6 +105,8 @@ def engine_split(
         "engine_step_s": sum(a.step_s - b.step_s for b, a in pairs),
         "engine_wait_s": sum(a.wait_s - b.wait_s for b, a in pairs),
         "engine_round_steps": float(sum(a.round_steps - b.round_steps for b, a in pairs)),
+        "engine_prefill_steps": float(sum(a.prefill_steps - b.prefill_steps for b, a in pairs)),
+        "engine_prefill_s": sum(a.prefill_s - b.prefill_s for b, a in pairs),
     }
 
 

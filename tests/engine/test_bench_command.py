@@ -24,6 +24,8 @@ def test_bench_engine_json_reports_both_sides(capsys: pytest.CaptureFixture[str]
     # the median run's steps: at least the longest request's tokens, wall = host + wait
     assert result["engine_steps"] >= max(make_workload(6, 1024, 8).output_lengths)
     assert result["engine_round_steps"] == 0  # one step at a time by default
+    # all 6 prompts arrive at once: prefilled in the first step
+    assert result["engine_prefill_steps"] == 1 and result["engine_prefill_step_ms"] > 0
     assert result["engine_step_ms"] == pytest.approx(
         result["engine_host_ms"] + result["engine_wait_ms"], abs=0.002
     )

@@ -233,5 +233,12 @@ def test_the_step_clock_counts_steps_and_the_wait_for_the_device(
         assert clock.wait_s >= 2 * 0.02  # a round of 3 decode steps, then one step
     else:
         assert clock.wait_s == 0.0
+    # the first step prefilled both prompts; with a third prompt arriving later, its step too
+    assert clock.prefill_steps == 1 and 0.0 < clock.prefill_s < clock.seconds
+    core.add_request("late", [6, 7, 8, 9], SamplingParams(max_tokens=2, temperature=0.0))
+    while core.has_unfinished():
+        core.step()
+    assert clock.prefill_steps == 2
     stats = core.stats()
-    assert (stats.steps, stats.step_s, stats.wait_s) == (5, clock.seconds, clock.wait_s)
+    assert (stats.steps, stats.step_s, stats.wait_s) == (7, clock.seconds, clock.wait_s)
+    assert (stats.prefill_steps, stats.prefill_s) == (2, clock.prefill_s)

@@ -104,24 +104,39 @@ def test_stage_split_sums_to_wall_time() -> None:
     assert stage_split([], 5.0)["time_gen_s"] == 5.0
 
 
-def counters(steps: int, step_s: float, wait_s: float, rounds: int = 0) -> EngineLoad:
-    return EngineLoad(64, 64, 0, 0, steps=steps, step_s=step_s, wait_s=wait_s, round_steps=rounds)
+def counters(
+    steps: int, step_s: float, wait_s: float, rounds: int = 0, prefills: int = 0
+) -> EngineLoad:
+    return EngineLoad(
+        64,
+        64,
+        0,
+        0,
+        steps=steps,
+        step_s=step_s,
+        wait_s=wait_s,
+        round_steps=rounds,
+        prefill_steps=prefills,
+        prefill_s=prefills / 8,
+    )
 
 
 def test_engine_split_is_the_change_of_each_engines_latest_counters() -> None:
     served = [
         msgspec.structs.replace(result("p", 1.0), engine=0, load=counters(12, 1.5, 0.25)),
-        msgspec.structs.replace(result("p", 1.0), engine=0, load=counters(15, 2.0, 0.5, 8)),
+        msgspec.structs.replace(result("p", 1.0), engine=0, load=counters(15, 2.0, 0.5, 8, 4)),
         msgspec.structs.replace(result("q", 1.0), engine=1, load=counters(7, 1.0, 0.0)),
         msgspec.structs.replace(result("q", 1.0), engine=1, load=None),  # no engine report
     ]
-    assert latest_loads(served) == {0: counters(15, 2.0, 0.5, 8), 1: counters(7, 1.0, 0.0)}
-    before = {0: counters(5, 0.5, 0.125), 1: counters(2, 0.25, 0.0)}
+    assert latest_loads(served) == {0: counters(15, 2.0, 0.5, 8, 4), 1: counters(7, 1.0, 0.0)}
+    before = {0: counters(5, 0.5, 0.125, 0, 2), 1: counters(2, 0.25, 0.0)}
     assert engine_split(served, before) == {
         "engine_steps": 15.0,  # (15 - 5) + (7 - 2)
         "engine_step_s": 2.25,  # (2.0 - 0.5) + (1.0 - 0.25)
         "engine_wait_s": 0.375,
         "engine_round_steps": 8.0,  # (8 - 0) + (0 - 0)
+        "engine_prefill_steps": 2.0,  # (4 - 2) + (0 - 0)
+        "engine_prefill_s": 0.25,  # (0.5 - 0.25) + 0
     }
     # an engine without a baseline adds nothing; no baseline at all: no figures
     assert engine_split(served, {1: before[1]})["engine_steps"] == 5.0

@@ -4,9 +4,10 @@ CUDA graphs on a GPU.
 On a GPU the embedded engine's dynamic step (`Transformer.forward` over a `StepBatch`) spends
 its time in Python: a dozen kernel launches per layer, one attention call per length bucket,
 index tensors built per step and a host round trip per sampled row. Here the requests of a
-step that decode one token each are padded to a batch bucket (powers of two up to
-`max_num_seqs`) and a width bucket (powers of two KV blocks per request, from 64 tokens up to
-`max_model_len`), their inputs are copied into that shape's static buffers (three host-to-device
+step that decode one token each are padded to a batch bucket (powers of two and their
+midpoints, 1, 2, 3, 4, 6, 8, 12, ..., up to `max_num_seqs`) and a width bucket (KV blocks per
+request in the same sizes, from 64 tokens up to `max_model_len`; every padded row gathers the
+whole width, so the padding is paid in memory traffic), their inputs are copied into that shape's static buffers (three host-to-device
 copies), and one function computes the logits (`Transformer.decode_fixed`: one batched
 attention call per layer over the gathered blocks) and samples on the device
 (`sampler.sample_fixed`: temperature, top-p, per-request counter-based draws, log-probs). On
@@ -50,11 +51,16 @@ _IDS, _POS, _SLOT, _CTX, _SEED_LO, _SEED_HI, _COUNTER = range(7)
 
 
 def buckets(limit: int) -> list[int]:
-    """Powers of two below `limit`, then `limit`: the sizes a count up to `limit` pads to."""
+    """Powers of two and their midpoints 1.5 x 2**k (1, 2, 3, 4, 6, 8, 12, 16, 24, ...) below
+    `limit`, then `limit`: the sizes a count up to `limit` pads to. Each is at most 1.5x the
+    one before, so padding is under a third of a padded size (under half with powers of two
+    alone), at twice the number of shapes (CUDA graphs) to make."""
     sizes = []
     size = 1
     while size < limit:
         sizes.append(size)
+        if size >= 2 and size + size // 2 < limit:
+            sizes.append(size + size // 2)
         size *= 2
     return [*sizes, limit]
 

@@ -8,9 +8,10 @@ step that decode one token each are padded to a batch bucket (powers of two and 
 midpoints, 1, 2, 3, 4, 6, 8, 12, ..., up to `max_num_seqs`) and a width bucket (KV blocks per
 request in the same sizes, from 64 tokens up to `max_model_len`; every padded row gathers the
 whole width, so the padding is paid in memory traffic), their inputs are copied into that
-shape's static buffers (three host-to-device copies), and one function computes the logits (`Transformer.decode_fixed`: one batched
-attention call per layer over the gathered blocks) and samples on the device
-(`sampler.sample_fixed`: temperature, top-p, per-request counter-based draws, log-probs). On
+shape's static buffers (three host-to-device copies), and one function computes the logits
+(`Transformer.decode_fixed`: one batched attention call per layer over the gathered blocks)
+and samples on the device (`sampler.sample_fixed`: temperature, top-p, per-request
+counter-based draws, log-probs). On
 CUDA that function is captured once per (batch, width, top-p) shape as a CUDA graph, all
 graphs in one memory pool, and replayed; elsewhere it runs eagerly (the CPU tests check it
 against the dynamic path that way). The result stays on the device until the engine reads the

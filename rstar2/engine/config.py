@@ -51,11 +51,12 @@ class EngineConfig:
     fixed-shape code eagerly, to tell the graphs' gain from the rest)."""
     decode_steps: int = 1
     """With fixed decode: decode steps per round (vLLM's multi-step scheduling). When a step
-    has only one-token decodes and nobody waits, the engine runs up to this many steps on the
-    device, each taking the previous step's tokens from the device, and the host schedules,
-    fills the buffers and reads the tokens once per round (`decode_graphs.FixedDecoder.
-    decode_round`). The outputs are the same as with 1; a request that finishes inside a round
-    is known at the round's end, and a request that arrives waits for it. 1: every step."""
+    has only one-token decodes, the engine runs up to this many steps on the device, each
+    taking the previous step's tokens from the device, and the host schedules, fills the
+    buffers and reads the tokens once per round (`decode_graphs.FixedDecoder.decode_round`).
+    The outputs are the same as with 1; a request that finishes inside a round is known at
+    the round's end, and newcomers are admitted every other step (they wait at most one
+    round). 1: every step."""
 
     def validate(self) -> None:
         require(

@@ -5,9 +5,11 @@ new or preempted ones prefill their whole context), runs one forward pass over a
 tokens, samples one token per request and returns the requests that finished. Requests join
 and leave the running batch at every step. KV memory is a fixed pool of blocks; when it runs
 out the newest request is preempted and recomputed later (see `scheduler.py`). On the fixed
-path with `engine.decode_steps` k > 1, a step with only one-token decodes and nobody waiting
-becomes a round of up to k decode steps on the device with one transfer back (`_fixed_round`):
-the same outputs, the host's scheduling and bookkeeping paid once per round.
+path with `engine.decode_steps` k > 1, a step with only one-token decodes becomes a round of
+up to k decode steps on the device with one transfer back (`_fixed_round`): the same outputs,
+the host's scheduling and bookkeeping paid once per round. Every other step then admits
+newcomers: the step after an admitting one admits nobody and can be a round, so a request
+waits at most one round, and rounds run while new turns keep arriving.
 
 The model, the KV cache, the step's index tensors and the sampling RNGs live on one device
 (`engine.device`, or the `device` argument); token ids and logprobs come back as Python values,
@@ -121,6 +123,7 @@ class EngineCore:
         self.clock = StepClock()
         self.fixed: FixedDecoder | None = None
         self.round_steps = cfg.round_steps(self.device)
+        self._admit_next = True
         if cfg.fixed_decode(self.device):
             self.fixed = FixedDecoder(
                 t, self.cache, cfg.max_num_seqs, self.max_model_len, cfg.cuda_graphs
@@ -187,9 +190,17 @@ class EngineCore:
         """Run one engine step (or a round of decode steps, above); the requests that
         finished in it."""
         start = time.perf_counter()
-        result = self.scheduler.schedule()
+        # with rounds, every other step admits newcomers and the one after an admitting step
+        # admits nobody (it can be a round): with new turns arriving all the time, rounds
+        # would otherwise never run; a newcomer waits at most one step (or round)
+        admit = self._admit_next
+        result = self.scheduler.schedule(admit=admit)
+        if not result.scheduled and not admit:
+            admit = True
+            result = self.scheduler.schedule()
         if not result.scheduled:
             return []
+        self._admit_next = self.round_steps == 1 or not admit
         steps = 1
         prefill = any(n != 1 for _, n in result.scheduled)
         if self.fixed is None:
@@ -221,9 +232,9 @@ class EngineCore:
 
     def _round_counts(self, result: ScheduleResult) -> list[int] | None:
         """Each scheduled request's steps when this step can be a round of several decode
-        steps (`engine.decode_steps` > 1, only one-token decodes, nobody waiting, blocks for
+        steps (`engine.decode_steps` > 1, only one-token decodes, nobody preempted, blocks for
         the round free without preempting anyone), else None."""
-        if self.round_steps == 1 or self.scheduler.waiting:
+        if self.round_steps == 1 or result.preempted:
             return None
         if any(n != 1 for _, n in result.scheduled):
             return None

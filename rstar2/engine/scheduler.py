@@ -75,7 +75,9 @@ class Scheduler:
         """Blocks available to new work: free ones plus parked (evictable) ones."""
         return self.pool.num_free + self.prefix_cache.num_blocks
 
-    def schedule(self) -> ScheduleResult:
+    def schedule(self, admit: bool = True) -> ScheduleResult:
+        """The next step's requests; waiting ones are admitted only with `admit` (a round of
+        decode steps leaves them waiting)."""
         result = ScheduleResult()
         budget = self.max_num_batched_tokens
         # 1) running requests, oldest first; preempt from the newest end when blocks run out
@@ -88,7 +90,7 @@ class Scheduler:
                 budget -= num_new
                 i += 1
         # 2) admit waiting requests only when nobody was preempted in this step
-        if result.preempted:
+        if result.preempted or not admit:
             return result
         while self.waiting and len(self.running) < self.max_num_seqs:
             req = self.waiting[0]

@@ -91,19 +91,40 @@ def test_a_continuation_reuses_the_cache_of_a_request_that_ended_inside_a_round(
     assert again.token_ids == fresh.generate([follow], SamplingParams(12, 0.0))[0].token_ids
 
 
-def test_a_request_waiting_for_room_ends_rounds_until_admitted(qwen2: Qwen2ForCausalLM) -> None:
-    """Nobody waits through a round: with a request waiting (here for a batch slot) every
-    step is a single one, so it is admitted as soon as a slot frees."""
-    cfg = EngineConfig(decode="fixed", decode_steps=4, max_num_seqs=1)
-    core = EngineCore(qwen2, cfg)
-    core.add_request("a", [1, 2, 3], SamplingParams(6, 0.0))
-    core.add_request("b", [4, 5], SamplingParams(6, 0.0))
-    finished: list[str] = []
+def staggered(
+    model: Qwen2ForCausalLM, steps: int
+) -> tuple[list[GenerationOutput], EngineCore, list[int]]:
+    """8 mixed requests arriving one by one while others decode (as new turns do in
+    training), each as soon as the one before was admitted; the outputs, the core, and how
+    many `step()` calls each request waited before it was admitted."""
+    prompts, params = random_prompts(8, seed=11), mixed_params(8)
+    core = EngineCore(model, EngineConfig(decode="fixed", decode_steps=steps))
+    done: dict[str, GenerationOutput] = {}
+    waited = []
+    for i in range(8):
+        core.add_request(str(i), prompts[i], params[i])
+        calls = 0
+        while any(r.request_id == str(i) for r in core.scheduler.waiting):
+            done.update((o.request_id, o) for o in core.step())
+            calls += 1
+        waited.append(calls)
     while core.has_unfinished():
-        finished += [o.request_id for o in core.step()]
-    # "a" decodes step by step while "b" waits (6 steps), "b" then runs a round of 4 after
-    # its prefill and a last step: 6 + 1 + 1 + 1 calls, 12 decode steps
-    assert finished == ["a", "b"] and core.clock.steps == 12
+        done.update((o.request_id, o) for o in core.step())
+    return [done[str(i)] for i in range(8)], core, waited
+
+
+def test_newcomers_wait_at_most_one_round_and_change_no_output(qwen2: Qwen2ForCausalLM) -> None:
+    """With requests arriving between steps, a step that admitted newcomers is followed by a
+    round that admits nobody (otherwise rounds would never run while new turns keep coming):
+    rounds run, a newcomer is admitted by the second call after its arrival, and every output
+    is the single steps' one."""
+    single, _, waited_single = staggered(qwen2, 1)
+    outs, core, waited = staggered(qwen2, 4)
+    assert [o.token_ids for o in outs] == [o.token_ids for o in single]
+    for a, b in zip(outs, single, strict=True):
+        assert a.logprobs == pytest.approx(b.logprobs, abs=1e-6)  # other batches, other sums
+    assert waited_single == [1] * 8
+    assert core.clock.round_steps > 0 and max(waited) == 2 and min(waited) == 1
 
 
 def req(rid: str, prompt: int, max_tokens: int) -> Request:

@@ -125,8 +125,8 @@ def run_on_engine(model: nn.Module, work: EngineWorkload, threads: int = 1) -> E
     recorded: list[ScheduleResult] = []
     schedule = core.scheduler.schedule
 
-    def recording() -> ScheduleResult:
-        recorded.append(schedule())
+    def recording(admit: bool = True) -> ScheduleResult:
+        recorded.append(schedule(admit=admit))
         return recorded[-1]
 
     core.scheduler.schedule = recording  # type: ignore[method-assign]

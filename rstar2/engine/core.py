@@ -210,7 +210,7 @@ class EngineCore:
             tokens, logprobs = sample(logits, reqs, self._shared_generator)
             finished = self.scheduler.update(batch.requests, tokens, logprobs)
         else:
-            counts = self._round_counts(result)
+            counts = None if prefill else self._round_counts(result)
             if counts is not None and max(counts) > 1:
                 rows = [r for r, _ in result.scheduled]
                 finished = self._fixed_round(rows, counts, self.fixed)
@@ -231,12 +231,10 @@ class EngineCore:
         return outputs
 
     def _round_counts(self, result: ScheduleResult) -> list[int] | None:
-        """Each scheduled request's steps when this step can be a round of several decode
-        steps (`engine.decode_steps` > 1, only one-token decodes, nobody preempted, blocks for
-        the round free without preempting anyone), else None."""
+        """Each scheduled request's steps when this step of one-token decodes can be a round
+        of several (`engine.decode_steps` > 1, nobody preempted, blocks for the round free
+        without preempting anyone), else None."""
         if self.round_steps == 1 or result.preempted:
-            return None
-        if any(n != 1 for _, n in result.scheduled):
             return None
         return self.scheduler.reserve([r for r, _ in result.scheduled], self.round_steps)
 

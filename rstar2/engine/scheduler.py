@@ -13,9 +13,10 @@ vLLM's policy, on a fixed pool of blocks:
 max_model_len). For a round of several decode steps (`engine.decode_steps`), `reserve()` gives
 the running requests blocks for the whole round without preempting anyone, and
 `update_round()` records the round's tokens as `update()` would have step by step, dropping
-what a request drew after its finish. A finished request's blocks are parked in the prefix cache; a new request whose
-prompt extends a parked sequence takes its blocks and prefills only the new tokens (multi-turn
-continuations). Parked blocks count as free: they are evicted before anyone is preempted.
+what a request drew after its finish. A finished request's blocks are parked in the prefix
+cache; a new request whose prompt extends a parked sequence takes its blocks and prefills only
+the new tokens (multi-turn continuations). Parked blocks count as free: they are evicted
+before anyone is preempted.
 
 What it does not do: run the model or sample (the engine core does), chunked prefill, or
 sharing of blocks between live requests.

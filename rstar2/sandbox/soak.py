@@ -111,6 +111,7 @@ class ServedProcess:
         )
         self.log: list[str] = []
         self._port: int | None = None
+        self._parents: dict[int, int] = {}  # zygote pid -> its parent, as seen
         self._ready = threading.Event()
         threading.Thread(target=self._read_log, daemon=True).start()
 
@@ -132,13 +133,14 @@ class ServedProcess:
             raise RuntimeError(f"the sandbox service did not start:\n{tail}")
         return self._port
 
-    def zygote(self) -> int | None:
-        """The zygote's pid (the `zygote.py` process whose parent is not one)."""
-        tree = _tree(self.proc.pid)
-        for pid, (parent, is_zygote) in tree.items():
-            if is_zygote and not tree.get(parent, (0, False))[1]:
-                return pid
-        return None
+    def zygote(self, replacing: int | None = None) -> int | None:
+        """The zygote's pid; with `replacing`, the pid of a zygote killed before, its
+        replacement only (`zygote_in`)."""
+        old_parent = self._parents.get(replacing) if replacing is not None else None
+        found = zygote_in(_tree(self.proc.pid), self.proc.pid, replacing, old_parent)
+        if found is not None:
+            self._parents[found[0]] = found[1]
+        return found[0] if found is not None else None
 
     def children(self) -> list[int]:
         """The request children: `zygote.py` processes forked by the zygote."""
@@ -178,6 +180,24 @@ def _tree(root: int) -> dict[int, tuple[int, bool]]:
         is_zygote = not argv[0].endswith(b"bwrap") and any(a.endswith(b"zygote.py") for a in argv)
         below[pid] = (parent_of[pid], is_zygote)
     return below
+
+
+def zygote_in(
+    tree: dict[int, tuple[int, bool]], service: int, replacing: int | None, old_parent: int | None
+) -> tuple[int, int] | None:
+    """The zygote in `tree` (`_tree`'s map) and its parent: a `zygote.py` process whose parent
+    is not one. With `replacing` (a killed zygote's pid, `old_parent` its parent), a
+    replacement only: the killed zygote's request children look like a zygote for a few
+    milliseconds, reparented to its bubblewrap (the init of its PID namespace, which dies with
+    them), so a replacement has another parent, or, without bubblewrap, is the service's child
+    and not the killed pid."""
+    for pid, (parent, is_zygote) in tree.items():
+        if not is_zygote or tree.get(parent, (0, False))[1] or pid == replacing:
+            continue
+        if old_parent is not None and parent == old_parent != service:
+            continue  # an orphan of the killed zygote
+        return pid, parent
+    return None
 
 
 def request_for(i: int, rng: random.Random) -> tuple[str, str, dict[str, object]]:
@@ -291,16 +311,19 @@ async def _faults(
             tg.start_soon(_probe, client, time.monotonic(), tally)
             if rng.random() >= cfg.double_kill_share:
                 continue
+            delay = rng.uniform(0, 0.05) if rng.random() < 1 / 3 else rng.uniform(0, 0.3)
             with anyio.move_on_after(10):  # its replacement, as soon as it appears
-                new = served.zygote()
-                while new is None or new == old:
-                    await anyio.sleep(0.005)
-                    new = served.zygote()
-                delay = rng.uniform(0, 0.05) if rng.random() < 1 / 3 else rng.uniform(0, 0.3)
-                await anyio.sleep(delay)
-                if _kill(new):
-                    tally.start_kills += 1
-                    tally.start_kills_within_50ms += delay < 0.05
+                while True:
+                    new = served.zygote(replacing=old)
+                    while new is None:
+                        await anyio.sleep(0.005)
+                        new = served.zygote(replacing=old)
+                    await anyio.sleep(delay)
+                    if _kill(new):
+                        tally.start_kills += 1
+                        tally.start_kills_within_50ms += delay < 0.05
+                        break
+                    old = new  # it died on its own meanwhile: the next one, then
 
     async def children() -> None:
         while True:

@@ -13,7 +13,14 @@ import pytest
 
 from rstar2.sandbox.config import SandboxConfig
 from rstar2.sandbox.proctree import running
-from rstar2.sandbox.soak import ServedProcess, SoakConfig, classify, passed, run_soak
+from rstar2.sandbox.soak import (
+    ServedProcess,
+    SoakConfig,
+    classify,
+    passed,
+    run_soak,
+    zygote_in,
+)
 
 LIGHT = SandboxConfig(concurrency=8, preload=[], warmup=False, timeout_s=30.0)
 
@@ -33,6 +40,21 @@ def test_an_answer_is_checked_against_its_own_marker() -> None:
     fusion_err = {"status": "SandboxError", "run_result": {"stdout": "", "stderr": "x"}}
     assert classify(m, "/run_code", 200, fusion_err) == "SandboxError"
     assert classify(m, "/run", 500, None) == "http_500"
+
+
+def test_a_killed_zygotes_orphans_are_not_taken_for_its_replacement() -> None:
+    # service 10 -> bubblewrap 11 -> zygote 12 -> children 13, 14; zygote 12 killed: its
+    # children sit under bubblewrap 11 for a moment, while bubblewrap 20 starts zygote 21
+    before = {11: (10, False), 12: (11, True), 13: (12, True), 14: (12, True)}
+    assert zygote_in(before, 10, None, None) == (12, 11)
+    orphans = {11: (10, False), 13: (11, True), 14: (11, True)}
+    assert zygote_in(orphans, 10, None, None) == (13, 11)  # what a plain look would take
+    assert zygote_in(orphans, 10, 12, 11) is None
+    assert zygote_in({**orphans, 20: (10, False), 21: (20, True)}, 10, 12, 11) == (21, 20)
+    # without bubblewrap the zygote is the service's child, and orphans leave the tree
+    assert zygote_in({12: (10, True), 13: (12, True)}, 10, None, None) == (12, 10)
+    assert zygote_in({12: (10, True)}, 10, 12, 10) is None
+    assert zygote_in({21: (10, True), 22: (21, True)}, 10, 12, 10) == (21, 10)
 
 
 def test_a_miniature_soak_with_zygote_kills_during_start_up_passes() -> None:

@@ -5,10 +5,14 @@ padding). Attention needs each request's own context, so the batch also carries:
 - decode buckets: requests computing one token, sorted by context length and grouped by
   power-of-two length, so one batched attention per bucket pads to at most twice the real
   context (heavy-tailed lengths would otherwise pay for the longest sequence in every row);
-- prefill segments: one per request computing several tokens (a new or recomputed prompt),
-  causal attention over its own tokens and, when part of its context is already cached (a
-  continuation), over those too.
-Rows are ordered decode buckets first, then prefill segments, and `requests` lists the
+- prefill groups: the requests computing several tokens (a new or recomputed prompt, a
+  continuation whose earlier context is cached), grouped by kind and by power-of-two number of
+  new tokens, so one batched attention call per group serves all of them (their query slots
+  padded to the group's longest, at most twice the real count): a group of fresh prompts
+  attends causally over its own tokens, a group of continuations over its contexts gathered
+  from the cache. In multi-turn RL every new turn is a continuation, and a call per
+  continuation per layer would make a step's launches grow with its turns.
+Rows are ordered decode buckets first, then the prefilling requests, and `requests` lists the
 requests in that order, so sampled tokens map back by position.
 
 What it does not do: run anything; it only builds index tensors (on the KV cache's device).
@@ -24,6 +28,7 @@ from rstar2.engine.kv_cache import KVCache
 from rstar2.engine.request import Request
 
 MIN_BUCKET_LEN = 64
+MIN_PREFILL_BUCKET = 16
 
 
 @dataclass
@@ -37,15 +42,22 @@ class DecodeBucket:
 
 
 @dataclass
-class PrefillSegment:
-    start: int
-    end: int
-    context: int
-    """Context length after this step (cached tokens + new ones)."""
+class PrefillGroup:
+    """S prefilling requests attended in one call, each with its new tokens in L query slots."""
+
+    slots: torch.Tensor
+    """Long `[S, L]`: each slot's row in the step; a padding slot repeats its request's last
+    row (same query, same mask: finite, and dropped)."""
+    real: torch.Tensor
+    """Long `[R]`: the real slots, as positions in `slots.view(-1)`."""
+    targets: torch.Tensor
+    """Long `[R]`: the real slots' rows in the step (where their outputs go)."""
     rows: torch.Tensor | None
-    """KV block rows of the whole context when some was cached before; None for a fresh prompt."""
+    """KV block rows of each request's whole context (`KVCache.block_rows`, W blocks) for
+    continuations; None for fresh prompts (causal attention over their own new tokens)."""
     mask: torch.Tensor | None
-    """Bool `[new, blocks * block_size]` causal mask for a continuation; None when fresh."""
+    """Bool `[S, 1, L, W * block_size]` for continuations: a slot attends the context up to
+    its own position; None for fresh prompts."""
 
 
 @dataclass
@@ -57,7 +69,7 @@ class StepBatch:
     last_index: torch.Tensor
     """Row of each request's last token (where its next token is sampled)."""
     decode: list[DecodeBucket]
-    prefill: list[PrefillSegment]
+    prefill: list[PrefillGroup]
 
 
 def _bucket_key(length: int) -> int:
@@ -89,7 +101,7 @@ def build_step_batch(scheduled: list[tuple[Request, int]], cache: KVCache) -> St
         write_rows=cache.write_rows(torch.tensor(slots, device=dev)),
         last_index=torch.tensor(last, device=dev),
         decode=_decode_buckets(decode, cache),
-        prefill=_prefill_segments(prefill, len(decode), cache),
+        prefill=_prefill_groups(prefill, len(decode), cache),
     )
 
 
@@ -116,20 +128,46 @@ def _decode_buckets(decode: list[tuple[Request, int]], cache: KVCache) -> list[D
     return buckets
 
 
-def _prefill_segments(
+def _prefill_key(req: Request, n: int) -> tuple[bool, int]:
+    return req.num_computed > 0, max(n - 1, MIN_PREFILL_BUCKET - 1).bit_length()
+
+
+def _prefill_groups(
     prefill: list[tuple[Request, int]], offset: int, cache: KVCache
-) -> list[PrefillSegment]:
-    segments = []
+) -> list[PrefillGroup]:
+    """The prefilling requests (rows from `offset` on, in this order) grouped by
+    `_prefill_key`: continuations or fresh, and the power of two of their new tokens."""
+    members: dict[tuple[bool, int], list[tuple[Request, int, int]]] = {}
     start = offset
     for req, n in prefill:
-        context = req.num_computed + n
-        rows = mask = None
-        if req.num_computed > 0:
-            num_blocks = -(-context // cache.block_size)
-            rows = cache.block_rows([req.blocks], num_blocks)
-            q_pos = torch.arange(req.num_computed, context, device=cache.device).view(-1, 1)
-            width = num_blocks * cache.block_size
-            mask = torch.arange(width, device=cache.device).view(1, -1) <= q_pos
-        segments.append(PrefillSegment(start, start + n, context, rows, mask))
+        members.setdefault(_prefill_key(req, n), []).append((req, n, start))
         start += n
-    return segments
+    return [_prefill_group(group, cached, cache) for (cached, _), group in members.items()]
+
+
+def _prefill_group(
+    group: list[tuple[Request, int, int]], cached: bool, cache: KVCache
+) -> PrefillGroup:
+    width = max(n for _, n, _ in group)
+    slots = [[start + min(i, n - 1) for i in range(width)] for _, n, start in group]
+    real = [s * width + i for s, (_, n, _) in enumerate(group) for i in range(n)]
+    targets = [start + i for _, n, start in group for i in range(n)]
+    dev = cache.device
+    rows = mask = None
+    if cached:
+        num_blocks = max(-(-(r.num_computed + n) // cache.block_size) for r, n, _ in group)
+        rows = cache.block_rows([r.blocks for r, _, _ in group], num_blocks)
+        # slot i of a request with c cached tokens is position c + i (padding: its last)
+        ends = torch.tensor(
+            [[r.num_computed + min(i, n - 1) for i in range(width)] for r, n, _ in group],
+            device=dev,
+        )
+        keys = torch.arange(num_blocks * cache.block_size, device=dev)
+        mask = (keys.view(1, 1, -1) <= ends.unsqueeze(-1)).unsqueeze(1)
+    return PrefillGroup(
+        slots=torch.tensor(slots, device=dev),
+        real=torch.tensor(real, device=dev),
+        targets=torch.tensor(targets, device=dev),
+        rows=rows,
+        mask=mask,
+    )

@@ -159,17 +159,23 @@ class Transformer:
             qq = q[b.start : b.end].view(n, hkv, hq // hkv, d)
             out = F.scaled_dot_product_attention(qq, kk, vv, attn_mask=b.mask)
             outs.append(out.reshape(n, hq * d))
-        for s in batch.prefill:
-            qq = q[s.start : s.end].transpose(0, 1).unsqueeze(0)
-            if s.rows is None:
-                kk = k[s.start : s.end].transpose(0, 1).unsqueeze(0)
-                vv = v[s.start : s.end].transpose(0, 1).unsqueeze(0)
+        if not batch.prefill:
+            return outs[0] if len(outs) == 1 else torch.cat(outs)
+        attended = q.new_empty(q.shape[0], hq * d)
+        if outs:
+            attended[: batch.decode[-1].end] = outs[0] if len(outs) == 1 else torch.cat(outs)
+        for g in batch.prefill:
+            s, width = g.slots.shape
+            qq = q[g.slots].transpose(1, 2)  # [S, heads, L, dim]
+            if g.rows is None:  # fresh prompts: causal over their own (right-padded) tokens
+                kk, vv = k[g.slots].transpose(1, 2), v[g.slots].transpose(1, 2)
                 out = F.scaled_dot_product_attention(qq, kk, vv, is_causal=True, enable_gqa=True)
             else:
-                kk, vv = cache.gather(layer, s.rows, 1)
-                out = F.scaled_dot_product_attention(qq, kk, vv, attn_mask=s.mask, enable_gqa=True)
-            outs.append(out[0].transpose(0, 1).reshape(s.end - s.start, hq * d))
-        return outs[0] if len(outs) == 1 else torch.cat(outs)
+                kk, vv = cache.gather(layer, g.rows, s)
+                out = F.scaled_dot_product_attention(qq, kk, vv, attn_mask=g.mask, enable_gqa=True)
+            flat = out.transpose(1, 2).reshape(s * width, hq * d)
+            attended.index_copy_(0, g.targets, flat.index_select(0, g.real))
+        return attended
 
 
 def _layer_weights(layer: nn.Module) -> LayerWeights:

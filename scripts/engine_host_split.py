@@ -2,7 +2,7 @@
 
     python3 scripts/engine_host_split.py [--model-size tiny] [--requests 256] [--max-tokens 256]
                                          [--device cpu|cuda] [--decode fixed|dynamic]
-                                         [--decode-steps K] [--json]
+                                         [--decode-steps K] [--turns T] [--json]
 
 Runs `rstar2 bench engine`'s workload once (after a warm-up) with the engine's parts timed:
 `schedule` (the scheduler's choice of requests), `fill` (the fixed path's copy of the rows'
@@ -67,19 +67,21 @@ def instrument(core: EngineCore) -> Counter[str]:
 def measure(args: argparse.Namespace) -> dict[str, Any]:
     device = resolve_device(args.device)
     model = random_model(args.model_size, args.seed, device)
-    work = make_workload(args.requests, model.config.vocab_size, args.max_tokens, args.seed)
+    work = make_workload(
+        args.requests, model.config.vocab_size, args.max_tokens, args.seed, args.turns
+    )
     cfg = EngineConfig(
         max_num_seqs=args.requests,
         device=device.type,
         decode=args.decode,
         decode_steps=args.decode_steps,
     )
-    core = engine_core(model, cfg)
+    core = engine_core(model, cfg, work)
     time_engine(core, work)  # warm-up: every shape's buffers (and CUDA graphs) made once
     spent = instrument(core)
     timing = time_engine(core, work)
-    steps = max(timing.steps, 1)
-    spent["wait"] = timing.wait_s
+    steps = max(timing.clock.steps, 1)
+    spent["wait"] = timing.clock.wait_s
     parts = {k: round(v * 1e3 / steps, 4) for k, v in spent.most_common()}
     parts["other"] = round((timing.seconds - sum(spent.values())) * 1e3 / steps, 4)
     return {
@@ -88,7 +90,9 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         "decode": "fixed" if core.fixed is not None else "dynamic",
         "decode_steps": core.round_steps,
         "requests": args.requests,
-        "steps": timing.steps,
+        "turns": args.turns,
+        "steps": timing.clock.steps,
+        "prefill_steps": timing.clock.prefill_steps,
         "rows_per_step": round(work.total_tokens / steps, 1),
         "step_ms": round(timing.seconds * 1e3 / steps, 4),
         "ms_per_step": parts,
@@ -103,6 +107,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--device", default="cpu")
     p.add_argument("--decode", choices=("fixed", "dynamic"), default="fixed")
     p.add_argument("--decode-steps", type=int, default=1, help="decode steps a round (fixed)")
+    p.add_argument("--turns", type=int, default=1, help="turns a request (bench engine --turns)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--threads", type=int, default=1, help="torch threads (0: leave as is)")
     p.add_argument("--json", action="store_true", help="print one JSON object")

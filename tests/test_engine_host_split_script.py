@@ -30,6 +30,14 @@ def test_every_part_of_a_step_is_reported(decode: str, capsys) -> None:
     assert parts["forward"] > 0 and parts["update"] > 0
 
 
+def test_a_multi_turn_workload_is_split_too(capsys) -> None:
+    argv = ["--requests", "4", "--max-tokens", "8", "--turns", "2", "--json"]
+    assert split.main(argv) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["turns"] == 2 and out["prefill_steps"] > 1
+    assert out["ms_per_step"]["forward"] > 0
+
+
 def test_a_part_that_is_called_is_timed() -> None:
     spent = split.Counter()
     add = split.timed(spent, "add", lambda a, b: a + b)

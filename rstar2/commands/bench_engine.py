@@ -12,6 +12,10 @@ waiting for the device in the step's one transfer and `engine_host_ms` the rest:
 fixed path, what the host's Python costs a step; on the CPU the computation is in the host's
 share).
 
+`--turns T` makes each request a conversation of T turns (multi-turn RL without the tool's
+time): later turns are continuations the engine prefills from its prefix cache, and HF
+`generate` runs each turn over the whole context.
+
 `--contention N` runs everything beside N busy-loop processes (`bench_contention`), so a
 figure under CPU contention can be reproduced.
 """
@@ -56,6 +60,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--requests", type=positive_int, default=256, help="number of requests")
     parser.add_argument(
         "--max-tokens", type=positive_int, default=512, help="cap on output lengths"
+    )
+    parser.add_argument(
+        "--turns",
+        type=positive_int,
+        default=1,
+        help="turns per request: each later turn a continuation (the context, the output and a "
+        "random 8-48-token tool response), sent when the turn before it ends, as in multi-turn "
+        "RL; HF generate runs each turn over the whole context",
     )
     parser.add_argument(
         "--batch-sizes",
@@ -141,15 +153,16 @@ def report(sweep: Sweep, tokens: int) -> dict[str, Any]:
 def step_split(run: Timing) -> dict[str, Any]:
     """An engine run per step: its wall time and, of that, the wait for the device in the
     step's one transfer (fixed path; the host's own work is the rest)."""
-    steps = max(run.steps, 1)
+    clock = run.clock
+    steps = max(clock.steps, 1)
     return {
-        "engine_steps": run.steps,
-        "engine_round_steps": run.round_steps,
-        "engine_prefill_steps": run.prefill_steps,
-        "engine_prefill_step_ms": round(run.prefill_s * 1e3 / max(run.prefill_steps, 1), 3),
+        "engine_steps": clock.steps,
+        "engine_round_steps": clock.round_steps,
+        "engine_prefill_steps": clock.prefill_steps,
+        "engine_prefill_step_ms": round(clock.prefill_s * 1e3 / max(clock.prefill_steps, 1), 3),
         "engine_step_ms": round(run.seconds * 1e3 / steps, 3),
-        "engine_wait_ms": round(run.wait_s * 1e3 / steps, 3),
-        "engine_host_ms": round((run.seconds - run.wait_s) * 1e3 / steps, 3),
+        "engine_wait_ms": round(clock.wait_s * 1e3 / steps, 3),
+        "engine_host_ms": round((run.seconds - clock.wait_s) * 1e3 / steps, 3),
     }
 
 
@@ -165,7 +178,9 @@ def run(args: argparse.Namespace) -> int:
     else:
         model = random_model(args.model_size, args.seed, device)
     model.to(device=device, dtype=DTYPES[args.dtype])
-    work = make_workload(args.requests, model.config.vocab_size, args.max_tokens, args.seed)
+    work = make_workload(
+        args.requests, model.config.vocab_size, args.max_tokens, args.seed, args.turns
+    )
     cfg = EngineConfig(
         kv_budget_tokens=args.kv_budget,
         max_num_seqs=max(args.requests, 1),
@@ -174,13 +189,22 @@ def run(args: argparse.Namespace) -> int:
         cuda_graphs=not args.no_cuda_graphs,
         decode_steps=args.decode_steps,
     )
-    log.info("workload: %d requests, %d output tokens", args.requests, work.total_tokens)
+    log.info(
+        "workload: %d requests of %d turn(s), %d output tokens",
+        args.requests,
+        args.turns,
+        work.total_tokens,
+    )
     load_before = load_average()
     with busy_processes(args.contention):
-        sweep = run_sweep(model, work, cfg, sizes)
+        try:
+            sweep = run_sweep(model, work, cfg, sizes)
+        except ValueError as e:  # the workload does not fit the model's positions
+            raise UsageError(str(e)) from None
     result = report(sweep, work.total_tokens)
     result |= {
         "requests": args.requests,
+        "turns": args.turns,
         "output_tokens": work.total_tokens,
         "model_size": "model" if args.model else args.model_size,
         "params": sum(p.numel() for p in model.parameters()),

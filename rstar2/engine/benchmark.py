@@ -3,14 +3,21 @@
 Workload: `n` requests with random prompts (16-64 tokens) and heavy-tailed output lengths
 (log-normal, median 64 tokens, capped), all submitted at once, sampled at temperature 1 with no
 stop tokens, so both sides produce exactly the requested number of tokens. Throughput counts
-only those requested tokens.
+only those requested tokens. With `turns` T > 1 each request is a conversation of T turns, as
+in multi-turn RL with a tool: when a turn ends, its next turn is sent at once as a new request
+whose prompt is the context so far, the turn's output and a random "tool response" of 8-48
+tokens, with its own output length (no time for the tool itself: this measures the engine).
 
-- Engine: every request goes in at once; continuous batching lets each leave when done.
+- Engine: every request goes in at once; continuous batching lets each leave when done. A
+  later turn reuses its context's KV blocks from the prefix cache and prefills only the tool
+  response and the last sampled token (a continuation).
 - HF `model.generate` (batched, KV cache, left padding): requests are sorted by output length
   and cut into batches of `batch_size` (an oracle grouping that favours HF); each batch runs to
   its longest request with `min_new_tokens = max_new_tokens`, so a request that is done keeps
   its row busy until the batch ends (static batching). The sweep over batch sizes reports each
-  and the best is the baseline.
+  and the best is the baseline. With turns, a batch runs turn after turn, each a `generate`
+  call over the whole contexts (what a trainer without a serving engine does: no KV kept
+  between calls), each row's context keeping only its own requested tokens of a turn.
 
 Both run on the engine's device (`engine.device`; "auto" picks a GPU when torch sees one),
 each after one untimed warm-up call. The engine is timed again before each HF batch size
@@ -30,19 +37,20 @@ processes of `--contention` are the command's).
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import logging
 import math
 import statistics
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 from torch import nn
 from transformers import Qwen2ForCausalLM
 
 from rstar2.engine.config import EngineConfig
-from rstar2.engine.core import EngineCore
+from rstar2.engine.core import EngineCore, StepClock
 from rstar2.engine.protocol import SamplingParams
 from rstar2.model.tiny import qwen2_config, shaped_config
 
@@ -50,31 +58,50 @@ log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
+class Turn:
+    """A later turn of a conversation: the tool response that opens it, its output length."""
+
+    tool_tokens: list[int]
+    output_length: int
+
+
+@dataclass(frozen=True)
 class Workload:
     prompts: list[list[int]]
     output_lengths: list[int]
+    """The first turn's."""
+    later_turns: list[list[Turn]] = field(default_factory=list)
+    """Per request, its turns after the first (empty: one turn each)."""
 
     @property
     def total_tokens(self) -> int:
-        return sum(self.output_lengths)
+        later = sum(t.output_length for turns in self.later_turns for t in turns)
+        return sum(self.output_lengths) + later
+
+    @property
+    def turns(self) -> int:
+        return 1 + (len(self.later_turns[0]) if self.later_turns else 0)
+
+    def longest_context(self) -> int:
+        """The most tokens any conversation reaches (its last turn's prompt and output)."""
+        if not self.later_turns:
+            return max(len(p) + n for p, n in zip(self.prompts, self.output_lengths, strict=True))
+        return max(
+            len(p) + n + sum(len(t.tool_tokens) + t.output_length for t in turns)
+            for p, n, turns in zip(self.prompts, self.output_lengths, self.later_turns, strict=True)
+        )
 
 
 @dataclass
 class Timing:
     """One timed run over the whole workload: wall and CPU seconds (every thread of this
-    process), and the requested tokens per wall second."""
+    process), the requested tokens per wall second, and what the engine's `StepClock` counted
+    during the run (zeros for HF)."""
 
     seconds: float
     cpu_seconds: float
     tok_s: float
-    steps: int = 0
-    wait_s: float = 0.0
-    """Of `seconds`, the engine steps' wait for the device (`StepClock`)."""
-    round_steps: int = 0
-    """Of `steps`, those run inside rounds of several decode steps."""
-    prefill_steps: int = 0
-    prefill_s: float = 0.0
-    """Of `steps` and `seconds`, the steps that prefilled prompts."""
+    clock: StepClock = field(default_factory=StepClock)
 
     def cpu_us_per_token(self, tokens: int) -> float:
         return self.cpu_seconds * 1e6 / tokens
@@ -125,47 +152,92 @@ def tiny_random_model(seed: int = 0) -> Qwen2ForCausalLM:
     return random_model("tiny", seed)
 
 
-def make_workload(n: int, vocab_size: int, max_tokens: int, seed: int = 0) -> Workload:
-    """`n` random prompts and log-normal output lengths (median 64, sigma 1, in [4, max])."""
-    if n < 1 or max_tokens < 4:
-        raise ValueError(f"need n >= 1 and max_tokens >= 4, got {n} and {max_tokens}")
+def make_workload(
+    n: int, vocab_size: int, max_tokens: int, seed: int = 0, turns: int = 1
+) -> Workload:
+    """`n` random prompts and log-normal output lengths (median 64, sigma 1, in [4, max]);
+    with `turns` > 1, each request's later turns (a random tool response of 8-48 tokens and
+    an output length drawn alike). The first turn's draws do not depend on `turns`."""
+    if n < 1 or max_tokens < 4 or turns < 1:
+        raise ValueError(
+            f"need n >= 1, max_tokens >= 4 and turns >= 1, got {n}, {max_tokens} and {turns}"
+        )
     g = torch.Generator().manual_seed(seed)
+
+    def lengths(count: int) -> list[int]:
+        normal = torch.randn(count, generator=g, dtype=torch.float64)
+        return [min(max_tokens, max(4, round(math.exp(math.log(64) + z)))) for z in normal.tolist()]
+
     prompt_lens = torch.randint(16, 65, (n,), generator=g).tolist()
     prompts = [torch.randint(1, vocab_size, (k,), generator=g).tolist() for k in prompt_lens]
-    normal = torch.randn(n, generator=g, dtype=torch.float64)
-    lengths = [min(max_tokens, max(4, round(math.exp(math.log(64) + z)))) for z in normal.tolist()]
-    return Workload(prompts, lengths)
+    first = lengths(n)
+    if turns == 1:
+        return Workload(prompts, first)
+    later = []
+    for _ in range(n):
+        tool_lens = torch.randint(8, 49, (turns - 1,), generator=g).tolist()
+        tools = [torch.randint(1, vocab_size, (k,), generator=g).tolist() for k in tool_lens]
+        later.append([Turn(t, m) for t, m in zip(tools, lengths(turns - 1), strict=True)])
+    return Workload(prompts, first, later)
 
 
-def engine_core(model: nn.Module, cfg: EngineConfig) -> EngineCore:
-    """A core for repeated runs of the workload, warmed up. Its prefix cache is off: a later
-    run of the same prompts would otherwise skip their prefill (a fresh core would not)."""
-    core = EngineCore(model, dataclasses.replace(cfg, prefix_cache_entries=0))
+def engine_core(model: nn.Module, cfg: EngineConfig, work: Workload | None = None) -> EngineCore:
+    """A core for repeated runs of the workload, warmed up. Its prefix cache is off for
+    one-turn workloads (nothing to continue) and holds one entry per conversation otherwise
+    (a finished run's last turns stay parked: longer than any first prompt, so a later run
+    of the same prompts cannot take them). Raises ValueError when the workload's longest
+    conversation does not fit the model's positions."""
+    entries = len(work.prompts) if work is not None and work.later_turns else 0
+    core = EngineCore(model, dataclasses.replace(cfg, prefix_cache_entries=entries))
+    if work is not None and work.longest_context() > core.max_model_len:
+        raise ValueError(
+            f"the workload's longest conversation has {work.longest_context()} tokens, over the "
+            f"engine's max_model_len {core.max_model_len}: fewer turns or a lower max_tokens"
+        )
     core.generate([[1, 2, 3, 4]], SamplingParams(4, seed=0))  # warm-up
     return core
 
 
 def time_engine(core: EngineCore, work: Workload) -> Timing:
-    """One run of the whole workload on `core` (all requests at once)."""
-    params = [SamplingParams(n, temperature=1.0, seed=i) for i, n in enumerate(work.output_lengths)]
-    clock = core.clock
-    before = dataclasses.replace(clock)
+    """One run of the whole workload on `core` (all first turns at once, each later turn
+    sent as soon as the one before it ends)."""
+    before = dataclasses.replace(core.clock)
     start, cpu_start = time.perf_counter(), time.process_time()
-    outs = core.generate(work.prompts, params)
+    produced = _run_conversations(core, work)
     seconds, cpu = time.perf_counter() - start, time.process_time() - cpu_start
-    produced = sum(len(o.token_ids) for o in outs)
     if produced != work.total_tokens:
         raise RuntimeError(f"engine produced {produced} tokens, expected {work.total_tokens}")
-    return Timing(
-        seconds,
-        cpu,
-        work.total_tokens / seconds,
-        clock.steps - before.steps,
-        clock.wait_s - before.wait_s,
-        clock.round_steps - before.round_steps,
-        clock.prefill_steps - before.prefill_steps,
-        clock.prefill_s - before.prefill_s,
-    )
+    return Timing(seconds, cpu, work.total_tokens / seconds, core.clock.since(before))
+
+
+_runs = itertools.count()
+
+
+def _run_conversations(core: EngineCore, work: Workload) -> int:
+    """Every conversation of `work` to its end on `core`; the tokens generated."""
+    run = next(_runs)
+    contexts = [list(p) for p in work.prompts]
+    turn_of: dict[str, tuple[int, int]] = {}
+
+    def send(i: int, turn: int, length: int) -> None:
+        rid = f"bench-{run}-{i}-{turn}"
+        turn_of[rid] = (i, turn)
+        core.add_request(
+            rid, contexts[i], SamplingParams(length, temperature=1.0, seed=i * work.turns + turn)
+        )
+
+    for i, length in enumerate(work.output_lengths):
+        send(i, 0, length)
+    produced = 0
+    while core.has_unfinished():
+        for out in core.step():
+            i, turn = turn_of.pop(out.request_id)
+            produced += len(out.token_ids)
+            if work.later_turns and turn < len(work.later_turns[i]):
+                nxt = work.later_turns[i][turn]
+                contexts[i] += out.token_ids + nxt.tool_tokens
+                send(i, turn + 1, nxt.output_length)
+    return produced
 
 
 def run_sweep(
@@ -178,7 +250,7 @@ def run_sweep(
     """The engine, then HF at the first batch size, the engine again, HF at the next, ..."""
     if not batch_sizes:
         raise ValueError("need at least one HF batch size")
-    core = engine_core(model, cfg)
+    core = engine_core(model, cfg, work)
     warm_up_hf(model)
     sweep = Sweep([], [], core)
     for size in batch_sizes:
@@ -219,25 +291,48 @@ def warm_up_hf(model: nn.Module) -> None:
 
 @torch.inference_mode()
 def run_hf(model: nn.Module, work: Workload, batch_size: int, pad_id: int = 0) -> HFRun:
-    """HF `generate` over the workload in length-sorted static batches of `batch_size`, on
-    the model's device (where the engine's core moved it: the same device as the engine's)."""
+    """HF `generate` over the workload in static batches of `batch_size` (sorted by their
+    requested tokens), turn after turn, on the model's device (where the engine's core moved
+    it: the same device as the engine's)."""
     device = next(model.parameters()).device
-    order = sorted(range(len(work.prompts)), key=lambda i: -work.output_lengths[i])
+    later = work.later_turns or [[] for _ in work.prompts]
+    total = [
+        n + sum(t.output_length for t in turns)
+        for n, turns in zip(work.output_lengths, later, strict=True)
+    ]
+    order = sorted(range(len(work.prompts)), key=lambda i: -total[i])
     computed = 0
     start, cpu_start = time.perf_counter(), time.process_time()
     for b in range(0, len(order), batch_size):
         idx = order[b : b + batch_size]
-        width = max(len(work.prompts[i]) for i in idx)
-        ids = torch.full((len(idx), width), pad_id)
-        mask = torch.zeros((len(idx), width), dtype=torch.long)
-        for row, i in enumerate(idx):
-            prompt = work.prompts[i]
-            ids[row, width - len(prompt) :] = torch.tensor(prompt)
-            mask[row, width - len(prompt) :] = 1
-        new = max(work.output_lengths[i] for i in idx)
-        out = _hf_generate(model, ids.to(device), mask.to(device), new, pad_id)
-        if out.shape[1] != width + new:
-            raise RuntimeError(f"HF generated {out.shape[1] - width} tokens, expected {new}")
-        computed += len(idx) * new
+        contexts = [list(work.prompts[i]) for i in idx]
+        for turn in range(work.turns):
+            lengths = [
+                work.output_lengths[i] if turn == 0 else later[i][turn - 1].output_length
+                for i in idx
+            ]
+            if turn > 0:
+                contexts = [
+                    c + later[i][turn - 1].tool_tokens for c, i in zip(contexts, idx, strict=True)
+                ]
+            outputs = _hf_batch(model, contexts, max(lengths), device, pad_id)
+            contexts = [c + o[:n] for c, o, n in zip(contexts, outputs, lengths, strict=True)]
+            computed += len(idx) * max(lengths)
     seconds, cpu = time.perf_counter() - start, time.process_time() - cpu_start
     return HFRun(batch_size, seconds, computed, work.total_tokens / seconds, cpu)
+
+
+def _hf_batch(
+    model: nn.Module, prompts: list[list[int]], new: int, device: torch.device, pad_id: int
+) -> list[list[int]]:
+    """One left-padded `generate` call; each row's `new` generated tokens."""
+    width = max(len(p) for p in prompts)
+    ids = torch.full((len(prompts), width), pad_id)
+    mask = torch.zeros((len(prompts), width), dtype=torch.long)
+    for row, prompt in enumerate(prompts):
+        ids[row, width - len(prompt) :] = torch.tensor(prompt)
+        mask[row, width - len(prompt) :] = 1
+    out = _hf_generate(model, ids.to(device), mask.to(device), new, pad_id)
+    if out.shape[1] != width + new:
+        raise RuntimeError(f"HF generated {out.shape[1] - width} tokens, expected {new}")
+    return out[:, width:].tolist()

@@ -21,6 +21,7 @@ What it does not do: tokenisation, stop strings, streaming of partial outputs.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import random
 import time
@@ -74,6 +75,12 @@ class StepClock:
     the dynamic forward, beside the step's one-token decodes)."""
     prefill_s: float = 0.0
     """Of `seconds`, the wall time of the `prefill_steps`."""
+
+    def since(self, before: StepClock) -> StepClock:
+        """What this clock counted since `before` (a copy of it taken earlier)."""
+        return StepClock(
+            *(getattr(self, f.name) - getattr(before, f.name) for f in dataclasses.fields(self))
+        )
 
 
 class EngineCore:

@@ -31,6 +31,22 @@ def test_bench_engine_json_reports_both_sides(capsys: pytest.CaptureFixture[str]
     )
 
 
+def test_bench_engine_runs_conversations_of_several_turns(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    argv = ["bench", "engine", "--requests", "4", "--max-tokens", "8", "--batch-sizes", "4"]
+    assert main([*argv, "--turns", "3", "--json"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert result["turns"] == 3
+    assert result["output_tokens"] == make_workload(4, 1024, 8, turns=3).total_tokens
+    assert result["engine_tok_s"] > 0 and result["hf_generate_tok_s"] > 0
+    # later turns arrive as earlier ones end: more than the first step prefills
+    assert result["engine_prefill_steps"] > 1
+    # 20 turns (outputs of median 64 tokens, tool responses of 8-48) overflow 1,024 positions
+    assert main([*argv, "--turns", "20", "--max-tokens", "300"]) == 2
+    assert "max_model_len" in capsys.readouterr().err
+
+
 def test_bench_engine_runs_rounds_of_decode_steps(capsys: pytest.CaptureFixture[str]) -> None:
     """`--decode-steps 4` on the fixed path runs rounds (most decode steps inside them); on
     the dynamic path, where rounds cannot run, it is refused before any work."""

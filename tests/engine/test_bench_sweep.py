@@ -88,3 +88,49 @@ def test_model_size_and_model_together_are_a_usage_error(tmp_path: object) -> No
     tiny_qwen2(dtype=torch.float32).save_pretrained(model_dir)
     argv = ["bench", "engine", "--model", str(model_dir), "--model-size", "25m"]
     assert main(argv) == 2
+
+
+def test_a_multi_turn_workload_sends_each_later_turn_as_a_continuation() -> None:
+    work = make_workload(4, VOCAB, 8, turns=3)
+    assert work.turns == 3 and [len(t) for t in work.later_turns] == [2, 2, 2, 2]
+    one = make_workload(4, VOCAB, 8)
+    assert (work.prompts, work.output_lengths) == (one.prompts, one.output_lengths)
+    assert all(8 <= len(t.tool_tokens) <= 48 for turns in work.later_turns for t in turns)
+    assert work.total_tokens == one.total_tokens + sum(
+        t.output_length for turns in work.later_turns for t in turns
+    )
+    core = engine_core(tiny_qwen2(dtype=torch.float32), EngineConfig(), work)
+    cache = core.scheduler.prefix_cache
+    for run in (1, 2):
+        timing = time_engine(core, work)  # raises unless every requested token came
+        # every later turn took its context's blocks; no first turn took a parked last turn
+        assert cache.hits == run * 4 * 2
+        assert timing.clock.prefill_steps >= 1 and timing.clock.steps > 0
+
+
+def test_hf_runs_each_turn_over_the_whole_context(monkeypatch: pytest.MonkeyPatch) -> None:
+    widths: list[int] = []
+    real = benchmark._hf_generate
+
+    def recording_generate(model, ids, mask, new, pad_id=0):  # type: ignore[no-untyped-def]
+        widths.append(ids.shape[1])
+        return real(model, ids, mask, new, pad_id)
+
+    monkeypatch.setattr(benchmark, "_hf_generate", recording_generate)
+    work = make_workload(1, VOCAB, 8, turns=3)
+    run = benchmark.run_hf(tiny_qwen2(dtype=torch.float32), work, 1)
+    first, (second, third) = work.output_lengths[0], work.later_turns[0]
+    prompt = len(work.prompts[0])
+    assert widths == [
+        prompt,
+        prompt + first + len(second.tool_tokens),
+        prompt + first + len(second.tool_tokens) + second.output_length + len(third.tool_tokens),
+    ]
+    assert run.computed_tokens == work.total_tokens
+
+
+def test_a_workload_longer_than_the_models_positions_is_refused() -> None:
+    work = benchmark.Workload([[1] * 20], [100], [[benchmark.Turn([2] * 40, 400)]])
+    assert work.longest_context() == 560
+    with pytest.raises(ValueError, match="560 tokens, over the engine's max_model_len 512"):
+        engine_core(tiny_qwen2(dtype=torch.float32), EngineConfig(), work)

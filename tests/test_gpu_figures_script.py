@@ -165,6 +165,9 @@ def test_the_engine_plan_measures_each_shape_then_the_paths_before() -> None:
         assert ("bfloat16" in args) == name.startswith("qwen")
         rounds = args[args.index("--decode-steps") + 1] if "--decode-steps" in args else "1"
         assert rounds == ("8" if "rounds-8" in name else "1")
+        turns = args[args.index("--turns") + 1] if "--turns" in args else "1"
+        assert turns == ("4" if name.endswith("turns-4") else "1")
+    assert {"tiny-fixed-rounds-8-turns-4", "25m-fixed-rounds-8-turns-4"} <= set(names)
     smoke = gpu.engine_plan(smoke=True)
     assert smoke and all(name.startswith("tiny") and "8" in args for name, args in smoke)
 

@@ -4,16 +4,19 @@
                                          [--device cpu|cuda] [--decode fixed|dynamic]
                                          [--decode-steps K] [--turns T] [--json]
 
-Runs `rstar2 bench engine`'s workload once (after a warm-up) with the engine's parts timed:
-`schedule` (the scheduler's choice of requests), `fill` (the fixed path's copy of the rows'
-inputs into its static buffers), `shape` (the fixed path's bucket choice), `update` (recording
-the sampled tokens, finishing requests), `decode` (the fixed path's forward and sampling: on a
-GPU with CUDA graphs a replay, which returns before the GPU is done), `forward` (the dynamic
-path's forward: a fixed-path step's new prompts, every step on the dynamic path), `round`
-(with `--decode-steps` K > 1, computing a round's later inputs on the device), `wait` (the
-step's one transfer, where the host waits for the device) and `other` (the rest of the step's
-Python). Each is milliseconds per decode step (a round of k steps counts k), over the run. On the CPU `decode` and `forward` are the computation itself; on a GPU they are the
-launches, and `wait` the GPU time the host's work did not cover.
+Runs `rstar2 bench engine`'s workload (`--turns T`: conversations of T turns) once (after a
+warm-up) with the engine's parts timed: `schedule` (the scheduler's choice of requests),
+`batch` (building a dynamic step's index tensors: every step on the dynamic path, a fixed-path
+step's prompts and continuations), `fill` (the fixed path's copy of the rows' inputs into its
+static buffers), `shape` (the fixed path's bucket choice), `update` (recording the sampled
+tokens, finishing requests), `decode` (the fixed path's forward and sampling: on a GPU with
+CUDA graphs a replay, which returns before the GPU is done), `forward` (the dynamic path's
+forward: a fixed-path step's new prompts, every step on the dynamic path), `sample` (the
+dynamic path's sampling), `round` (with `--decode-steps` K > 1, computing a round's later
+inputs on the device), `wait` (the step's one transfer, where the host waits for the device)
+and `other` (the rest of the step's Python). Each is milliseconds per decode step (a round of k
+steps counts k), over the run. On the CPU `decode` and `forward` are the computation itself; on
+a GPU they are the launches, and `wait` the GPU time the host's work did not cover.
 
 What it does not do: time HF `generate` (`rstar2 bench engine` does), or profile inside torch.
 """
@@ -29,6 +32,7 @@ from typing import Any
 
 import torch
 
+from rstar2.engine import core as core_module
 from rstar2.engine.benchmark import engine_core, make_workload, random_model, time_engine
 from rstar2.engine.config import EngineConfig, resolve_device
 from rstar2.engine.core import EngineCore
@@ -79,7 +83,14 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
     core = engine_core(model, cfg, work)
     time_engine(core, work)  # warm-up: every shape's buffers (and CUDA graphs) made once
     spent = instrument(core)
-    timing = time_engine(core, work)
+    # the dynamic step's index tensors and sampling: functions the core's module calls
+    built, sampled = core_module.build_step_batch, core_module.sample
+    core_module.build_step_batch = timed(spent, "batch", built)
+    core_module.sample = timed(spent, "sample", sampled)
+    try:
+        timing = time_engine(core, work)
+    finally:
+        core_module.build_step_batch, core_module.sample = built, sampled
     steps = max(timing.clock.steps, 1)
     spent["wait"] = timing.clock.wait_s
     parts = {k: round(v * 1e3 / steps, 4) for k, v in spent.most_common()}

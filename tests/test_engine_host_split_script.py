@@ -22,9 +22,11 @@ def test_every_part_of_a_step_is_reported(decode: str, capsys) -> None:
     out = json.loads(capsys.readouterr().out)
     parts = out["ms_per_step"]
     assert out["decode"] == decode and out["steps"] >= 8
-    expected = {"schedule", "update", "forward", "wait", "other"}
+    expected = {"schedule", "batch", "update", "forward", "wait", "other"}
     if decode == "fixed":
         expected |= {"fill", "shape", "decode"}
+    else:
+        expected |= {"sample"}
     assert set(parts) == expected
     assert all(v >= 0 for v in parts.values())
     assert parts["forward"] > 0 and parts["update"] > 0

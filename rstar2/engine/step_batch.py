@@ -58,6 +58,9 @@ class PrefillGroup:
     mask: torch.Tensor | None
     """Bool `[S, 1, L, W * block_size]` for continuations: a slot attends the context up to
     its own position; None for fresh prompts."""
+    span: tuple[int, int] | None = None
+    """The rows `(start, end)` of a group of one request (no padding: slices serve, no index
+    tensors are read)."""
 
 
 @dataclass
@@ -164,10 +167,12 @@ def _prefill_group(
         )
         keys = torch.arange(num_blocks * cache.block_size, device=dev)
         mask = (keys.view(1, 1, -1) <= ends.unsqueeze(-1)).unsqueeze(1)
+    span = (group[0][2], group[0][2] + width) if len(group) == 1 else None
     return PrefillGroup(
         slots=torch.tensor(slots, device=dev),
         real=torch.tensor(real, device=dev),
         targets=torch.tensor(targets, device=dev),
         rows=rows,
         mask=mask,
+        span=span,
     )

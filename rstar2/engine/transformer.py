@@ -22,7 +22,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from rstar2.engine.kv_cache import KVCache
-from rstar2.engine.step_batch import StepBatch
+from rstar2.engine.step_batch import PrefillGroup, StepBatch
 
 SUPPORTED_MODEL_TYPES = ("llama", "qwen2", "qwen3", "mistral")
 
@@ -166,16 +166,26 @@ class Transformer:
             attended[: batch.decode[-1].end] = outs[0] if len(outs) == 1 else torch.cat(outs)
         for g in batch.prefill:
             s, width = g.slots.shape
-            qq = q[g.slots].transpose(1, 2)  # [S, heads, L, dim]
+            qq = _slots(q, g)
             if g.rows is None:  # fresh prompts: causal over their own (right-padded) tokens
-                kk, vv = k[g.slots].transpose(1, 2), v[g.slots].transpose(1, 2)
+                kk, vv = _slots(k, g), _slots(v, g)
                 out = F.scaled_dot_product_attention(qq, kk, vv, is_causal=True, enable_gqa=True)
             else:
                 kk, vv = cache.gather(layer, g.rows, s)
                 out = F.scaled_dot_product_attention(qq, kk, vv, attn_mask=g.mask, enable_gqa=True)
             flat = out.transpose(1, 2).reshape(s * width, hq * d)
-            attended.index_copy_(0, g.targets, flat.index_select(0, g.real))
+            if g.span is not None:
+                attended[g.span[0] : g.span[1]] = flat
+            else:
+                attended.index_copy_(0, g.targets, flat.index_select(0, g.real))
         return attended
+
+
+def _slots(x: torch.Tensor, group: PrefillGroup) -> torch.Tensor:
+    """`x`'s rows `[N, heads, dim]` at a prefill group's slots, `[S, heads, L, dim]`."""
+    if group.span is not None:
+        return x[group.span[0] : group.span[1]].transpose(0, 1).unsqueeze(0)
+    return x[group.slots].transpose(1, 2)
 
 
 def _layer_weights(layer: nn.Module) -> LayerWeights:

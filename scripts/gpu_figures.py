@@ -117,17 +117,18 @@ TURNS = ("--turns", "4", "--max-tokens", "128", "--kv-budget", "262144")  # fit 
 ENGINE_WORK = ("--requests", "256", "--max-tokens", "256", "--batch-sizes", "64,256")
 ENGINE_PLAN = (
     # (name, `rstar2 bench engine` arguments), most important first: the fixed-shape decode
-    # with CUDA graphs (the GPU default) on each shape, beside it in rounds of 8 decode steps
+    # with CUDA graphs (the GPU default) on each shape, the 25m one first (the nearest to
+    # `configs/gpu_20m.toml`'s 19.8M model), beside it in rounds of 8 decode steps
     # (`engine.decode_steps`) and, for the small shapes, conversations of 4 turns (multi-turn
     # RL's continuations, without the tool's time), then "before" (the dynamic path) and the
     # fixed path without graphs
+    ("25m-fixed", ("--model-size", "25m", "--decode", "fixed")),
+    ("25m-fixed-rounds-8", ("--model-size", "25m", "--decode", "fixed", *ROUNDS)),
+    ("25m-fixed-rounds-8-turns-4", ("--model-size", "25m", "--decode", "fixed", *ROUNDS, *TURNS)),
     ("tiny-fixed", ("--model-size", "tiny", "--decode", "fixed")),
     ("tiny-fixed-rounds-8", ("--model-size", "tiny", "--decode", "fixed", *ROUNDS)),
     ("tiny-fixed-rounds-8-turns-4",
      ("--model-size", "tiny", "--decode", "fixed", *ROUNDS, *TURNS)),
-    ("25m-fixed", ("--model-size", "25m", "--decode", "fixed")),
-    ("25m-fixed-rounds-8", ("--model-size", "25m", "--decode", "fixed", *ROUNDS)),
-    ("25m-fixed-rounds-8-turns-4", ("--model-size", "25m", "--decode", "fixed", *ROUNDS, *TURNS)),
     ("qwen2.5-0.5b-fixed",
      ("--model-size", "qwen2.5-0.5b", "--dtype", "bfloat16", "--decode", "fixed")),
     ("qwen2.5-0.5b-fixed-rounds-8",

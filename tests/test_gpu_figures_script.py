@@ -153,7 +153,7 @@ def test_a_failed_benchmark_is_retried_with_half_the_micro_batch() -> None:
 def test_the_engine_plan_measures_each_shape_then_the_paths_before() -> None:
     plan = gpu.engine_plan(smoke=False)
     names = [name for name, _ in plan]
-    fixed = ["tiny-fixed", "25m-fixed", "qwen2.5-0.5b-fixed", "qwen2.5-1.5b-fixed"]
+    fixed = ["25m-fixed", "tiny-fixed", "qwen2.5-0.5b-fixed", "qwen2.5-1.5b-fixed"]
     assert [n for n in names if n.endswith("-fixed")] == fixed
     assert names.index("qwen2.5-1.5b-fixed") < min(names.index(n) for n in names if "dyn" in n)
     for shape in ("tiny", "25m", "qwen2.5-0.5b"):  # each beside its rounds of 8

@@ -27,6 +27,7 @@ import random
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 from torch import nn
@@ -250,10 +251,7 @@ class EngineCore:
     ) -> list[Request]:
         """A round of decode steps on the fixed path, one device-to-host transfer; the
         requests that finished in it."""
-        drawn_on_device = fixed.decode_round(rows, [r.seed for r in rows], counts)
-        wait = time.perf_counter()
-        drawn = drawn_on_device.tolist()
-        self.clock.wait_s += time.perf_counter() - wait
+        drawn = self._to_host(fixed.decode_round(rows, [r.seed for r in rows], counts))
         tokens = [step[0] for step in drawn]
         logprobs = [step[1] for step in drawn]
         return self.scheduler.update_round(rows, counts, tokens, logprobs)
@@ -275,11 +273,16 @@ class EngineCore:
         if decode:
             parts.append(fixed.decode(decode, [r.seed for r in decode]))
             order.extend((r, 1) for r in decode)
-        both = parts[0] if len(parts) == 1 else torch.cat(parts, dim=1)
-        wait = time.perf_counter()
-        drawn = both.tolist()
-        self.clock.wait_s += time.perf_counter() - wait
+        drawn = self._to_host(parts[0] if len(parts) == 1 else torch.cat(parts, dim=1))
         return order, [int(t) for t in drawn[0]], drawn[1]
+
+    def _to_host(self, drawn: torch.Tensor) -> list[Any]:
+        """The step's one device-to-host transfer, as lists; where the host waits for the
+        device (`StepClock.wait_s`)."""
+        start = time.perf_counter()
+        values = drawn.tolist()
+        self.clock.wait_s += time.perf_counter() - start
+        return values
 
     def stats(self) -> EngineLoad:
         s = self.scheduler

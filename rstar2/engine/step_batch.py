@@ -45,13 +45,8 @@ class DecodeBucket:
 class PrefillGroup:
     """S prefilling requests attended in one call, each with its new tokens in L query slots."""
 
-    slots: torch.Tensor
-    """Long `[S, L]`: each slot's row in the step; a padding slot repeats its request's last
-    row (same query, same mask: finite, and dropped)."""
-    real: torch.Tensor
-    """Long `[R]`: the real slots, as positions in `slots.view(-1)`."""
-    targets: torch.Tensor
-    """Long `[R]`: the real slots' rows in the step (where their outputs go)."""
+    size: tuple[int, int]
+    """(S, L)."""
     rows: torch.Tensor | None
     """KV block rows of each request's whole context (`KVCache.block_rows`, W blocks) for
     continuations; None for fresh prompts (causal attention over their own new tokens)."""
@@ -59,8 +54,15 @@ class PrefillGroup:
     """Bool `[S, 1, L, W * block_size]` for continuations: a slot attends the context up to
     its own position; None for fresh prompts."""
     span: tuple[int, int] | None = None
-    """The rows `(start, end)` of a group of one request (no padding: slices serve, no index
-    tensors are read)."""
+    """A group of one request: its rows `(start, end)` in the step (no padding; slices serve
+    and the index tensors below are None)."""
+    slots: torch.Tensor | None = None
+    """Long `[S, L]`: each slot's row in the step; a padding slot repeats its request's last
+    row (same query, same mask: finite, and dropped)."""
+    real: torch.Tensor | None = None
+    """Long `[R]`: the real slots, as positions in `slots.view(-1)`."""
+    targets: torch.Tensor | None = None
+    """Long `[R]`: the real slots' rows in the step (where their outputs go)."""
 
 
 @dataclass
@@ -151,10 +153,8 @@ def _prefill_groups(
 def _prefill_group(
     group: list[tuple[Request, int, int]], cached: bool, cache: KVCache
 ) -> PrefillGroup:
+    """One group's tensors; `group` holds (request, new tokens, first row in the step)."""
     width = max(n for _, n, _ in group)
-    slots = [[start + min(i, n - 1) for i in range(width)] for _, n, start in group]
-    real = [s * width + i for s, (_, n, _) in enumerate(group) for i in range(n)]
-    targets = [start + i for _, n, start in group for i in range(n)]
     dev = cache.device
     rows = mask = None
     if cached:
@@ -167,12 +167,17 @@ def _prefill_group(
         )
         keys = torch.arange(num_blocks * cache.block_size, device=dev)
         mask = (keys.view(1, 1, -1) <= ends.unsqueeze(-1)).unsqueeze(1)
-    span = (group[0][2], group[0][2] + width) if len(group) == 1 else None
+    if len(group) == 1:
+        start = group[0][2]
+        return PrefillGroup((1, width), rows, mask, span=(start, start + width))
+    slots = [[start + min(i, n - 1) for i in range(width)] for _, n, start in group]
+    real = [s * width + i for s, (_, n, _) in enumerate(group) for i in range(n)]
+    targets = [start + i for _, n, start in group for i in range(n)]
     return PrefillGroup(
+        (len(group), width),
+        rows,
+        mask,
         slots=torch.tensor(slots, device=dev),
         real=torch.tensor(real, device=dev),
         targets=torch.tensor(targets, device=dev),
-        rows=rows,
-        mask=mask,
-        span=span,
     )

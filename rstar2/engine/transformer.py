@@ -165,7 +165,7 @@ class Transformer:
         if outs:
             attended[: batch.decode[-1].end] = outs[0] if len(outs) == 1 else torch.cat(outs)
         for g in batch.prefill:
-            s, width = g.slots.shape
+            s, width = g.size
             qq = _slots(q, g)
             if g.rows is None:  # fresh prompts: causal over their own (right-padded) tokens
                 kk, vv = _slots(k, g), _slots(v, g)
@@ -177,6 +177,7 @@ class Transformer:
             if g.span is not None:
                 attended[g.span[0] : g.span[1]] = flat
             else:
+                assert g.targets is not None and g.real is not None
                 attended.index_copy_(0, g.targets, flat.index_select(0, g.real))
         return attended
 
@@ -185,6 +186,7 @@ def _slots(x: torch.Tensor, group: PrefillGroup) -> torch.Tensor:
     """`x`'s rows `[N, heads, dim]` at a prefill group's slots, `[S, heads, L, dim]`."""
     if group.span is not None:
         return x[group.span[0] : group.span[1]].transpose(0, 1).unsqueeze(0)
+    assert group.slots is not None
     return x[group.slots].transpose(1, 2)
 
 

@@ -52,7 +52,8 @@ def test_a_mixed_prefill_step_gives_every_request_the_models_logits() -> None:
     step = [(r, shapes[n][0]) for n, r in reqs.items()]
     batch = build_step_batch(step, cache)
     assert len(batch.prefill) == 4  # fresh 5 and 7 / fresh 40 / continuations 3 and 6 / 25
-    assert any(group.slots.shape[0] > 1 for group in batch.prefill)  # padded slots ran
+    sizes = sorted(group.size for group in batch.prefill)
+    assert sizes == [(1, 25), (1, 40), (2, 6), (2, 7)]  # padded slots ran, and lone requests
     logits = t.forward(batch, cache)
     with torch.inference_mode():
         for row, (req, _) in enumerate(batch.requests):

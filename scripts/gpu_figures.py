@@ -13,7 +13,8 @@ cut short keeps what it measured. Parts (`all`: engine, train, bench, in that or
   steps against single steps), then `scripts/engine_host_split.py` on the tiny and 25m shapes,
   one step at a time and in rounds of 8 (a step's time, part by part: the host's work, the
   graph replay, the wait for the GPU), then `rstar2 bench engine` (the engine against HF
-  `generate`'s batch sizes) for each entry of `ENGINE_PLAN`.
+  `generate`'s batch sizes) for each entry of `ENGINE_PLAN`, one after another in a worker
+  process (`--engine-worker`; replaced if it times out or dies).
 
 - `bench`: first `--check-packed` (the packed, chunked-head log-probs against the padded
   full-logits ones on the GPU), then `rstar2 bench learner` measurements (an RL update on a
@@ -600,14 +601,15 @@ def engine_check(device: str, smoke: bool = False) -> dict[str, Any]:
 
 
 class BenchWorker:
-    """A process running `bench learner` measurements of one model directory one after
-    another (`--worker`): Python, torch and CUDA start once per model instead of once per
-    benchmark (about 10 of the 23 seconds each took on an H200 as separate commands)."""
+    """A process running measurements one after another: `bench learner` on one model
+    directory (`--worker DIR`) or `bench engine` (`--engine-worker`). Python, torch and CUDA
+    start once per worker instead of once per benchmark (about 10 of the 23 seconds each
+    learner benchmark took on an H200 as separate commands)."""
 
-    def __init__(self, model_dir: Path, log: Path) -> None:
+    def __init__(self, mode: list[str], log: Path) -> None:
         self._err = log.open("a")
         self.proc = subprocess.Popen(
-            [sys.executable, str(Path(__file__).resolve()), "--worker", str(model_dir)],
+            [sys.executable, str(Path(__file__).resolve()), *mode],
             cwd=ROOT, env=script_env(), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
             stderr=self._err, text=True, bufsize=1,
         )  # fmt: skip
@@ -686,6 +688,37 @@ def worker(model_dir: Path) -> int:
     return 0
 
 
+def engine_worker() -> int:
+    """`--engine-worker`: one `bench engine` argument list per stdin line (JSON), measured in
+    this process; one JSON line per entry on stdout, {"ok": figures} or {"error": text}. The
+    models, caches and CUDA graphs of an entry are freed before the next."""
+    import gc
+
+    import torch
+
+    from rstar2.commands import bench_engine
+
+    parser = argparse.ArgumentParser(prog="bench engine")
+    bench_engine.add_arguments(parser)
+    for line in sys.stdin:
+        if not line.strip():
+            continue
+        try:
+            reply: dict[str, Any] = {
+                "ok": bench_engine.measure(parser.parse_args(json.loads(line)))[0]
+            }
+        except Exception as e:  # noqa: BLE001 - reported as this entry's error, the next goes on
+            reply = {"error": f"{type(e).__name__}: {e}"[:2000]}
+        except SystemExit as e:  # argparse's own errors
+            reply = {"error": f"bad arguments (exit {e.code})"}
+        finally:
+            gc.collect()
+            if torch.cuda.is_available():
+                torch.cuda.empty_cache()
+        print(json.dumps(reply), flush=True)
+    return 0
+
+
 def environment() -> dict[str, Any]:
     import torch  # the figures say which torch and device they were taken with
 
@@ -745,9 +778,12 @@ def main(argv: list[str] | None = None) -> int:
         "instead of the whole plan",
     )
     p.add_argument("--worker", type=Path, metavar="MODEL_DIR", help=argparse.SUPPRESS)
+    p.add_argument("--engine-worker", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.worker:
         return worker(args.worker)
+    if args.engine_worker:
+        return engine_worker()
     if args.check_packed:
         print(json.dumps(packed_check(args.check_packed)))
         return 0
@@ -794,17 +830,23 @@ def main(argv: list[str] | None = None) -> int:
             print(f"engine host split {name}: {json.dumps(splits[name])}", flush=True)
             save()
         engines = results.setdefault("engine", {})
+        engine_runner: BenchWorker | None = None
         for name, extra in engine_plan(args.smoke):
             if past_deadline():
                 engines[name] = {"error": f"skipped: past the {args.deadline:.0f} s deadline"}
                 save()
                 continue
-            rc, stdout, secs = run_command(["bench", "engine", *extra, "--json"],
-                                           args.engine_timeout, log)  # fmt: skip
-            figures = last_json(stdout)
-            engines[name] = {"seconds": secs, "args": extra, **(figures or {"error": f"exit {rc}"})}
-            print(f"engine {name}: {secs:.0f}s {json.dumps(figures)}", flush=True)
+            if engine_runner is None or not engine_runner.alive:
+                engine_runner = BenchWorker(["--engine-worker"], log)
+            begun = time.perf_counter()
+            reply = engine_runner.measure([*extra, "--json"], args.engine_timeout)
+            secs = time.perf_counter() - begun
+            engines[name] = {"seconds": secs, "args": extra,
+                             **reply.get("ok", {"error": reply.get("error")})}  # fmt: skip
+            print(f"engine {name}: {secs:.0f}s {json.dumps(reply)}", flush=True)
             save()
+        if engine_runner is not None:
+            engine_runner.close()
     if args.part in ("train", "all"):
         run_dir = work / "run"
         shutil.rmtree(run_dir, ignore_errors=True)
@@ -851,7 +893,7 @@ def main(argv: list[str] | None = None) -> int:
             reply: dict[str, Any] = {}
             for attempt in (extra, smaller_micro_batch(extra)):
                 if shape not in workers or not workers[shape].alive:
-                    workers[shape] = BenchWorker(models[shape], log)
+                    workers[shape] = BenchWorker(["--worker", str(models[shape])], log)
                 begun = time.perf_counter()
                 reply = workers[shape].measure([*attempt, "--json"], args.bench_timeout)
                 entry.update(seconds=time.perf_counter() - begun, **reply.get("ok", {}))

@@ -1,5 +1,5 @@
-"""scripts/gpu_figures.py (the GPU session's one command): its plan, and the figures it reads
-from a hand-made training run and benchmark results (no subprocess runs here)."""
+"""scripts/gpu_figures.py (the GPU session's one command): its plan, its workers (at toy
+size), and the figures it reads from a hand-made training run and benchmark results."""
 
 from __future__ import annotations
 
@@ -58,7 +58,7 @@ def test_the_worker_measures_entries_one_after_another(tmp_path: Path) -> None:
 
     model = tmp_path / "tiny"
     init_model(model, shaped_config("tiny"))
-    worker = gpu.BenchWorker(model, tmp_path / "log")
+    worker = gpu.BenchWorker(["--worker", str(model)], tmp_path / "log")
     small = ["--rollouts", "2", "--tokens", "64", "--steps", "1", "--no-push", "--json"]
     try:
         first = worker.measure([*small, "--workload", "rl"], timeout_s=120)
@@ -71,6 +71,27 @@ def test_the_worker_measures_entries_one_after_another(tmp_path: Path) -> None:
     assert "head-chunk" in bad["error"]
     assert second["ok"]["packed"] is False
     assert second["ok"]["attention"] == []  # the first entry's kernels are not carried over
+
+
+def test_the_engine_worker_measures_engine_entries_one_after_another(tmp_path: Path) -> None:
+    """`bench engine` entries in one process: the figures of each (its own arguments), an
+    error line for arguments that cannot run, and the worker goes on."""
+    worker = gpu.BenchWorker(["--engine-worker"], tmp_path / "log")
+    small = ["--requests", "4", "--max-tokens", "8", "--batch-sizes", "4", "--json"]
+    try:
+        first = worker.measure([*small, "--decode", "fixed", "--decode-steps", "4"], 120)
+        bad = worker.measure([*small, "--decode", "dynamic", "--decode-steps", "4"], 120)
+        second = worker.measure([*small, "--turns", "2"], 120)
+    finally:
+        worker.close()
+    assert (first["ok"]["decode"], first["ok"]["decode_steps"], first["ok"]["turns"]) == (
+        "fixed",
+        4,
+        1,
+    )
+    assert first["ok"]["engine_tok_s"] > 0 and first["ok"]["engine_round_steps"] > 0
+    assert "decode_steps" in bad["error"]
+    assert (second["ok"]["decode"], second["ok"]["turns"]) == ("dynamic", 2)
 
 
 def test_missing_modules_and_last_json() -> None:

@@ -34,7 +34,14 @@ from rstar2.commands.arguments import int_list, model_directory, nonnegative_int
 from rstar2.commands.bench_contention import busy_processes, load_average
 from rstar2.config import UsageError
 from rstar2.devices import DEVICES
-from rstar2.engine.benchmark import Sweep, Timing, make_workload, random_model, run_sweep
+from rstar2.engine.benchmark import (
+    Sweep,
+    Timing,
+    Workload,
+    make_workload,
+    random_model,
+    run_sweep,
+)
 from rstar2.engine.config import DECODE_PATHS, EngineConfig, resolve_device
 from rstar2.engine.core import load_causal_lm
 from rstar2.model.tiny import SHAPES
@@ -167,6 +174,17 @@ def step_split(run: Timing) -> dict[str, Any]:
 
 
 def run(args: argparse.Namespace) -> int:
+    result, sweep, work = measure(args)
+    if args.json:
+        print(json.dumps(result))
+        return 0
+    print_table(result, sweep, work.total_tokens)
+    return 0
+
+
+def measure(args: argparse.Namespace) -> tuple[dict[str, Any], Sweep, Workload]:
+    """The benchmark as the arguments ask: its JSON figures (with the conditions), the sweep
+    and the workload. Raises UsageError for arguments that cannot run."""
     if args.model and args.model_size != "tiny":
         raise UsageError("--model-size is for the random model; --model names its own")
     if args.threads:
@@ -220,22 +238,22 @@ def run(args: argparse.Namespace) -> int:
         "gomp_spincount": os.environ.get("GOMP_SPINCOUNT", ""),
         "load_avg": [load_before, load_average()],
     }
-    if args.json:
-        print(json.dumps(result))
-        return 0
+    return result, sweep, work
+
+
+def print_table(result: dict[str, Any], sweep: Sweep, tokens: int) -> None:
+    """What the command prints without `--json`: each engine run beside the HF batch size
+    after it, then the ratio and the conditions."""
     print(f"{'side':<22}{'tok/s':>10}{'seconds':>10}{'computed':>10}{'cpu us/tok':>12}")
     for e, r in zip(sweep.engine, sweep.hf, strict=True):
-        cpu = e.cpu_us_per_token(work.total_tokens)
-        print(
-            f"{'engine':<22}{e.tok_s:>10.0f}{e.seconds:>10.1f}{work.total_tokens:>10}{cpu:>12.0f}"
-        )
+        cpu = e.cpu_us_per_token(tokens)
+        print(f"{'engine':<22}{e.tok_s:>10.0f}{e.seconds:>10.1f}{tokens:>10}{cpu:>12.0f}")
         name = f"hf generate bs={r.batch_size}"
-        cpu = r.cpu_seconds * 1e6 / work.total_tokens
+        cpu = r.cpu_seconds * 1e6 / tokens
         print(f"{name:<22}{r.tok_s:>10.0f}{r.seconds:>10.1f}{r.computed_tokens:>10}{cpu:>12.0f}")
     print(
         f"ratio median engine / best hf: {result['ratio']:.2f}x (best hf batch "
         f"{result['hf_best_batch_size']}); {result['params']:,} parameters, "
-        f"{result['threads']} threads, {args.contention} busy processes, load average "
-        f"{load_before} -> {result['load_avg'][1]}"
+        f"{result['threads']} threads, {result['contention']} busy processes, load average "
+        f"{result['load_avg'][0]} -> {result['load_avg'][1]}"
     )
-    return 0

@@ -7,10 +7,10 @@ padding). Attention needs each request's own context, so the batch also carries:
   context (heavy-tailed lengths would otherwise pay for the longest sequence in every row);
 - prefill groups: the requests computing several tokens (a new or recomputed prompt, a
   continuation whose earlier context is cached), grouped by kind and by power-of-two number of
-  new tokens, so one batched attention call per group serves all of them (their query slots
-  padded to the group's longest, at most twice the real count): a group of fresh prompts
-  attends causally over its own tokens, a group of continuations over its contexts gathered
-  from the cache. In multi-turn RL every new turn is a continuation, and a call per
+  new tokens (continuations also by power-of-two context), so one batched attention call per
+  group serves all of them (query slots and gathered contexts padded to the group's longest, at
+  most twice the real count): a group of fresh prompts attends causally over its own tokens, a
+  group of continuations over its contexts gathered from the cache. In multi-turn RL every new turn is a continuation, and a call per
   continuation per layer would make a step's launches grow with its turns.
 Rows are ordered decode buckets first, then the prefilling requests, and `requests` lists the
 requests in that order, so sampled tokens map back by position.
@@ -133,21 +133,24 @@ def _decode_buckets(decode: list[tuple[Request, int]], cache: KVCache) -> list[D
     return buckets
 
 
-def _prefill_key(req: Request, n: int) -> tuple[bool, int]:
-    return req.num_computed > 0, max(n - 1, MIN_PREFILL_BUCKET - 1).bit_length()
+def _prefill_key(req: Request, n: int) -> tuple[bool, int, int]:
+    """Fresh or continuation, the power of two of the new tokens and, for a continuation,
+    of its whole context (its K/V gathered and attended are padded to the group's longest)."""
+    context = _bucket_key(req.num_computed + n) if req.num_computed > 0 else 0
+    return req.num_computed > 0, max(n - 1, MIN_PREFILL_BUCKET - 1).bit_length(), context
 
 
 def _prefill_groups(
     prefill: list[tuple[Request, int]], offset: int, cache: KVCache
 ) -> list[PrefillGroup]:
     """The prefilling requests (rows from `offset` on, in this order) grouped by
-    `_prefill_key`: continuations or fresh, and the power of two of their new tokens."""
-    members: dict[tuple[bool, int], list[tuple[Request, int, int]]] = {}
+    `_prefill_key`."""
+    members: dict[tuple[bool, int, int], list[tuple[Request, int, int]]] = {}
     start = offset
     for req, n in prefill:
         members.setdefault(_prefill_key(req, n), []).append((req, n, start))
         start += n
-    return [_prefill_group(group, cached, cache) for (cached, _), group in members.items()]
+    return [_prefill_group(group, key[0], cache) for key, group in members.items()]
 
 
 def _prefill_group(

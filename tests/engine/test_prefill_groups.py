@@ -29,6 +29,7 @@ def test_a_mixed_prefill_step_gives_every_request_the_models_logits() -> None:
     g = torch.Generator().manual_seed(1)
     # (new tokens this step, tokens cached before it): decodes, fresh prompts of lengths that
     # share a group and lengths that do not, continuations after short and long contexts
+    # (grouped by new tokens and by context)
     shapes = {
         "dec-a": (1, 9),
         "dec-b": (1, 30),
@@ -38,6 +39,7 @@ def test_a_mixed_prefill_step_gives_every_request_the_models_logits() -> None:
         "cont-3": (3, 6),
         "cont-6": (6, 17),
         "cont-25": (25, 2),
+        "cont-6-long": (6, 100),
     }
     reqs, first = {}, 0
     for name, (new, cached) in shapes.items():
@@ -51,9 +53,9 @@ def test_a_mixed_prefill_step_gives_every_request_the_models_logits() -> None:
         req.num_computed = cached
     step = [(r, shapes[n][0]) for n, r in reqs.items()]
     batch = build_step_batch(step, cache)
-    assert len(batch.prefill) == 4  # fresh 5 and 7 / fresh 40 / continuations 3 and 6 / 25
+    # fresh 5 and 7 / fresh 40 / continuations 3 and 6 / 25 / 6 after a context over 64
     sizes = sorted(group.size for group in batch.prefill)
-    assert sizes == [(1, 25), (1, 40), (2, 6), (2, 7)]  # padded slots ran, and lone requests
+    assert sizes == [(1, 6), (1, 25), (1, 40), (2, 6), (2, 7)]  # padded slots, lone requests
     logits = t.forward(batch, cache)
     with torch.inference_mode():
         for row, (req, _) in enumerate(batch.requests):

@@ -514,7 +514,8 @@ def engine_check(device: str, smoke: bool = False) -> dict[str, Any]:
     greedy outputs of the fixed-shape path with CUDA graphs, without them, the dynamic path
     and HF (float32 and bfloat16 random Qwen2 models), the same with a KV budget small enough
     to preempt and with a multi-turn continuation (prefix cache), sampled log-probs against
-    the model's own, and the graphs captured."""
+    the model's own, rounds of 8 decode steps against single steps, a step of batched prefill
+    groups against the model's own logits (`prefill_groups_check`), and the graphs captured."""
     import torch
 
     from rstar2.engine.benchmark import random_model
@@ -597,7 +598,46 @@ def engine_check(device: str, smoke: bool = False) -> dict[str, Any]:
             for o, q in zip(a, b, strict=True)
             for x, y in zip(o.logprobs, q.logprobs, strict=True)
         )
+        out[key]["prefill_groups_logit_max_abs_diff"] = prefill_groups_check(model, device)
     return out
+
+
+def prefill_groups_check(model: Any, device: str) -> float:
+    """The largest difference between the logits of one engine step that mixes decodes,
+    fresh prompts and continuations (batched prefill groups: padded slots, lone requests,
+    contexts of different lengths) and the model's own forward over each whole sequence."""
+    import torch
+
+    from rstar2.engine.kv_cache import KVCache
+    from rstar2.engine.protocol import SamplingParams
+    from rstar2.engine.request import Request
+    from rstar2.engine.step_batch import build_step_batch
+    from rstar2.engine.transformer import Transformer
+
+    t = Transformer(model, 1024)
+    cache = KVCache(t.num_layers, t.num_kv_heads, t.head_dim, 512, 16, t.dtype, device)
+    gen = torch.Generator().manual_seed(1)
+    # (new tokens this step, tokens cached before it)
+    shapes = [(1, 30), (1, 200), (5, 0), (7, 0), (40, 0), (3, 6), (6, 17), (25, 2), (6, 100)]
+    reqs, first = [], 0
+    for i, (new, cached) in enumerate(shapes):
+        tokens = torch.randint(1, 1000, (new + cached,), generator=gen).tolist()
+        req = Request(f"check-{i}", tokens, SamplingParams(4), arrival=i)
+        req.blocks = list(range(first, first + -(-len(tokens) // 16) + 1))
+        first += len(req.blocks)
+        reqs.append((req, new, cached))
+    earlier = [(r, cached) for r, _, cached in reqs if cached]
+    t.forward(build_step_batch(earlier, cache), cache)
+    for r, cached in earlier:
+        r.num_computed = cached
+    batch = build_step_batch([(r, new) for r, new, _ in reqs], cache)
+    logits = t.forward(batch, cache).float()
+    worst = 0.0
+    with torch.inference_mode():
+        for row, (req, _) in enumerate(batch.requests):
+            full = model(torch.tensor([req.prompt_ids], device=device)).logits[0, -1].float()
+            worst = max(worst, float((logits[row] - full).abs().max()))
+    return worst
 
 
 class BenchWorker:

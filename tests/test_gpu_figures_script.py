@@ -247,3 +247,9 @@ def test_the_host_split_runs_as_the_engine_part_calls_it() -> None:
     assert got["decode_steps"] == 1
     rounds = gpu.run_check(commands[1], 120)
     assert rounds["decode_steps"] == 8 and rounds["ms_per_step"]["round"] >= 0, rounds
+
+
+def test_the_prefill_groups_check_compares_a_mixed_step_with_the_models_forward() -> None:
+    from rstar2.engine.benchmark import random_model
+
+    assert gpu.prefill_groups_check(random_model("tiny", 0), "cpu") < 1e-4

@@ -56,6 +56,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -695,68 +696,61 @@ class BenchWorker:
         self._err.close()
 
 
-def worker(model_dir: Path) -> int:
-    """`--worker DIR`: one `bench learner` argument list per stdin line (JSON), measured on the
-    model in DIR in this process; one JSON line per entry on stdout, {"ok": figures} or
-    {"error": text}. Each measurement starts from a freshly loaded policy and the GPU's peak
-    memory reset; compiled code is dropped between entries."""
+def serve_entries(measure: Callable[[list[str]], dict[str, Any]], reset_compiled: bool) -> int:
+    """A worker's loop: one argument list per stdin line (JSON), `measure`d in this process;
+    one JSON line per entry on stdout, {"ok": figures} or {"error": text}, the next entry
+    going on after an error. Between entries the garbage is collected, compiled code dropped
+    (`reset_compiled`) and the GPU's cached memory freed."""
     import gc
 
     import torch
 
+    for line in sys.stdin:
+        if not line.strip():
+            continue
+        try:
+            reply: dict[str, Any] = {"ok": measure(json.loads(line))}
+        except Exception as e:  # noqa: BLE001 - reported as this entry's error, the next goes on
+            reply = {"error": f"{type(e).__name__}: {e}"[:2000]}
+        except SystemExit as e:  # argparse's own errors
+            reply = {"error": f"bad arguments (exit {e.code})"}
+        finally:
+            gc.collect()
+            if reset_compiled:
+                torch._dynamo.reset()
+            if torch.cuda.is_available():
+                torch.cuda.empty_cache()
+        print(json.dumps(reply), flush=True)
+    return 0
+
+
+def worker(model_dir: Path) -> int:
+    """`--worker DIR`: `bench learner` measurements on the model in DIR (`serve_entries`),
+    each from a freshly loaded policy with the GPU's peak memory reset; compiled code is
+    dropped between entries."""
     from rstar2.commands import bench_learner
 
     parser = argparse.ArgumentParser(prog="bench learner")
     bench_learner.add_arguments(parser)
-    for line in sys.stdin:
-        if not line.strip():
-            continue
-        try:
-            args = parser.parse_args([*json.loads(line), "--model", str(model_dir)])
-            bench_learner.check_arguments(args)
-            reply: dict[str, Any] = {"ok": bench_learner.measure(args, model_dir)}
-        except Exception as e:  # noqa: BLE001 - reported as this entry's error, the next goes on
-            reply = {"error": f"{type(e).__name__}: {e}"[:2000]}
-        except SystemExit as e:  # argparse's own errors
-            reply = {"error": f"bad arguments (exit {e.code})"}
-        finally:
-            gc.collect()
-            torch._dynamo.reset()
-            if torch.cuda.is_available():
-                torch.cuda.empty_cache()
-        print(json.dumps(reply), flush=True)
-    return 0
+
+    def measure(argv: list[str]) -> dict[str, Any]:
+        args = parser.parse_args([*argv, "--model", str(model_dir)])
+        bench_learner.check_arguments(args)
+        return bench_learner.measure(args, model_dir)
+
+    return serve_entries(measure, reset_compiled=True)
 
 
 def engine_worker() -> int:
-    """`--engine-worker`: one `bench engine` argument list per stdin line (JSON), measured in
-    this process; one JSON line per entry on stdout, {"ok": figures} or {"error": text}. The
-    models, caches and CUDA graphs of an entry are freed before the next."""
-    import gc
-
-    import torch
-
+    """`--engine-worker`: `bench engine` measurements (`serve_entries`); an entry's models,
+    caches and CUDA graphs are freed before the next."""
     from rstar2.commands import bench_engine
 
     parser = argparse.ArgumentParser(prog="bench engine")
     bench_engine.add_arguments(parser)
-    for line in sys.stdin:
-        if not line.strip():
-            continue
-        try:
-            reply: dict[str, Any] = {
-                "ok": bench_engine.measure(parser.parse_args(json.loads(line)))[0]
-            }
-        except Exception as e:  # noqa: BLE001 - reported as this entry's error, the next goes on
-            reply = {"error": f"{type(e).__name__}: {e}"[:2000]}
-        except SystemExit as e:  # argparse's own errors
-            reply = {"error": f"bad arguments (exit {e.code})"}
-        finally:
-            gc.collect()
-            if torch.cuda.is_available():
-                torch.cuda.empty_cache()
-        print(json.dumps(reply), flush=True)
-    return 0
+    return serve_entries(
+        lambda argv: bench_engine.measure(parser.parse_args(argv))[0], reset_compiled=False
+    )
 
 
 def environment() -> dict[str, Any]:

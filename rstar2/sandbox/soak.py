@@ -111,7 +111,6 @@ class ServedProcess:
         )
         self.log: list[str] = []
         self._port: int | None = None
-        self._parents: dict[int, int] = {}  # zygote pid -> its parent, as seen
         self._ready = threading.Event()
         threading.Thread(target=self._read_log, daemon=True).start()
 
@@ -133,14 +132,11 @@ class ServedProcess:
             raise RuntimeError(f"the sandbox service did not start:\n{tail}")
         return self._port
 
-    def zygote(self, replacing: int | None = None) -> int | None:
-        """The zygote's pid; with `replacing`, the pid of a zygote killed before, its
-        replacement only (`zygote_in`)."""
-        old_parent = self._parents.get(replacing) if replacing is not None else None
-        found = zygote_in(_tree(self.proc.pid), self.proc.pid, replacing, old_parent)
-        if found is not None:
-            self._parents[found[0]] = found[1]
-        return found[0] if found is not None else None
+    def zygote(self, replacing: tuple[int, int] | None = None) -> tuple[int, int] | None:
+        """The zygote's pid and parent; with `replacing`, those of a zygote killed before,
+        its replacement only (`zygote_in`)."""
+        old, old_parent = replacing if replacing is not None else (None, None)
+        return zygote_in(_tree(self.proc.pid), self.proc.pid, old, old_parent)
 
     def children(self) -> list[int]:
         """The request children: `zygote.py` processes forked by the zygote."""
@@ -283,9 +279,7 @@ async def _probe(client: httpx2.AsyncClient, since: float, tally: _Tally) -> Non
         await anyio.sleep(0.01)
 
 
-def _kill(pid: int | None) -> bool:
-    if pid is None:
-        return False
+def _kill(pid: int) -> bool:
     try:
         os.kill(pid, signal.SIGKILL)
         return True
@@ -305,7 +299,7 @@ async def _faults(
         while True:
             await anyio.sleep(cfg.zygote_kill_every_s * rng.uniform(0.5, 1.5))
             old = served.zygote()
-            if not _kill(old):
+            if old is None or not _kill(old[0]):
                 continue
             tally.zygote_kills += 1
             tg.start_soon(_probe, client, time.monotonic(), tally)
@@ -319,7 +313,7 @@ async def _faults(
                         await anyio.sleep(0.005)
                         new = served.zygote(replacing=old)
                     await anyio.sleep(delay)
-                    if _kill(new):
+                    if _kill(new[0]):
                         tally.start_kills += 1
                         tally.start_kills_within_50ms += delay < 0.05
                         break

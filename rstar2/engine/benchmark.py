@@ -82,13 +82,15 @@ class Workload:
     def turns(self) -> int:
         return 1 + (len(self.later_turns[0]) if self.later_turns else 0)
 
+    def later_of(self, i: int) -> list[Turn]:
+        """Request `i`'s turns after the first (none in a one-turn workload)."""
+        return self.later_turns[i] if self.later_turns else []
+
     def longest_context(self) -> int:
         """The most tokens any conversation reaches (its last turn's prompt and output)."""
-        if not self.later_turns:
-            return max(len(p) + n for p, n in zip(self.prompts, self.output_lengths, strict=True))
         return max(
-            len(p) + n + sum(len(t.tool_tokens) + t.output_length for t in turns)
-            for p, n, turns in zip(self.prompts, self.output_lengths, self.later_turns, strict=True)
+            len(p) + n + sum(len(t.tool_tokens) + t.output_length for t in self.later_of(i))
+            for i, (p, n) in enumerate(zip(self.prompts, self.output_lengths, strict=True))
         )
 
 
@@ -233,8 +235,8 @@ def _run_conversations(core: EngineCore, work: Workload) -> int:
         for out in core.step():
             i, turn = turn_of.pop(out.request_id)
             produced += len(out.token_ids)
-            if work.later_turns and turn < len(work.later_turns[i]):
-                nxt = work.later_turns[i][turn]
+            if turn < len(work.later_of(i)):
+                nxt = work.later_of(i)[turn]
                 contexts[i] += out.token_ids + nxt.tool_tokens
                 send(i, turn + 1, nxt.output_length)
     return produced
@@ -295,10 +297,9 @@ def run_hf(model: nn.Module, work: Workload, batch_size: int, pad_id: int = 0) -
     requested tokens), turn after turn, on the model's device (where the engine's core moved
     it: the same device as the engine's)."""
     device = next(model.parameters()).device
-    later = work.later_turns or [[] for _ in work.prompts]
     total = [
-        n + sum(t.output_length for t in turns)
-        for n, turns in zip(work.output_lengths, later, strict=True)
+        n + sum(t.output_length for t in work.later_of(i))
+        for i, n in enumerate(work.output_lengths)
     ]
     order = sorted(range(len(work.prompts)), key=lambda i: -total[i])
     computed = 0
@@ -308,12 +309,13 @@ def run_hf(model: nn.Module, work: Workload, batch_size: int, pad_id: int = 0) -
         contexts = [list(work.prompts[i]) for i in idx]
         for turn in range(work.turns):
             lengths = [
-                work.output_lengths[i] if turn == 0 else later[i][turn - 1].output_length
+                work.output_lengths[i] if turn == 0 else work.later_of(i)[turn - 1].output_length
                 for i in idx
             ]
             if turn > 0:
                 contexts = [
-                    c + later[i][turn - 1].tool_tokens for c, i in zip(contexts, idx, strict=True)
+                    c + work.later_of(i)[turn - 1].tool_tokens
+                    for c, i in zip(contexts, idx, strict=True)
                 ]
             outputs = _hf_batch(model, contexts, max(lengths), device, pad_id)
             contexts = [c + o[:n] for c, o, n in zip(contexts, outputs, lengths, strict=True)]

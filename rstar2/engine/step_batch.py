@@ -10,8 +10,9 @@ padding). Attention needs each request's own context, so the batch also carries:
   new tokens (continuations also by power-of-two context), so one batched attention call per
   group serves all of them (query slots and gathered contexts padded to the group's longest, at
   most twice the real count): a group of fresh prompts attends causally over its own tokens, a
-  group of continuations over its contexts gathered from the cache. In multi-turn RL every new turn is a continuation, and a call per
-  continuation per layer would make a step's launches grow with its turns.
+  group of continuations over its contexts gathered from the cache. In multi-turn RL every
+  new turn is a continuation, and a call per continuation per layer would make a step's
+  launches grow with its turns.
 Rows are ordered decode buckets first, then the prefilling requests, and `requests` lists the
 requests in that order, so sampled tokens map back by position.
 
@@ -164,16 +165,13 @@ def _prefill_group(
         num_blocks = max(-(-(r.num_computed + n) // cache.block_size) for r, n, _ in group)
         rows = cache.block_rows([r.blocks for r, _, _ in group], num_blocks)
         # slot i of a request with c cached tokens is position c + i (padding: its last)
-        ends = torch.tensor(
-            [[r.num_computed + min(i, n - 1) for i in range(width)] for r, n, _ in group],
-            device=dev,
-        )
+        ends = torch.tensor([_padded(r.num_computed, n, width) for r, n, _ in group], device=dev)
         keys = torch.arange(num_blocks * cache.block_size, device=dev)
         mask = (keys.view(1, 1, -1) <= ends.unsqueeze(-1)).unsqueeze(1)
     if len(group) == 1:
         start = group[0][2]
         return PrefillGroup((1, width), rows, mask, span=(start, start + width))
-    slots = [[start + min(i, n - 1) for i in range(width)] for _, n, start in group]
+    slots = [_padded(start, n, width) for _, n, start in group]
     real = [s * width + i for s, (_, n, _) in enumerate(group) for i in range(n)]
     targets = [start + i for _, n, start in group for i in range(n)]
     return PrefillGroup(
@@ -184,3 +182,9 @@ def _prefill_group(
         real=torch.tensor(real, device=dev),
         targets=torch.tensor(targets, device=dev),
     )
+
+
+def _padded(first: int, n: int, width: int) -> list[int]:
+    """`first`, `first + 1`, ... for `n` real slots, then the last of them again up to
+    `width` slots (a padding slot repeats its request's last)."""
+    return [first + min(i, n - 1) for i in range(width)]

@@ -10,9 +10,10 @@ cut short keeps what it measured. Parts (`all`: engine, train, bench, in that or
 - `engine`: first `--check-engine` (the embedded engine's decode paths, fixed-shape with and
   without CUDA graphs and dynamic, against each other and HF `generate`: greedy tokens, a
   preempting KV budget, a multi-turn continuation, sampled log-probs, rounds of 8 decode
-  steps against single steps), then `scripts/engine_host_split.py` on the tiny and 25m shapes,
-  one step at a time and in rounds of 8 (a step's time, part by part: the host's work, the
-  graph replay, the wait for the GPU), then `rstar2 bench engine` (the engine against HF
+  steps against single steps, a step of batched prefill groups against the model's logits and
+  the attention kernel torch picks for each kind of call), then `scripts/engine_host_split.py`
+  on the tiny and 25m shapes, one step at a time and in rounds of 8 (a step's time, part by
+  part: the host's work, the graph replay, the wait for the GPU), then `rstar2 bench engine` (the engine against HF
   `generate`'s batch sizes) for each entry of `ENGINE_PLAN`, one after another in a worker
   process (`--engine-worker`; replaced if it times out or dies).
 
@@ -45,6 +46,7 @@ rstar2 imports are checked; a missing one stops the script with the list to carr
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib.util
 import json
 import os
@@ -56,7 +58,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -599,14 +601,17 @@ def engine_check(device: str, smoke: bool = False) -> dict[str, Any]:
             for o, q in zip(a, b, strict=True)
             for x, y in zip(o.logprobs, q.logprobs, strict=True)
         )
-        out[key]["prefill_groups_logit_max_abs_diff"] = prefill_groups_check(model, device)
+        worst, backends = prefill_groups_check(model, device)
+        out[key]["prefill_groups_logit_max_abs_diff"] = worst
+        out[key]["sdpa_backends"] = backends
     return out
 
 
-def prefill_groups_check(model: Any, device: str) -> float:
+def prefill_groups_check(model: Any, device: str) -> tuple[float, dict[str, list[str]]]:
     """The largest difference between the logits of one engine step that mixes decodes,
     fresh prompts and continuations (batched prefill groups: padded slots, lone requests,
-    contexts of different lengths) and the model's own forward over each whole sequence."""
+    contexts of different lengths) and the model's own forward over each whole sequence; and
+    the attention kernels torch chose for the step's calls, by kind (`sdpa_choices`)."""
     import torch
 
     from rstar2.engine.kv_cache import KVCache
@@ -632,13 +637,53 @@ def prefill_groups_check(model: Any, device: str) -> float:
     for r, cached in earlier:
         r.num_computed = cached
     batch = build_step_batch([(r, new) for r, new, _ in reqs], cache)
-    logits = t.forward(batch, cache).float()
+    with sdpa_choices() as backends:
+        logits = t.forward(batch, cache).float()
     worst = 0.0
     with torch.inference_mode():
         for row, (req, _) in enumerate(batch.requests):
             full = model(torch.tensor([req.prompt_ids], device=device)).logits[0, -1].float()
             worst = max(worst, float((logits[row] - full).abs().max()))
-    return worst
+    return worst, backends
+
+
+@contextlib.contextmanager
+def sdpa_choices() -> Iterator[dict[str, list[str]]]:
+    """Record, while the block runs, the kernel `scaled_dot_product_attention` chooses for each
+    call (torch's own selection, `torch._fused_sdp_choice`), by kind of engine call: "decode"
+    (one query per request, its heads sharing a KV head folded into the query length),
+    "fresh_prefill" (causal over the prompts' own tokens), "continuation" (a mask over the
+    cached contexts). On CUDA, MATH means the unfused kernel: several launches and the scores
+    materialised."""
+    import torch
+    import torch.nn.functional as F
+    from torch.nn.attention import SDPBackend
+
+    chosen: dict[str, list[str]] = {}
+    sdpa = F.scaled_dot_product_attention
+
+    def recording(q: Any, k: Any, v: Any, attn_mask: Any = None, is_causal: bool = False,
+                  **kw: Any) -> Any:  # fmt: skip
+        if is_causal:
+            kind = "fresh_prefill"
+        elif attn_mask is None or attn_mask.shape[-2] == 1:
+            kind = "decode"
+        else:
+            kind = "continuation"
+        try:
+            name = SDPBackend(torch._fused_sdp_choice(
+                q, k, v, attn_mask=attn_mask, is_causal=is_causal, **kw)).name  # fmt: skip
+        except (RuntimeError, TypeError, ValueError) as exc:
+            name = f"unknown ({type(exc).__name__})"
+        if name not in chosen.setdefault(kind, []):
+            chosen[kind].append(name)
+        return sdpa(q, k, v, attn_mask=attn_mask, is_causal=is_causal, **kw)
+
+    F.scaled_dot_product_attention = recording
+    try:
+        yield chosen
+    finally:
+        F.scaled_dot_product_attention = sdpa
 
 
 class BenchWorker:

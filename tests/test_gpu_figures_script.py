@@ -252,4 +252,8 @@ def test_the_host_split_runs_as_the_engine_part_calls_it() -> None:
 def test_the_prefill_groups_check_compares_a_mixed_step_with_the_models_forward() -> None:
     from rstar2.engine.benchmark import random_model
 
-    assert gpu.prefill_groups_check(random_model("tiny", 0), "cpu") < 1e-4
+    worst, backends = gpu.prefill_groups_check(random_model("tiny", 0), "cpu")
+    assert worst < 1e-4
+    # every kind of attention call the engine makes was seen, with torch's chosen kernel
+    assert set(backends) == {"decode", "fresh_prefill", "continuation"}, backends
+    assert all(names and "unknown" not in " ".join(names) for names in backends.values())

@@ -78,8 +78,13 @@ class Transformer:
     def forward(self, batch: StepBatch, cache: KVCache) -> torch.Tensor:
         """Logits `[num_requests, vocab]` at each request's last scheduled token."""
 
+        # a continuation group's mask once a step, its rows repeated for the query heads that
+        # share a KV head (`_attention` folds them into the query length)
+        groups = self.num_heads // self.num_kv_heads
+        masks = [None if g.mask is None else g.mask.repeat(1, 1, groups, 1) for g in batch.prefill]
+
         def attend(layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-            return self._attention(layer, q, k, v, batch, cache)
+            return self._attention(layer, q, k, v, batch, masks, cache)
 
         x = self._layers(batch.input_ids, batch.positions, batch.write_rows, cache, attend)
         return self._logits(x[batch.last_index])
@@ -148,9 +153,17 @@ class Transformer:
         k: torch.Tensor,
         v: torch.Tensor,
         batch: StepBatch,
+        masks: list[torch.Tensor | None],
         cache: KVCache,
     ) -> torch.Tensor:
+        """The step's attention: one call per decode bucket and per prefill group, none with
+        `enable_gqa` (on CUDA the memory-efficient kernel refuses grouped heads and flash any
+        mask, which left the math kernel, several launches and K/V copied for each query
+        head): decodes and continuations fold the G query heads sharing a KV head into the
+        query length (continuations with `masks`, their groups' masks repeated G times), a
+        fresh prompt's own K/V, which it computed this step, is repeated for its query heads."""
         hq, hkv, d = self.num_heads, self.num_kv_heads, self.head_dim
+        heads = hq // hkv
         outs = []
         for b in batch.decode:
             # one query per sequence: the heads sharing a KV head act as that head's queries
@@ -164,15 +177,19 @@ class Transformer:
         attended = q.new_empty(q.shape[0], hq * d)
         if outs:
             attended[: batch.decode[-1].end] = outs[0] if len(outs) == 1 else torch.cat(outs)
-        for g in batch.prefill:
+        for g, mask in zip(batch.prefill, masks, strict=True):
             s, width = g.size
             qq = _slots(q, g)
             if g.rows is None:  # fresh prompts: causal over their own (right-padded) tokens
                 kk, vv = _slots(k, g), _slots(v, g)
-                out = F.scaled_dot_product_attention(qq, kk, vv, is_causal=True, enable_gqa=True)
-            else:
+                if heads > 1:
+                    kk, vv = kk.repeat_interleave(heads, 1), vv.repeat_interleave(heads, 1)
+                out = F.scaled_dot_product_attention(qq, kk, vv, is_causal=True)
+            else:  # row j * width + i of KV head h: query head h * heads + j, slot i
                 kk, vv = cache.gather(layer, g.rows, s)
-                out = F.scaled_dot_product_attention(qq, kk, vv, attn_mask=g.mask, enable_gqa=True)
+                grouped = qq.reshape(s, hkv, heads * width, d)
+                out = F.scaled_dot_product_attention(grouped, kk, vv, attn_mask=mask)
+                out = out.view(s, hq, width, d)
             flat = out.transpose(1, 2).reshape(s * width, hq * d)
             if g.span is not None:
                 attended[g.span[0] : g.span[1]] = flat

@@ -614,29 +614,9 @@ def prefill_groups_check(model: Any, device: str) -> tuple[float, dict[str, list
     the attention kernels torch chose for the step's calls, by kind (`sdpa_choices`)."""
     import torch
 
-    from rstar2.engine.kv_cache import KVCache
-    from rstar2.engine.protocol import SamplingParams
-    from rstar2.engine.request import Request
-    from rstar2.engine.step_batch import build_step_batch
-    from rstar2.engine.transformer import Transformer
+    from rstar2.engine.mixed_step import mixed_step
 
-    t = Transformer(model, 1024)
-    cache = KVCache(t.num_layers, t.num_kv_heads, t.head_dim, 512, 16, t.dtype, device)
-    gen = torch.Generator().manual_seed(1)
-    # (new tokens this step, tokens cached before it)
-    shapes = [(1, 30), (1, 200), (5, 0), (7, 0), (40, 0), (3, 6), (6, 17), (25, 2), (6, 100)]
-    reqs, first = [], 0
-    for i, (new, cached) in enumerate(shapes):
-        tokens = torch.randint(1, 1000, (new + cached,), generator=gen).tolist()
-        req = Request(f"check-{i}", tokens, SamplingParams(4), arrival=i)
-        req.blocks = list(range(first, first + -(-len(tokens) // 16) + 1))
-        first += len(req.blocks)
-        reqs.append((req, new, cached))
-    earlier = [(r, cached) for r, _, cached in reqs if cached]
-    t.forward(build_step_batch(earlier, cache), cache)
-    for r, cached in earlier:
-        r.num_computed = cached
-    batch = build_step_batch([(r, new) for r, new, _ in reqs], cache)
+    t, cache, batch = mixed_step(model, block_size=16)
     with sdpa_choices() as backends:
         logits = t.forward(batch, cache).float()
     worst = 0.0

@@ -193,12 +193,16 @@ def engine_plan(smoke: bool) -> list[tuple[str, list[str]]]:
 def host_split_commands(device: str, smoke: bool) -> list[list[str]]:
     """`scripts/engine_host_split.py` runs: where a fixed-path engine step's time goes (the
     host's parts, the replay, the wait for the GPU), for the tiny and 25m shapes, one step at
-    a time and in rounds of 8."""
+    a time and in rounds of 8, then the largest of them in rounds of 8 over conversations of
+    4 turns (multi-turn RL's workload: how much the prefill steps, which run the dynamic
+    forward, cost beside the rounds)."""
     script = str(Path(__file__).resolve().parent / "engine_host_split.py")
     work = ["--requests", "8", "--max-tokens", "16"] if smoke else []
     sizes = ("tiny",) if smoke else ("tiny", "25m")
+    turns = ["--turns", "4"] + ([] if smoke else ["--max-tokens", "128"])
     return [[sys.executable, script, "--device", device, "--model-size", size, *work, *steps,
-             "--json"] for size in sizes for steps in ((), ROUNDS)]  # fmt: skip
+             "--json"] for size, steps in [*((s, x) for s in sizes for x in ((), ROUNDS)),
+                                           (sizes[-1], (*ROUNDS, *turns))]]  # fmt: skip
 
 
 def decode_label(figures: dict[str, Any]) -> str:
@@ -212,6 +216,8 @@ def split_name(command: list[str]) -> str:
     name = command[command.index("--model-size") + 1]
     if "--decode-steps" in command:
         name += f"-rounds-{command[command.index('--decode-steps') + 1]}"
+    if "--turns" in command:
+        name += f"-turns-{command[command.index('--turns') + 1]}"
     return name
 
 
@@ -404,8 +410,10 @@ def markdown(results: dict[str, Any]) -> str:
             lines += [f"Engine host split, {size}: failed: {split.get('error')}", ""]
             continue
         shares = ", ".join(f"{k} {v:.3f}" for k, v in parts.items())
+        prefills = (f", {split['prefill_steps']} of {split['steps']} steps prefilled"
+                    if "prefill_steps" in split else "")  # fmt: skip
         lines += [f"Engine host split, {size} ({split['rows_per_step']} rows, "
-                  f"{split['step_ms']:.3f} ms a step): {shares} ms", ""]  # fmt: skip
+                  f"{split['step_ms']:.3f} ms a step{prefills}): {shares} ms", ""]  # fmt: skip
     engines = results.get("engine", {})
     if engines:
         lines += [

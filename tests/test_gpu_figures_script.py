@@ -222,13 +222,18 @@ def test_markdown_has_the_engine_table_and_check() -> None:
             "tiny": {
                 "rows_per_step": 76.9,
                 "step_ms": 1.9,
+                "steps": 300,
+                "prefill_steps": 12,
                 "ms_per_step": {"wait": 1.2, "fill": 0.2},
             },
             "25m": {"error": "timed out"},
         },
     }
     text = gpu.markdown(results)
-    assert "Engine host split, tiny (76.9 rows, 1.900 ms a step): wait 1.200, fill 0.200 ms" in text
+    assert (
+        "Engine host split, tiny (76.9 rows, 1.900 ms a step, 12 of 300 steps prefilled): "
+        "wait 1.200, fill 0.200 ms" in text
+    )
     assert "Engine host split, 25m: failed: timed out" in text
     assert "graphs_equal_hf_generate" in text
     assert "| tiny-fixed | fixed | 1.1M | 32,559 | 20,615 (256) | 1.58 |" in text
@@ -238,15 +243,19 @@ def test_markdown_has_the_engine_table_and_check() -> None:
 
 def test_the_host_split_runs_as_the_engine_part_calls_it() -> None:
     commands = gpu.host_split_commands("cpu", smoke=True)
-    assert [gpu.split_name(c) for c in commands] == ["tiny", "tiny-rounds-8"]
+    assert [gpu.split_name(c) for c in commands] == ["tiny", "tiny-rounds-8",
+                                                     "tiny-rounds-8-turns-4"]  # fmt: skip
     full = gpu.host_split_commands("cuda", smoke=False)
-    assert [gpu.split_name(c) for c in full] == ["tiny", "tiny-rounds-8", "25m", "25m-rounds-8"]
+    assert [gpu.split_name(c) for c in full] == ["tiny", "tiny-rounds-8", "25m", "25m-rounds-8",
+                                                 "25m-rounds-8-turns-4"]  # fmt: skip
     assert all(c[c.index("--device") + 1] == "cuda" for c in full)
     got = gpu.run_check(commands[0], 120)
     assert got.get("decode") == "fixed" and got["ms_per_step"]["fill"] >= 0, got
     assert got["decode_steps"] == 1
     rounds = gpu.run_check(commands[1], 120)
     assert rounds["decode_steps"] == 8 and rounds["ms_per_step"]["round"] >= 0, rounds
+    turns = gpu.run_check(commands[2], 120)
+    assert turns["turns"] == 4 and turns["prefill_steps"] > 0, turns
 
 
 def test_the_prefill_groups_check_compares_a_mixed_step_with_the_models_forward() -> None:

@@ -2,7 +2,8 @@
 
     python3 scripts/engine_host_split.py [--model-size tiny] [--requests 256] [--max-tokens 256]
                                          [--device cpu|cuda] [--decode fixed|dynamic]
-                                         [--decode-steps K] [--turns T] [--json]
+                                         [--decode-steps K] [--prefill-graphs N]
+                                         [--turns T] [--json]
 
 Runs `rstar2 bench engine`'s workload (`--turns T`: conversations of T turns) once (after a
 warm-up) with the engine's parts timed: `schedule` (the scheduler's choice of requests),
@@ -13,7 +14,9 @@ tokens, finishing requests), `decode` (the fixed path's forward and sampling: on
 CUDA graphs a replay, which returns before the GPU is done), `forward` (the dynamic path's
 forward: a fixed-path step's new prompts, every step on the dynamic path), `sample` (the
 dynamic path's sampling), `round` (with `--decode-steps` K > 1, computing a round's later
-inputs on the device), `wait` (the step's one transfer, where the host waits for the device)
+inputs on the device), with `--prefill-graphs` N `prefill_fill` and `prefill` (the fixed-shape
+prefills' copy into their buffers and their forward and sampling, as `fill` and `decode`),
+`wait` (the step's one transfer, where the host waits for the device)
 and `other` (the rest of the step's Python). Each is milliseconds per decode step (a round of k
 steps counts k), over the run. On the CPU `decode` and `forward` are the computation itself; on
 a GPU they are the launches, and `wait` the GPU time the host's work did not cover.
@@ -65,6 +68,10 @@ def instrument(core: EngineCore) -> Counter[str]:
         fixed.shape = timed(spent, "shape", fixed.shape)  # type: ignore[method-assign]
         fixed._step = timed(spent, "decode", fixed._step)  # type: ignore[method-assign]
         fixed._round_inputs = timed(spent, "round", fixed._round_inputs)  # type: ignore[method-assign]
+    if core.fixed_prefill is not None:
+        prefill = core.fixed_prefill
+        prefill._fill = timed(spent, "prefill_fill", prefill._fill)  # type: ignore[method-assign]
+        prefill._step = timed(spent, "prefill", prefill._step)  # type: ignore[method-assign]
     return spent
 
 
@@ -79,6 +86,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         device=device.type,
         decode=args.decode,
         decode_steps=args.decode_steps,
+        prefill_graph_tokens=args.prefill_graphs,
     )
     core = engine_core(model, cfg, work)
     time_engine(core, work)  # warm-up: every shape's buffers (and CUDA graphs) made once
@@ -100,6 +108,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         "device": str(device),
         "decode": "fixed" if core.fixed is not None else "dynamic",
         "decode_steps": core.round_steps,
+        "prefill_graph_tokens": 0 if core.fixed_prefill is None else core.fixed_prefill.max_tokens,
         "requests": args.requests,
         "turns": args.turns,
         "steps": timing.clock.steps,
@@ -118,6 +127,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--device", default="cpu")
     p.add_argument("--decode", choices=("fixed", "dynamic"), default="fixed")
     p.add_argument("--decode-steps", type=int, default=1, help="decode steps a round (fixed)")
+    p.add_argument(
+        "--prefill-graphs",
+        type=int,
+        default=0,
+        metavar="N",
+        help="prefills of up to N new tokens on fixed shapes (fixed; engine.prefill_graph_tokens)",
+    )
     p.add_argument("--turns", type=int, default=1, help="turns a request (bench engine --turns)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--threads", type=int, default=1, help="torch threads (0: leave as is)")

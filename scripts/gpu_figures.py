@@ -118,6 +118,7 @@ VARIANTS = (
 SHAPES_FIRST = ("qwen2.5-0.5b", "qwen2.5-1.5b")
 ROUNDS = ("--decode-steps", "8")
 TURNS = ("--turns", "4", "--max-tokens", "128", "--kv-budget", "262144")  # fit 1,024 positions
+PREFILL = ("--prefill-graphs", "64")  # prefills of up to 64 new tokens on fixed shapes
 ENGINE_WORK = ("--requests", "256", "--max-tokens", "256", "--batch-sizes", "64,256")
 ENGINE_PLAN = (
     # (name, `rstar2 bench engine` arguments), most important first: the fixed-shape decode
@@ -129,10 +130,14 @@ ENGINE_PLAN = (
     ("25m-fixed", ("--model-size", "25m", "--decode", "fixed")),
     ("25m-fixed-rounds-8", ("--model-size", "25m", "--decode", "fixed", *ROUNDS)),
     ("25m-fixed-rounds-8-turns-4", ("--model-size", "25m", "--decode", "fixed", *ROUNDS, *TURNS)),
+    ("25m-fixed-rounds-8-turns-4-prefill-64",
+     ("--model-size", "25m", "--decode", "fixed", *ROUNDS, *TURNS, *PREFILL)),
     ("tiny-fixed", ("--model-size", "tiny", "--decode", "fixed")),
     ("tiny-fixed-rounds-8", ("--model-size", "tiny", "--decode", "fixed", *ROUNDS)),
     ("tiny-fixed-rounds-8-turns-4",
      ("--model-size", "tiny", "--decode", "fixed", *ROUNDS, *TURNS)),
+    ("tiny-fixed-rounds-8-turns-4-prefill-64",
+     ("--model-size", "tiny", "--decode", "fixed", *ROUNDS, *TURNS, *PREFILL)),
     ("qwen2.5-0.5b-fixed",
      ("--model-size", "qwen2.5-0.5b", "--dtype", "bfloat16", "--decode", "fixed")),
     ("qwen2.5-0.5b-fixed-rounds-8",
@@ -195,14 +200,16 @@ def host_split_commands(device: str, smoke: bool) -> list[list[str]]:
     host's parts, the replay, the wait for the GPU), for the tiny and 25m shapes, one step at
     a time and in rounds of 8, then the largest of them in rounds of 8 over conversations of
     4 turns (multi-turn RL's workload: how much the prefill steps, which run the dynamic
-    forward, cost beside the rounds)."""
+    forward, cost beside the rounds), and the same with prefills of up to 64 new tokens on
+    fixed shapes (`--prefill-graphs 64`)."""
     script = str(Path(__file__).resolve().parent / "engine_host_split.py")
     work = ["--requests", "8", "--max-tokens", "16"] if smoke else []
     sizes = ("tiny",) if smoke else ("tiny", "25m")
     turns = ["--turns", "4"] + ([] if smoke else ["--max-tokens", "128"])
     return [[sys.executable, script, "--device", device, "--model-size", size, *work, *steps,
              "--json"] for size, steps in [*((s, x) for s in sizes for x in ((), ROUNDS)),
-                                           (sizes[-1], (*ROUNDS, *turns))]]  # fmt: skip
+                                           (sizes[-1], (*ROUNDS, *turns)),
+                                           (sizes[-1], (*ROUNDS, *turns, *PREFILL))]]  # fmt: skip
 
 
 def decode_label(figures: dict[str, Any]) -> str:
@@ -218,6 +225,8 @@ def split_name(command: list[str]) -> str:
         name += f"-rounds-{command[command.index('--decode-steps') + 1]}"
     if "--turns" in command:
         name += f"-turns-{command[command.index('--turns') + 1]}"
+    if "--prefill-graphs" in command:
+        name += f"-prefill-{command[command.index('--prefill-graphs') + 1]}"
     return name
 
 
@@ -555,6 +564,8 @@ def engine_check(device: str, smoke: bool = False) -> dict[str, Any]:
                 out[name + (f"_rounds_{core.round_steps}" if core.round_steps > 1 else "")] = (
                     core.fixed.stats()
                 )
+            if core.fixed_prefill is not None:
+                out[f"{key}_prefill_graphs"] = core.fixed_prefill.stats()
             return outs
 
         graphs = run(decode="fixed")
@@ -563,6 +574,7 @@ def engine_check(device: str, smoke: bool = False) -> dict[str, Any]:
         tight = run(budget=512, decode="fixed")  # 12 x ~75 tokens in 32 blocks: preemptions
         rounds = run(decode="fixed", decode_steps=8)
         rounds_tight = run(budget=512, decode="fixed", decode_steps=8)
+        prefilled = run(decode="fixed", decode_steps=8, prefill_graph_tokens=64)
         with torch.inference_mode():
             hf = [model.generate(torch.tensor([p], device=device), max_new_tokens=48,
                                  min_new_tokens=48, do_sample=False, pad_token_id=0)
@@ -580,6 +592,7 @@ def engine_check(device: str, smoke: bool = False) -> dict[str, Any]:
             "graphs_preempted_equal_roomy": same(tight, graphs),
             "rounds_equal_graphs": same(rounds, graphs),
             "rounds_preempted_equal_graphs": same(rounds_tight, graphs),
+            "prefill_graphs_equal_graphs": same(prefilled, graphs),
         }
         core = EngineCore(model, EngineConfig(device=device, decode="fixed"))
         first = core.generate(prompts[:4], greedy)
@@ -589,6 +602,12 @@ def engine_check(device: str, smoke: bool = False) -> dict[str, Any]:
                  EngineCore(model, EngineConfig(device=device, decode="fixed")).generate(
                      follow, greedy)]  # fmt: skip
         out[key]["continuation_equal_fresh"] = same(again, fresh)
+        graphed = EngineCore(model, EngineConfig(device=device, decode="fixed",
+                                                 prefill_graph_tokens=64))  # fmt: skip
+        graphed.generate(prompts[:4], greedy)
+        out[key]["continuation_prefill_graphs_equal"] = same(
+            [o.token_ids for o in graphed.generate(follow, greedy)], again
+        )
         out[key]["prefix_cache_hits"] = core.scheduler.prefix_cache.hits
         sampled = core.generate(prompts, [SamplingParams(48, 1.0, seed=i) for i in range(12)])
         diffs = []
@@ -609,30 +628,48 @@ def engine_check(device: str, smoke: bool = False) -> dict[str, Any]:
             for o, q in zip(a, b, strict=True)
             for x, y in zip(o.logprobs, q.logprobs, strict=True)
         )
-        worst, backends = prefill_groups_check(model, device)
-        out[key]["prefill_groups_logit_max_abs_diff"] = worst
-        out[key]["sdpa_backends"] = backends
+        checked = prefill_groups_check(model, device)
+        out[key]["prefill_groups_logit_max_abs_diff"] = checked.pop("logit_max_abs_diff")
+        out[key] |= checked
     return out
 
 
-def prefill_groups_check(model: Any, device: str) -> tuple[float, dict[str, list[str]]]:
-    """The largest difference between the logits of one engine step that mixes decodes,
-    fresh prompts and continuations (batched prefill groups: padded slots, lone requests,
-    contexts of different lengths) and the model's own forward over each whole sequence; and
-    the attention kernels torch chose for the step's calls, by kind (`sdpa_choices`)."""
+def prefill_groups_check(model: Any, device: str) -> dict[str, Any]:
+    """One engine step that mixes decodes, fresh prompts and continuations
+    (`rstar2.engine.mixed_step`) against the model's own forward over each whole sequence:
+    the largest logit difference of the dynamic step's batched prefill groups (padded slots,
+    lone requests, contexts of different lengths), the largest log-prob difference of the
+    step's prefills of at most 32 new tokens on fixed shapes (`FixedPrefill`, a CUDA graph
+    on a GPU), and the attention kernel torch chose for each kind of call (`sdpa_choices`)."""
     import torch
 
     from rstar2.engine.mixed_step import mixed_step
+    from rstar2.engine.prefill_graphs import FixedPrefill
+
+    def last_logits(tokens: list[int]) -> Any:
+        with torch.inference_mode():
+            return model(torch.tensor([tokens], device=device)).logits[0, -1].float()
 
     t, cache, batch = mixed_step(model, block_size=16)
     with sdpa_choices() as backends:
         logits = t.forward(batch, cache).float()
-    worst = 0.0
-    with torch.inference_mode():
-        for row, (req, _) in enumerate(batch.requests):
-            full = model(torch.tensor([req.prompt_ids], device=device)).logits[0, -1].float()
-            worst = max(worst, float((logits[row] - full).abs().max()))
-    return worst, backends
+    worst = max(float((logits[row] - last_logits(req.prompt_ids)).abs().max())
+                for row, (req, _) in enumerate(batch.requests))  # fmt: skip
+    t, cache, batch = mixed_step(model, block_size=16)
+    prefill = FixedPrefill(t, cache, 8, 512, 32, graphs=True)
+    rows = [(r, n) for r, n in batch.requests if prefill.takes(n)]
+    with sdpa_choices() as fixed_backends:
+        drawn = prefill.prefill(rows, list(range(len(rows)))).tolist()
+    fixed_worst = 0.0
+    for i, (req, _) in enumerate(rows):
+        ref = torch.log_softmax(last_logits(req.prompt_ids), -1)[int(drawn[0][i])]
+        fixed_worst = max(fixed_worst, abs(drawn[1][i] - float(ref)))
+    return {
+        "logit_max_abs_diff": worst,
+        "fixed_prefill_logprob_max_abs_diff": fixed_worst,
+        "fixed_prefill": prefill.stats(),
+        "sdpa_backends": backends | {"fixed_prefill": fixed_backends.get("continuation", [])},
+    }
 
 
 @contextlib.contextmanager

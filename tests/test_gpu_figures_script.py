@@ -187,8 +187,12 @@ def test_the_engine_plan_measures_each_shape_then_the_paths_before() -> None:
         rounds = args[args.index("--decode-steps") + 1] if "--decode-steps" in args else "1"
         assert rounds == ("8" if "rounds-8" in name else "1")
         turns = args[args.index("--turns") + 1] if "--turns" in args else "1"
-        assert turns == ("4" if name.endswith("turns-4") else "1")
-    assert {"tiny-fixed-rounds-8-turns-4", "25m-fixed-rounds-8-turns-4"} <= set(names)
+        assert turns == ("4" if "turns-4" in name else "1")
+        graphed = args[args.index("--prefill-graphs") + 1] if "--prefill-graphs" in args else "0"
+        assert graphed == ("64" if name.endswith("prefill-64") else "0")
+    for shape in ("tiny", "25m"):  # multi-turn, each beside the same with prefill graphs
+        turns = f"{shape}-fixed-rounds-8-turns-4"
+        assert names[names.index(turns) + 1] == f"{turns}-prefill-64"
     smoke = gpu.engine_plan(smoke=True)
     assert smoke and all(name.startswith("tiny") and "8" in args for name, args in smoke)
 
@@ -243,11 +247,14 @@ def test_markdown_has_the_engine_table_and_check() -> None:
 
 def test_the_host_split_runs_as_the_engine_part_calls_it() -> None:
     commands = gpu.host_split_commands("cpu", smoke=True)
-    assert [gpu.split_name(c) for c in commands] == ["tiny", "tiny-rounds-8",
-                                                     "tiny-rounds-8-turns-4"]  # fmt: skip
+    assert [gpu.split_name(c) for c in commands] == [
+        "tiny", "tiny-rounds-8", "tiny-rounds-8-turns-4", "tiny-rounds-8-turns-4-prefill-64"
+    ]  # fmt: skip
     full = gpu.host_split_commands("cuda", smoke=False)
-    assert [gpu.split_name(c) for c in full] == ["tiny", "tiny-rounds-8", "25m", "25m-rounds-8",
-                                                 "25m-rounds-8-turns-4"]  # fmt: skip
+    assert [gpu.split_name(c) for c in full] == [
+        "tiny", "tiny-rounds-8", "25m", "25m-rounds-8", "25m-rounds-8-turns-4",
+        "25m-rounds-8-turns-4-prefill-64",
+    ]  # fmt: skip
     assert all(c[c.index("--device") + 1] == "cuda" for c in full)
     got = gpu.run_check(commands[0], 120)
     assert got.get("decode") == "fixed" and got["ms_per_step"]["fill"] >= 0, got
@@ -256,13 +263,19 @@ def test_the_host_split_runs_as_the_engine_part_calls_it() -> None:
     assert rounds["decode_steps"] == 8 and rounds["ms_per_step"]["round"] >= 0, rounds
     turns = gpu.run_check(commands[2], 120)
     assert turns["turns"] == 4 and turns["prefill_steps"] > 0, turns
+    assert turns["prefill_graph_tokens"] == 0 and "forward" in turns["ms_per_step"]
+    graphed = gpu.run_check(commands[3], 120)
+    assert graphed["prefill_graph_tokens"] == 64 and graphed["ms_per_step"]["prefill"] > 0
 
 
 def test_the_prefill_groups_check_compares_a_mixed_step_with_the_models_forward() -> None:
     from rstar2.engine.benchmark import random_model
 
-    worst, backends = gpu.prefill_groups_check(random_model("tiny", 0), "cpu")
-    assert worst < 1e-4
+    got = gpu.prefill_groups_check(random_model("tiny", 0), "cpu")
+    assert got["logit_max_abs_diff"] < 1e-4
+    assert got["fixed_prefill_logprob_max_abs_diff"] < 1e-4
+    assert got["fixed_prefill"]["shapes"] == 1  # no graphs on the CPU
     # every kind of attention call the engine makes was seen, with torch's chosen kernel
-    assert set(backends) == {"decode", "fresh_prefill", "continuation"}, backends
+    backends = got["sdpa_backends"]
+    assert set(backends) == {"decode", "fresh_prefill", "continuation", "fixed_prefill"}
     assert all(names and "unknown" not in " ".join(names) for names in backends.values())

@@ -123,6 +123,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="with the fixed-shape decode: up to K decode steps a round, one transfer back "
         "(engine.decode_steps; default 1)",
     )
+    parser.add_argument(
+        "--prefill-graphs",
+        type=int,
+        default=0,
+        metavar="N",
+        help="with the fixed-shape decode: prefills of 2 to N new tokens on fixed shapes too, "
+        "CUDA graphs on a GPU (engine.prefill_graph_tokens; default 0: off)",
+    )
     parser.add_argument("--seed", type=int, default=0, help="workload and weights seed")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
 
@@ -206,6 +214,7 @@ def measure(args: argparse.Namespace) -> tuple[dict[str, Any], Sweep, Workload]:
         decode=args.decode,
         cuda_graphs=not args.no_cuda_graphs,
         decode_steps=args.decode_steps,
+        prefill_graph_tokens=args.prefill_graphs,
     )
     log.info(
         "workload: %d requests of %d turn(s), %d output tokens",
@@ -233,6 +242,12 @@ def measure(args: argparse.Namespace) -> tuple[dict[str, Any], Sweep, Workload]:
         "decode": "fixed" if sweep.core.fixed is not None else "dynamic",
         "decode_steps": sweep.core.round_steps,
         "decode_graphs": sweep.core.fixed.stats() if sweep.core.fixed is not None else None,
+        "prefill_graphs": (
+            None if sweep.core.fixed_prefill is None else sweep.core.fixed_prefill.stats()
+        ),
+        "prefill_graph_tokens": (
+            0 if sweep.core.fixed_prefill is None else sweep.core.fixed_prefill.max_tokens
+        ),
         "contention": args.contention,
         "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY", ""),
         "gomp_spincount": os.environ.get("GOMP_SPINCOUNT", ""),

@@ -57,6 +57,11 @@ class EngineConfig:
     The outputs are the same as with 1; a request that finishes inside a round is known at
     the round's end, and newcomers are admitted every other step (they wait at most one
     round). 1: every step."""
+    prefill_graph_tokens: int = 0
+    """With fixed decode: prefills of 2 to this many new tokens (in multi-turn RL, the new
+    turns after tool responses; short prompts too) also run through fixed-shape buffers,
+    captured as CUDA graphs on a GPU (`prefill_graphs.py`), instead of the dynamic forward,
+    bound by Python on a GPU. The same outputs. 0: every prefill takes the dynamic forward."""
 
     def validate(self) -> None:
         require(
@@ -100,6 +105,18 @@ class EngineConfig:
             self.decode_steps,
             '1 with decode = "dynamic" (rounds of several steps need the fixed path)',
         )
+        require(
+            self.prefill_graph_tokens == 0 or self.prefill_graph_tokens >= 2,
+            "prefill_graph_tokens",
+            self.prefill_graph_tokens,
+            "0 (off) or an integer >= 2",
+        )
+        require(
+            self.prefill_graph_tokens == 0 or self.decode != "dynamic",
+            "prefill_graph_tokens",
+            self.prefill_graph_tokens,
+            '0 with decode = "dynamic" (fixed-shape prefills need the fixed path)',
+        )
 
     def fixed_decode(self, device: torch.device) -> bool:
         """Whether decode steps take the fixed-shape path on `device`."""
@@ -108,6 +125,10 @@ class EngineConfig:
     def round_steps(self, device: torch.device) -> int:
         """Decode steps per round on `device`: `decode_steps` on the fixed path, else 1."""
         return self.decode_steps if self.fixed_decode(device) else 1
+
+    def prefill_tokens(self, device: torch.device) -> int:
+        """The most new tokens of a fixed-shape prefill on `device` (0: none)."""
+        return self.prefill_graph_tokens if self.fixed_decode(device) else 0
 
     @property
     def num_blocks(self) -> int:

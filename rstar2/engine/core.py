@@ -36,6 +36,7 @@ from transformers import AutoModelForCausalLM
 from rstar2.engine.config import EngineConfig, resolve_device
 from rstar2.engine.decode_graphs import FixedDecoder
 from rstar2.engine.kv_cache import KVCache
+from rstar2.engine.prefill_graphs import FixedPrefill
 from rstar2.engine.protocol import GenerationOutput, SamplingParams
 from rstar2.engine.request import Request
 from rstar2.engine.sampler import sample
@@ -132,13 +133,24 @@ class EngineCore:
         self.fixed: FixedDecoder | None = None
         self.round_steps = cfg.round_steps(self.device)
         self._admit_next = True
+        self.fixed_prefill: FixedPrefill | None = None
         if cfg.fixed_decode(self.device):
             self.fixed = FixedDecoder(
                 t, self.cache, cfg.max_num_seqs, self.max_model_len, cfg.cuda_graphs
             )
+            if cfg.prefill_tokens(self.device):
+                self.fixed_prefill = FixedPrefill(
+                    t,
+                    self.cache,
+                    cfg.max_num_seqs,
+                    self.max_model_len,
+                    cfg.prefill_tokens(self.device),
+                    cfg.cuda_graphs,
+                    self.fixed.pool,
+                )
         log.info(
             "engine on %s: %d KV tokens in %d blocks, max_model_len %d, max_num_seqs %d, %s decode"
-            ", %d step(s) a round",
+            ", %d step(s) a round, prefills of up to %d new tokens on the fixed path",
             self.device,
             capacity,
             cfg.num_blocks,
@@ -148,6 +160,7 @@ class EngineCore:
             if self.fixed is None
             else "fixed" + (" (CUDA graphs)" if self.fixed.graphs else ""),
             self.round_steps,
+            0 if self.fixed_prefill is None else self.fixed_prefill.max_tokens,
         )
 
     def check_request(self, request_id: str, prompt_ids: list[int], params: SamplingParams) -> None:
@@ -259,11 +272,18 @@ class EngineCore:
     def _fixed_step(
         self, scheduled: list[tuple[Request, int]], fixed: FixedDecoder
     ) -> tuple[list[tuple[Request, int]], list[int], list[float]]:
-        """One step with the one-token requests on the fixed-shape path and the others (new
-        prompts, continuations) on the dynamic one; one device-to-host transfer."""
+        """One step with the one-token requests on the fixed-shape path, the prefills (new
+        prompts, continuations) short enough for `fixed_prefill` on its fixed shapes and the
+        others on the dynamic path; one device-to-host transfer."""
+        short = self.fixed_prefill.takes if self.fixed_prefill is not None else lambda n: False
         decode = [r for r, n in scheduled if n == 1]
-        prefill = [(r, n) for r, n in scheduled if n != 1]
+        graphed = [(r, n) for r, n in scheduled if n != 1 and short(n)]
+        prefill = [(r, n) for r, n in scheduled if n != 1 and not short(n)]
         parts, order = [], []
+        if graphed:
+            assert self.fixed_prefill is not None
+            parts.append(self.fixed_prefill.prefill(graphed, [r.seed for r, _ in graphed]))
+            order.extend(graphed)
         if prefill:
             batch = build_step_batch(prefill, self.cache)
             logits = self.transformer.forward(batch, self.cache)

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import logging
 from array import array
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -72,6 +73,44 @@ def bucket(n: int, sizes: list[int]) -> int:
         if size >= n:
             return size
     raise ValueError(f"{n} exceeds the largest bucket {sizes[-1]}")
+
+
+def width_buckets(max_model_len: int, block_size: int) -> list[int]:
+    """The width buckets (KV blocks a row gathers) of a fixed-shape step: `buckets` of the
+    blocks `max_model_len` needs, from `MIN_WIDTH_TOKENS` tokens on."""
+    max_blocks = -(-max_model_len // block_size)
+    sizes = [w for w in buckets(max_blocks) if w * block_size >= MIN_WIDTH_TOKENS]
+    return sizes or [max_blocks]
+
+
+def capture(
+    inputs: list[torch.Tensor],
+    blank: list[torch.Tensor],
+    step: Callable[[], torch.Tensor],
+    pool: tuple[int, int] | None,
+    device: torch.device,
+) -> tuple[torch.cuda.CUDAGraph, torch.Tensor]:
+    """Capture `step`, a function of the static tensors `inputs`, as a CUDA graph in `pool`:
+    two warm-up runs on a side stream (as capture requires), then the capture, all with
+    `inputs` holding `blank` (padding only: nothing but the scratch block is written);
+    `inputs` hold their own values again after, whatever happens. The graph and its output."""
+    saved = [t.clone() for t in inputs]
+    for t, b in zip(inputs, blank, strict=True):
+        t.copy_(b)
+    try:
+        stream = torch.cuda.Stream(device)
+        stream.wait_stream(torch.cuda.current_stream(device))
+        with torch.cuda.stream(stream):
+            for _ in range(2):
+                step()
+        torch.cuda.current_stream(device).wait_stream(stream)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, pool=pool, capture_error_mode="thread_local"):
+            out = step()
+        return graph, out
+    finally:
+        for t, v in zip(inputs, saved, strict=True):
+            t.copy_(v)
 
 
 def _view(values: array, dtype: torch.dtype) -> torch.Tensor:
@@ -117,15 +156,12 @@ class FixedDecoder:
         self.transformer = transformer
         self.cache = cache
         self.device = cache.device
-        bs = cache.block_size
         self.batch_sizes = buckets(max_num_seqs)
-        max_blocks = -(-max_model_len // bs)
-        self.width_sizes = [w for w in buckets(max_blocks) if w * bs >= MIN_WIDTH_TOKENS] or [
-            max_blocks
-        ]
+        self.width_sizes = width_buckets(max_model_len, cache.block_size)
         self.graphs = graphs and self.device.type == "cuda"
         self._buffers: dict[Shape, _Buffers] = {}
-        self._pool = torch.cuda.graph_pool_handle() if self.graphs else None
+        self.pool = torch.cuda.graph_pool_handle() if self.graphs else None
+        """The memory pool of every CUDA graph of the engine (the fixed prefills' too)."""
         self.capture_failures = 0
 
     def shape(self, rows: list[Request], counts: list[int] | None = None) -> Shape:
@@ -316,31 +352,18 @@ class FixedDecoder:
         )
 
     def _capture(self, buf: _Buffers, shape: Shape) -> None:
-        """Capture `shape`'s step as a CUDA graph (after two warm-up runs on a side stream, as
-        capture requires); on failure the shape runs eagerly from then on, with a warning."""
-        # the warm-up and the capture compute the padding rows only: the scratch block is
-        # written, nothing else
-        saved = buf.ints.clone(), buf.table.clone(), buf.floats.clone()
+        """Capture `shape`'s step as a CUDA graph (`capture`); on failure the shape runs
+        eagerly from then on, with a warning."""
         fresh = self._allocate(shape)
-        buf.ints.copy_(fresh.ints)
-        buf.table.copy_(fresh.table)
-        buf.floats.copy_(fresh.floats)
         try:
-            stream = torch.cuda.Stream(self.device)
-            stream.wait_stream(torch.cuda.current_stream(self.device))
-            with torch.cuda.stream(stream):
-                for _ in range(2):
-                    self._step(buf, shape)
-            torch.cuda.current_stream(self.device).wait_stream(stream)
-            graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph, pool=self._pool, capture_error_mode="thread_local"):
-                out = self._step(buf, shape)
-            buf.graph, buf.out = graph, out
+            buf.graph, buf.out = capture(
+                [buf.ints, buf.table, buf.floats],
+                [fresh.ints, fresh.table, fresh.floats],
+                lambda: self._step(buf, shape),
+                self.pool,
+                self.device,
+            )
         except Exception as exc:  # noqa: BLE001 - any capture failure falls back to eager
             self.capture_failures += 1
             buf.eager = True
             log.warning("CUDA graph capture of %s failed (%s); that shape runs eagerly", shape, exc)
-        finally:
-            buf.ints.copy_(saved[0])
-            buf.table.copy_(saved[1])
-            buf.floats.copy_(saved[2])

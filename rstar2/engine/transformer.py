@@ -112,6 +112,41 @@ class Transformer:
 
         return self._logits(self._layers(input_ids, positions, write_rows, cache, attend))
 
+    def prefill_fixed(
+        self,
+        input_ids: torch.Tensor,
+        positions: torch.Tensor,
+        write_rows: torch.Tensor,
+        last: torch.Tensor,
+        block_rows: torch.Tensor,
+        mask: torch.Tensor,
+        cache: KVCache,
+    ) -> torch.Tensor:
+        """Logits `[R, vocab]` of R requests prefilling up to L new tokens each (their slots
+        flattened row by row: `input_ids`, `positions`, `write_rows` of R * L tokens; `last`
+        the index of each row's last real slot), every tensor of a fixed shape (so the call can
+        be captured in a CUDA graph): each slot's K/V written to its row's blocks, then one
+        batched attention call per layer over the W gathered blocks of each row
+        (`block_rows`), `mask` bool `[R, L, W * block_size]` (a slot attends up to its own
+        position). The G query heads sharing a KV head are folded into the query length, as
+        in `_attention`. The caller runs it under inference mode."""
+        rows, tokens = mask.shape[0], mask.shape[1]
+        hq, hkv, d = self.num_heads, self.num_kv_heads, self.head_dim
+        heads = hq // hkv
+        grouped = mask.unsqueeze(1).expand(-1, heads, -1, -1).reshape(rows, 1, heads * tokens, -1)
+
+        def attend(layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+            kk, vv = cache.gather(layer, block_rows, rows)
+            # row j * L + i of KV head h: query head h * G + j, slot i
+            qq = q.view(rows, tokens, hkv, heads, d).permute(0, 2, 3, 1, 4)
+            qq = qq.reshape(rows, hkv, heads * tokens, d)
+            out = F.scaled_dot_product_attention(qq, kk, vv, attn_mask=grouped)
+            out = out.view(rows, hkv, heads, tokens, d).permute(0, 3, 1, 2, 4)
+            return out.reshape(rows * tokens, hq * d)
+
+        x = self._layers(input_ids, positions, write_rows, cache, attend)
+        return self._logits(x[last])
+
     def _layers(
         self,
         input_ids: torch.Tensor,

@@ -60,6 +60,23 @@ def test_bench_engine_runs_rounds_of_decode_steps(capsys: pytest.CaptureFixture[
     assert "decode_steps" in capsys.readouterr().err
 
 
+def test_bench_engine_runs_prefills_on_fixed_shapes(capsys: pytest.CaptureFixture[str]) -> None:
+    """`--prefill-graphs 64` on the fixed path runs the conversations' prompts and later turns
+    through fixed-shape prefills (shapes made, no dynamic forward needed for them); on the
+    dynamic path it is refused before any work."""
+    argv = ["bench", "engine", "--requests", "6", "--max-tokens", "8", "--batch-sizes", "6"]
+    argv += ["--turns", "2", "--decode", "fixed"]
+    assert main([*argv, "--prefill-graphs", "64", "--json"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert result["prefill_graph_tokens"] == 64 and result["prefill_graphs"]["shapes"] >= 2
+    assert result["engine_tok_s"] > 0 and result["engine_prefill_steps"] >= 2
+    assert main([*argv, "--json"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert result["prefill_graph_tokens"] == 0 and result["prefill_graphs"] is None
+    assert main([*argv[:-2], "--decode", "dynamic", "--prefill-graphs", "64"]) == 2
+    assert "prefill_graph_tokens" in capsys.readouterr().err
+
+
 def test_workload_lengths_are_heavy_tailed_and_capped() -> None:
     work = make_workload(256, 1024, 512)
     lengths = sorted(work.output_lengths)

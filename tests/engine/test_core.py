@@ -11,6 +11,7 @@ from transformers import Qwen2ForCausalLM
 from rstar2.engine.config import EngineConfig
 from rstar2.engine.core import EngineCore
 from rstar2.engine.protocol import GenerationOutput, SamplingParams
+from tests.engine.conftest import ROUND_PATHS
 from tests.engine.factories import VOCAB, random_prompts, tiny_llama, tiny_qwen2, tiny_qwen3
 
 GREEDY = SamplingParams(max_tokens=12, temperature=0.0)
@@ -124,7 +125,7 @@ def test_abort_returns_partial_output_and_frees_blocks(
     out = core.abort("a")
     # one token a decode step (a round of several steps is one `step()` call, counted by each)
     assert out is not None and out.finish_reason == "abort"
-    assert len(out.token_ids) == core.clock.steps == (7 if decode_path == "rounds" else 3)
+    assert len(out.token_ids) == core.clock.steps == (7 if decode_path in ROUND_PATHS else 3)
     assert core.abort("a") is None
     finished = []
     while core.has_unfinished():
@@ -229,7 +230,7 @@ def test_the_step_clock_counts_steps_and_the_wait_for_the_device(
     assert clock.seconds > clock.wait_s >= 0.0
     if decode_path == "fixed":
         assert clock.wait_s >= 4 * 0.02  # the 4 decode-only steps
-    elif decode_path == "rounds":
+    elif decode_path in ROUND_PATHS:
         assert clock.wait_s >= 2 * 0.02  # a round of 3 decode steps, then one step
     else:
         assert clock.wait_s == 0.0

@@ -3,7 +3,7 @@
     python3 scripts/engine_host_split.py [--model-size tiny] [--requests 256] [--max-tokens 256]
                                          [--device cpu|cuda] [--decode fixed|dynamic]
                                          [--decode-steps K] [--prefill-graphs N]
-                                         [--turns T] [--json]
+                                         [--turns T] [--count-ops] [--json]
 
 Runs `rstar2 bench engine`'s workload (`--turns T`: conversations of T turns) once (after a
 warm-up) with the engine's parts timed: `schedule` (the scheduler's choice of requests),
@@ -18,7 +18,9 @@ inputs on the device), with `--prefill-graphs` N `prefill_fill` and `prefill` (t
 prefills' copy into their buffers and their forward and sampling, as `fill` and `decode`),
 `wait` (the step's one transfer, where the host waits for the device)
 and `other` (the rest of the step's Python). Each is milliseconds per decode step (a round of k
-steps counts k), over the run. On the CPU `decode` and `forward` are the computation itself; on
+steps counts k), over the run. `--count-ops` then runs the workload once more, untimed,
+counting the aten operations (each a kernel launch on a GPU) the host dispatches for a prefill
+step's prefills (`aten_ops_per_prefill_step`). On the CPU `decode` and `forward` are the computation itself; on
 a GPU they are the launches, and `wait` the GPU time the host's work did not cover.
 
 What it does not do: time HF `generate` (`rstar2 bench engine` does), or profile inside torch.
@@ -34,9 +36,16 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from rstar2.engine import core as core_module
-from rstar2.engine.benchmark import engine_core, make_workload, random_model, time_engine
+from rstar2.engine.benchmark import (
+    Workload,
+    engine_core,
+    make_workload,
+    random_model,
+    time_engine,
+)
 from rstar2.engine.config import EngineConfig, resolve_device
 from rstar2.engine.core import EngineCore
 from rstar2.model.tiny import SHAPES
@@ -103,6 +112,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
     spent["wait"] = timing.clock.wait_s
     parts = {k: round(v * 1e3 / steps, 4) for k, v in spent.most_common()}
     parts["other"] = round((timing.seconds - sum(spent.values())) * 1e3 / steps, 4)
+    ops = count_prefill_ops(core, work) if args.count_ops else None
     return {
         "model_size": args.model_size,
         "device": str(device),
@@ -116,7 +126,58 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         "rows_per_step": round(work.total_tokens / steps, 1),
         "step_ms": round(timing.seconds * 1e3 / steps, 4),
         "ms_per_step": parts,
+        **({} if ops is None else {"aten_ops_per_prefill_step": ops}),
     }
+
+
+class _OpCounter(TorchDispatchMode):
+    """Counts the aten operations dispatched inside it (each a kernel launch on a GPU)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.ops = 0
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        self.ops += 1
+        return func(*args, **(kwargs or {}))
+
+
+def count_prefill_ops(core: EngineCore, work: Workload) -> dict[str, int]:
+    """Run the workload once more counting the aten operations the host dispatches for the
+    prefills of a prefill step, averaged over those steps: `dynamic` (the index tensors, the
+    forward and the sampling of the dynamic path), `fixed_fill` and `fixed_step` (a
+    fixed-shape prefill's copy into its buffers, and its forward and sampling: one graph
+    replay on a GPU with CUDA graphs). The counting slows the run: it is not timed."""
+    counts: Counter[str] = Counter()
+    patched: list[tuple[Any, str, Any]] = []
+
+    def count(owner: Any, name: str, label: str) -> None:
+        inner = getattr(owner, name)
+
+        def counted(*a: Any, **kw: Any) -> Any:
+            with _OpCounter() as counter:
+                result = inner(*a, **kw)
+            counts[label] += counter.ops
+            return result
+
+        patched.append((owner, name, inner))
+        setattr(owner, name, counted)
+
+    count(core_module, "build_step_batch", "dynamic")
+    count(core.transformer, "forward", "dynamic")
+    if core.fixed is not None:
+        count(core.fixed, "sample", "dynamic")
+    if core.fixed_prefill is not None:
+        count(core.fixed_prefill, "_fill", "fixed_fill")
+        count(core.fixed_prefill, "_step", "fixed_step")
+    before = core.clock.prefill_steps
+    try:
+        time_engine(core, work)
+    finally:
+        for owner, name, inner in reversed(patched):
+            setattr(owner, name, inner)
+    steps = max(core.clock.prefill_steps - before, 1)
+    return {label: round(n / steps) for label, n in counts.items()}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -137,6 +198,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--turns", type=int, default=1, help="turns a request (bench engine --turns)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--threads", type=int, default=1, help="torch threads (0: leave as is)")
+    p.add_argument(
+        "--count-ops",
+        action="store_true",
+        help="then run once more counting the aten ops a prefill step dispatches (not timed)",
+    )
     p.add_argument("--json", action="store_true", help="print one JSON object")
     args = p.parse_args(argv)
     if args.requests < 1:
@@ -154,6 +220,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     for part, ms in out["ms_per_step"].items():
         print(f"  {part:<10}{ms:8.3f} ms/step")
+    for part, n in out.get("aten_ops_per_prefill_step", {}).items():
+        print(f"  {part:<10}{n:8d} aten ops a prefill step")
     return 0
 
 

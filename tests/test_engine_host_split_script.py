@@ -44,3 +44,17 @@ def test_a_part_that_is_called_is_timed() -> None:
     spent = split.Counter()
     add = split.timed(spent, "add", lambda a, b: a + b)
     assert add(2, 3) == 5 and spent["add"] > 0
+
+
+def test_the_ops_a_prefill_step_dispatches_are_counted(capsys) -> None:
+    """`--count-ops`: the dynamic path's prefill step dispatches hundreds of ops; with
+    `--prefill-graphs` the short prefills' fill is a handful of copies, their step (one graph
+    replay on a GPU) the rest, and no prefill is left to the dynamic forward."""
+    argv = ["--requests", "4", "--max-tokens", "8", "--turns", "2", "--count-ops", "--json"]
+    assert split.main(argv) == 0
+    dynamic = json.loads(capsys.readouterr().out)["aten_ops_per_prefill_step"]
+    assert set(dynamic) == {"dynamic"} and dynamic["dynamic"] > 100
+    assert split.main([*argv, "--prefill-graphs", "64"]) == 0
+    graphed = json.loads(capsys.readouterr().out)["aten_ops_per_prefill_step"]
+    assert set(graphed) == {"fixed_fill", "fixed_step"}, graphed
+    assert graphed["fixed_fill"] <= 8 < graphed["fixed_step"]

@@ -9,7 +9,9 @@ path with `engine.decode_steps` k > 1, a step with only one-token decodes become
 up to k decode steps on the device with one transfer back (`_fixed_round`): the same outputs,
 the host's scheduling and bookkeeping paid once per round. Every other step then admits
 newcomers: the step after an admitting one admits nobody and can be a round, so a request
-waits at most one round, and rounds run while new turns keep arriving.
+waits at most one round, and rounds run while new turns keep arriving. With
+`engine.prefill_graph_tokens` N, a fixed-path step's prefills of 2 to N new tokens run on fixed
+shapes too (`FixedPrefill`), the longer ones through the dynamic forward.
 
 The model, the KV cache, the step's index tensors and the sampling RNGs live on one device
 (`engine.device`, or the `device` argument); token ids and logprobs come back as Python values,

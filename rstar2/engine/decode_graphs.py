@@ -26,8 +26,9 @@ back to back, each step's input tokens copied on the device from the previous st
 its other inputs computed there from the first step's: the host fills the buffers and waits
 for the device once per round instead of once per step (vLLM's multi-step scheduling).
 
-What it does not do: prefill (prompts and continuations run the dynamic path in the same
-step), or capture ahead of time (a shape is captured when a step first needs it).
+What it does not do: prefill (prompts and continuations run in the same step, on the
+dynamic path or, short ones with `engine.prefill_graph_tokens`, on `prefill_graphs.py`'s
+fixed shapes), or capture ahead of time (a shape is captured when a step first needs it).
 """
 
 from __future__ import annotations

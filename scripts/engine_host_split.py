@@ -75,12 +75,12 @@ def instrument(core: EngineCore) -> Counter[str]:
         fixed = core.fixed
         fixed._fill = timed(spent, "fill", fixed._fill)  # type: ignore[method-assign]
         fixed.shape = timed(spent, "shape", fixed.shape)  # type: ignore[method-assign]
-        fixed._step = timed(spent, "decode", fixed._step)  # type: ignore[method-assign]
+        fixed.step = timed(spent, "decode", fixed.step)  # type: ignore[method-assign]
         fixed._round_inputs = timed(spent, "round", fixed._round_inputs)  # type: ignore[method-assign]
     if core.fixed_prefill is not None:
         prefill = core.fixed_prefill
         prefill._fill = timed(spent, "prefill_fill", prefill._fill)  # type: ignore[method-assign]
-        prefill._step = timed(spent, "prefill", prefill._step)  # type: ignore[method-assign]
+        prefill.step = timed(spent, "prefill", prefill.step)  # type: ignore[method-assign]
     return spent
 
 
@@ -169,7 +169,7 @@ def count_prefill_ops(core: EngineCore, work: Workload) -> dict[str, int]:
         count(core.fixed, "sample", "dynamic")
     if core.fixed_prefill is not None:
         count(core.fixed_prefill, "_fill", "fixed_fill")
-        count(core.fixed_prefill, "_step", "fixed_step")
+        count(core.fixed_prefill, "step", "fixed_step")
     before = core.clock.prefill_steps
     try:
         time_engine(core, work)

@@ -13,8 +13,8 @@ shape's static buffers (three host-to-device copies), and one function computes 
 and samples on the device (`sampler.sample_fixed`: temperature, top-p, per-request
 counter-based draws, log-probs). On
 CUDA that function is captured once per (batch, width, top-p) shape as a CUDA graph, all
-graphs in one memory pool, and replayed; elsewhere it runs eagerly (the CPU tests check it
-against the dynamic path that way). The result stays on the device until the engine reads the
+graphs in one memory pool, and replayed (`shape_graphs.ShapeGraphs`); elsewhere it runs
+eagerly (the CPU tests check it against the dynamic path that way). The result stays on the device until the engine reads the
 whole step's tokens with one transfer.
 
 Padding rows write their K/V into the cache's scratch block and read the pad block; their
@@ -33,9 +33,7 @@ fixed shapes), or capture ahead of time (a shape is captured when a step first n
 
 from __future__ import annotations
 
-import logging
 from array import array
-from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -43,85 +41,20 @@ import torch
 from rstar2.engine.kv_cache import KVCache
 from rstar2.engine.request import Request
 from rstar2.engine.sampler import sample_fixed
+from rstar2.engine.shape_graphs import (
+    M32,
+    Graphed,
+    ShapeGraphs,
+    bucket,
+    buckets,
+    host_view,
+    keeps_nucleus,
+    width_buckets,
+)
 from rstar2.engine.transformer import Transformer
 
-log = logging.getLogger(__name__)
-
-MIN_WIDTH_TOKENS = 64
-_M32 = 0xFFFFFFFF
 # rows of the int64 input buffer
 _IDS, _POS, _SLOT, _CTX, _SEED_LO, _SEED_HI, _COUNTER = range(7)
-
-
-def buckets(limit: int) -> list[int]:
-    """Powers of two and their midpoints 1.5 x 2**k (1, 2, 3, 4, 6, 8, 12, 16, 24, ...) below
-    `limit`, then `limit`: the sizes a count up to `limit` pads to. Each is at most 1.5x the
-    one before, so padding is under a third of a padded size (under half with powers of two
-    alone), at twice the number of shapes (CUDA graphs) to make."""
-    sizes = []
-    size = 1
-    while size < limit:
-        sizes.append(size)
-        if size >= 2 and size + size // 2 < limit:
-            sizes.append(size + size // 2)
-        size *= 2
-    return [*sizes, limit]
-
-
-def bucket(n: int, sizes: list[int]) -> int:
-    """The smallest of `sizes` (ascending) that holds `n`."""
-    for size in sizes:
-        if size >= n:
-            return size
-    raise ValueError(f"{n} exceeds the largest bucket {sizes[-1]}")
-
-
-def width_buckets(max_model_len: int, block_size: int) -> list[int]:
-    """The width buckets (KV blocks a row gathers) of a fixed-shape step: `buckets` of the
-    blocks `max_model_len` needs, from `MIN_WIDTH_TOKENS` tokens on."""
-    max_blocks = -(-max_model_len // block_size)
-    sizes = [w for w in buckets(max_blocks) if w * block_size >= MIN_WIDTH_TOKENS]
-    return sizes or [max_blocks]
-
-
-def capture(
-    inputs: list[torch.Tensor],
-    blank: list[torch.Tensor],
-    step: Callable[[], torch.Tensor],
-    pool: tuple[int, int] | None,
-    device: torch.device,
-) -> tuple[torch.cuda.CUDAGraph, torch.Tensor]:
-    """Capture `step`, a function of the static tensors `inputs`, as a CUDA graph in `pool`:
-    two warm-up runs on a side stream (as capture requires), then the capture, all with
-    `inputs` holding `blank` (padding only: nothing but the scratch block is written);
-    `inputs` hold their own values again after, whatever happens. The graph and its output."""
-    saved = [t.clone() for t in inputs]
-    for t, b in zip(inputs, blank, strict=True):
-        t.copy_(b)
-    try:
-        stream = torch.cuda.Stream(device)
-        stream.wait_stream(torch.cuda.current_stream(device))
-        with torch.cuda.stream(stream):
-            for _ in range(2):
-                step()
-        torch.cuda.current_stream(device).wait_stream(stream)
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph, pool=pool, capture_error_mode="thread_local"):
-            out = step()
-        return graph, out
-    finally:
-        for t, v in zip(inputs, saved, strict=True):
-            t.copy_(v)
-
-
-def _view(values: array, dtype: torch.dtype) -> torch.Tensor:
-    """A CPU tensor over `values`' memory (no copy; the tensor keeps the array alive)."""
-    return torch.frombuffer(values, dtype=dtype)
-
-
-def _nucleus(rows: list[Request]) -> bool:
-    """Whether any sampled row restricts itself to a nucleus (the sort over the vocabulary)."""
-    return any(r.params.temperature > 0.0 and r.params.top_p < 1.0 for r in rows)
 
 
 @dataclass(frozen=True)
@@ -132,20 +65,16 @@ class Shape:
 
 
 @dataclass
-class _Buffers:
+class _Buffers(Graphed):
     ints: torch.Tensor
     """int64 `[7, batch]`: ids, positions, write slots, context lengths, seed halves, counters."""
     table: torch.Tensor
     """int64 `[batch, blocks]`: each row's KV blocks, padded with the pad block."""
     floats: torch.Tensor
     """float32 `[2, batch]`: temperatures and top-p."""
-    out: torch.Tensor | None = None
-    graph: torch.cuda.CUDAGraph | None = None
-    eager: bool = False
-    """Its capture failed: the shape runs eagerly."""
 
 
-class FixedDecoder:
+class FixedDecoder(ShapeGraphs[Shape, _Buffers]):
     def __init__(
         self,
         transformer: Transformer,
@@ -154,16 +83,11 @@ class FixedDecoder:
         max_model_len: int,
         graphs: bool,
     ) -> None:
+        super().__init__(cache.device, graphs)
         self.transformer = transformer
         self.cache = cache
-        self.device = cache.device
         self.batch_sizes = buckets(max_num_seqs)
         self.width_sizes = width_buckets(max_model_len, cache.block_size)
-        self.graphs = graphs and self.device.type == "cuda"
-        self._buffers: dict[Shape, _Buffers] = {}
-        self.pool = torch.cuda.graph_pool_handle() if self.graphs else None
-        """The memory pool of every CUDA graph of the engine (the fixed prefills' too)."""
-        self.capture_failures = 0
 
     def shape(self, rows: list[Request], counts: list[int] | None = None) -> Shape:
         """The buffers' shape for `rows` decoding one token each (`counts[i]` for row i)."""
@@ -174,7 +98,7 @@ class FixedDecoder:
             end = max(r.num_computed + c for r, c in zip(rows, counts, strict=True))
         need = -(-end // bs)
         return Shape(
-            bucket(len(rows), self.batch_sizes), bucket(need, self.width_sizes), _nucleus(rows)
+            bucket(len(rows), self.batch_sizes), bucket(need, self.width_sizes), keeps_nucleus(rows)
         )
 
     @torch.inference_mode()
@@ -183,9 +107,9 @@ class FixedDecoder:
         whose new token's K/V slot is allocated) draws next and its log-prob; `seeds` are the
         requests' sampling seeds."""
         shape = self.shape(rows)
-        buf = self._buffers_for(shape)
+        buf = self.buffers_for(shape)
         self._fill(buf, shape, rows, seeds)
-        return self._run(buf, shape)[:, : len(rows)]
+        return self.run(buf, shape)[:, : len(rows)]
 
     @torch.inference_mode()
     def decode_round(
@@ -199,34 +123,17 @@ class FixedDecoder:
         the device from the first step's and the block table."""
         k, n = max(counts), len(rows)
         shape = self.shape(rows, counts)
-        buf = self._buffers_for(shape)
+        buf = self.buffers_for(shape)
         self._fill(buf, shape, rows, seeds)
         results = torch.empty(k, 2, shape.batch, dtype=torch.float64, device=self.device)
-        results[0].copy_(self._run(buf, shape))
+        results[0].copy_(self.run(buf, shape))
         if k > 1:
             steps = self._round_inputs(buf, counts + [0] * (shape.batch - n), k)
             for j in range(1, k):
                 buf.ints.copy_(steps[j])
                 buf.ints[_IDS, :n].copy_(results[j - 1, 0, :n])
-                results[j].copy_(self._run(buf, shape))
+                results[j].copy_(self.run(buf, shape))
         return results[:, :, :n]
-
-    def _buffers_for(self, shape: Shape) -> _Buffers:
-        buf = self._buffers.get(shape)
-        if buf is None:
-            buf = self._buffers[shape] = self._allocate(shape)
-        return buf
-
-    def _run(self, buf: _Buffers, shape: Shape) -> torch.Tensor:
-        """One step over the filled buffers (captured the first time on CUDA): `[2, batch]`."""
-        if buf.graph is None and self.graphs and not buf.eager:
-            self._capture(buf, shape)
-        if buf.graph is not None:
-            buf.graph.replay()
-        else:
-            buf.out = self._step(buf, shape)
-        assert buf.out is not None
-        return buf.out
 
     def _round_inputs(self, buf: _Buffers, counts: list[int], k: int) -> torch.Tensor:
         """int64 `[k, 7, batch]` on the device: the input rows of a round's k steps from the
@@ -255,8 +162,8 @@ class FixedDecoder:
         """`sample_fixed` for rows computed elsewhere (a step's prefills), eagerly."""
         ints = torch.tensor(
             [
-                [s & _M32 for s in seeds],
-                [(s >> 32) & _M32 for s in seeds],
+                [s & M32 for s in seeds],
+                [(s >> 32) & M32 for s in seeds],
                 [len(r.output_ids) for r in rows],
             ],
             dtype=torch.int64,
@@ -265,16 +172,14 @@ class FixedDecoder:
             [[r.params.temperature for r in rows], [r.params.top_p for r in rows]],
             dtype=torch.float32,
         ).to(self.device, non_blocking=True)
-        return sample_fixed(logits, floats[0], floats[1], ints[0], ints[1], ints[2], _nucleus(rows))
+        return sample_fixed(
+            logits, floats[0], floats[1], ints[0], ints[1], ints[2], keeps_nucleus(rows)
+        )
 
-    def stats(self) -> dict[str, int]:
-        return {
-            "shapes": len(self._buffers),
-            "graphs": sum(b.graph is not None for b in self._buffers.values()),
-            "capture_failures": self.capture_failures,
-        }
+    def inputs(self, buf: _Buffers) -> list[torch.Tensor]:
+        return [buf.ints, buf.table, buf.floats]
 
-    def _allocate(self, shape: Shape) -> _Buffers:
+    def allocate(self, shape: Shape) -> _Buffers:
         dev, cache = self.device, self.cache
         ints = torch.zeros(7, shape.batch, dtype=torch.int64, device=dev)
         ints[_SLOT] = cache.scratch_block * cache.block_size
@@ -304,9 +209,9 @@ class FixedDecoder:
             + [self.cache.scratch_block * bs] * pad
             + [p + 1 for p in pos]
             + [1] * pad
-            + [s & _M32 for s in seeds]
+            + [s & M32 for s in seeds]
             + zeros
-            + [(s >> 32) & _M32 for s in seeds]
+            + [(s >> 32) & M32 for s in seeds]
             + zeros
             + [len(r.output_ids) for r in rows]
             + zeros,
@@ -324,13 +229,15 @@ class FixedDecoder:
             + [r.params.top_p for r in rows]
             + [1.0] * pad,
         )
-        buf.ints.copy_(_view(ints, torch.int64).view(7, shape.batch), non_blocking=True)
-        buf.table[:n].copy_(_view(array("q", table), torch.int64).view(n, width), non_blocking=True)
+        buf.ints.copy_(host_view(ints, torch.int64).view(7, shape.batch), non_blocking=True)
+        buf.table[:n].copy_(
+            host_view(array("q", table), torch.int64).view(n, width), non_blocking=True
+        )
         if pad:
             buf.table[n:].fill_(pad_block)
-        buf.floats.copy_(_view(floats, torch.float32).view(2, shape.batch), non_blocking=True)
+        buf.floats.copy_(host_view(floats, torch.float32).view(2, shape.batch), non_blocking=True)
 
-    def _step(self, buf: _Buffers, shape: Shape) -> torch.Tensor:
+    def step(self, buf: _Buffers, shape: Shape) -> torch.Tensor:
         cache, ints = self.cache, buf.ints
         width = shape.blocks * cache.block_size
         mask = torch.arange(width, device=self.device).view(1, -1) < ints[_CTX].view(-1, 1)
@@ -351,20 +258,3 @@ class FixedDecoder:
             ints[_COUNTER],
             shape.nucleus,
         )
-
-    def _capture(self, buf: _Buffers, shape: Shape) -> None:
-        """Capture `shape`'s step as a CUDA graph (`capture`); on failure the shape runs
-        eagerly from then on, with a warning."""
-        fresh = self._allocate(shape)
-        try:
-            buf.graph, buf.out = capture(
-                [buf.ints, buf.table, buf.floats],
-                [fresh.ints, fresh.table, fresh.floats],
-                lambda: self._step(buf, shape),
-                self.pool,
-                self.device,
-            )
-        except Exception as exc:  # noqa: BLE001 - any capture failure falls back to eager
-            self.capture_failures += 1
-            buf.eager = True
-            log.warning("CUDA graph capture of %s failed (%s); that shape runs eagerly", shape, exc)

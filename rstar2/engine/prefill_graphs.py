@@ -26,23 +26,28 @@ What it does not do: split long prompts into chunks, or run prefills in rounds.
 
 from __future__ import annotations
 
-import logging
 from array import array
 from dataclasses import dataclass
 
 import torch
 
-from rstar2.engine.decode_graphs import bucket, buckets, capture, width_buckets
 from rstar2.engine.kv_cache import KVCache
 from rstar2.engine.request import Request
 from rstar2.engine.sampler import sample_fixed
+from rstar2.engine.shape_graphs import (
+    M32,
+    Graphed,
+    ShapeGraphs,
+    bucket,
+    buckets,
+    host_view,
+    keeps_nucleus,
+    width_buckets,
+)
 from rstar2.engine.transformer import Transformer
-
-log = logging.getLogger(__name__)
 
 MIN_TOKENS = 8
 """The smallest token bucket: a prefill of 2 to 8 new tokens pads to 8 query slots."""
-_M32 = 0xFFFFFFFF
 # rows of the int64 per-token buffer, and of the per-row one
 _IDS, _POS, _SLOT = range(3)
 _LAST, _SEED_LO, _SEED_HI, _COUNTER = range(4)
@@ -58,7 +63,7 @@ class PrefillShape:
 
 
 @dataclass
-class _Buffers:
+class _Buffers(Graphed):
     tokens: torch.Tensor
     """int64 `[3, rows * tokens]`: ids, positions, write slots, row after row."""
     rows: torch.Tensor
@@ -67,13 +72,9 @@ class _Buffers:
     """int64 `[rows, blocks]`: each row's KV blocks, padded with the pad block."""
     floats: torch.Tensor
     """float32 `[2, rows]`: temperatures and top-p."""
-    out: torch.Tensor | None = None
-    graph: torch.cuda.CUDAGraph | None = None
-    eager: bool = False
-    """Its capture failed: the shape runs eagerly."""
 
 
-class FixedPrefill:
+class FixedPrefill(ShapeGraphs[PrefillShape, _Buffers]):
     def __init__(
         self,
         transformer: Transformer,
@@ -88,17 +89,13 @@ class FixedPrefill:
         to share (the decode graphs')."""
         if max_tokens < 2:
             raise ValueError(f"prefill graphs need max_tokens >= 2, got {max_tokens}")
+        super().__init__(cache.device, graphs, pool)
         self.transformer = transformer
         self.cache = cache
-        self.device = cache.device
         self.max_tokens = max_tokens
         self.row_sizes = buckets(max_num_seqs)
         self.token_sizes = [t for t in buckets(max_tokens) if t >= MIN_TOKENS] or [max_tokens]
         self.width_sizes = width_buckets(max_model_len, cache.block_size)
-        self.graphs = graphs and self.device.type == "cuda"
-        self._pool = pool if pool is not None or not self.graphs else torch.cuda.graph_pool_handle()
-        self._buffers: dict[PrefillShape, _Buffers] = {}
-        self.capture_failures = 0
 
     def takes(self, new_tokens: int) -> bool:
         """Whether a prefill of `new_tokens` new tokens runs here."""
@@ -111,7 +108,7 @@ class FixedPrefill:
             bucket(len(rows), self.row_sizes),
             bucket(max(n for _, n in rows), self.token_sizes),
             bucket(need, self.width_sizes),
-            any(r.params.temperature > 0.0 and r.params.top_p < 1.0 for r, _ in rows),
+            keeps_nucleus([r for r, _ in rows]),
         )
 
     @torch.inference_mode()
@@ -124,27 +121,14 @@ class FixedPrefill:
                     f"request {req.request_id!r}: {n} new tokens, not 2..{self.max_tokens}"
                 )
         shape = self.shape(rows)
-        buf = self._buffers.get(shape)
-        if buf is None:
-            buf = self._buffers[shape] = self._allocate(shape)
+        buf = self.buffers_for(shape)
         self._fill(buf, shape, rows, seeds)
-        if buf.graph is None and self.graphs and not buf.eager:
-            self._capture(buf, shape)
-        if buf.graph is not None:
-            buf.graph.replay()
-        else:
-            buf.out = self._step(buf, shape)
-        assert buf.out is not None
-        return buf.out[:, : len(rows)]
+        return self.run(buf, shape)[:, : len(rows)]
 
-    def stats(self) -> dict[str, int]:
-        return {
-            "shapes": len(self._buffers),
-            "graphs": sum(b.graph is not None for b in self._buffers.values()),
-            "capture_failures": self.capture_failures,
-        }
+    def inputs(self, buf: _Buffers) -> list[torch.Tensor]:
+        return [buf.tokens, buf.rows, buf.table, buf.floats]
 
-    def _allocate(self, shape: PrefillShape) -> _Buffers:
+    def allocate(self, shape: PrefillShape) -> _Buffers:
         dev, cache = self.device, self.cache
         tokens = torch.zeros(3, shape.rows * shape.tokens, dtype=torch.int64, device=dev)
         tokens[_SLOT] = cache.scratch_block * cache.block_size
@@ -191,9 +175,9 @@ class FixedPrefill:
         per_row = array(
             "q",
             last
-            + [s & _M32 for s in seeds]
+            + [s & M32 for s in seeds]
             + zeros
-            + [(s >> 32) & _M32 for s in seeds]
+            + [(s >> 32) & M32 for s in seeds]
             + zeros
             + [len(r.output_ids) for r, _ in rows]
             + zeros,
@@ -206,17 +190,15 @@ class FixedPrefill:
             + [1.0] * padding,
         )
         tokens = array("q", ids + pos + slots)
-        buf.tokens.copy_(torch.frombuffer(tokens, dtype=torch.int64).view(3, -1), non_blocking=True)
-        buf.rows.copy_(torch.frombuffer(per_row, dtype=torch.int64).view(4, -1), non_blocking=True)
+        buf.tokens.copy_(host_view(tokens, dtype=torch.int64).view(3, -1), non_blocking=True)
+        buf.rows.copy_(host_view(per_row, dtype=torch.int64).view(4, -1), non_blocking=True)
         buf.table.copy_(
-            torch.frombuffer(array("q", table), dtype=torch.int64).view(shape.rows, width),
+            host_view(array("q", table), dtype=torch.int64).view(shape.rows, width),
             non_blocking=True,
         )
-        buf.floats.copy_(
-            torch.frombuffer(floats, dtype=torch.float32).view(2, -1), non_blocking=True
-        )
+        buf.floats.copy_(host_view(floats, dtype=torch.float32).view(2, -1), non_blocking=True)
 
-    def _step(self, buf: _Buffers, shape: PrefillShape) -> torch.Tensor:
+    def step(self, buf: _Buffers, shape: PrefillShape) -> torch.Tensor:
         cache, tokens, rows = self.cache, buf.tokens, buf.rows
         width = shape.blocks * cache.block_size
         keys = torch.arange(width, device=self.device).view(1, 1, -1)
@@ -239,20 +221,3 @@ class FixedPrefill:
             rows[_COUNTER],
             shape.nucleus,
         )
-
-    def _capture(self, buf: _Buffers, shape: PrefillShape) -> None:
-        """Capture `shape`'s step as a CUDA graph; on failure the shape runs eagerly from
-        then on, with a warning."""
-        fresh = self._allocate(shape)
-        try:
-            buf.graph, buf.out = capture(
-                [buf.tokens, buf.rows, buf.table, buf.floats],
-                [fresh.tokens, fresh.rows, fresh.table, fresh.floats],
-                lambda: self._step(buf, shape),
-                self._pool,
-                self.device,
-            )
-        except Exception as exc:  # noqa: BLE001 - any capture failure falls back to eager
-            self.capture_failures += 1
-            buf.eager = True
-            log.warning("CUDA graph capture of %s failed (%s); that shape runs eagerly", shape, exc)

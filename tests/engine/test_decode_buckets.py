@@ -1,10 +1,10 @@
-"""The fixed-shape decode's padding sizes (`decode_graphs.buckets`, `bucket`)."""
+"""The fixed-shape steps' padding sizes (`shape_graphs.buckets`, `bucket`)."""
 
 from __future__ import annotations
 
 import pytest
 
-from rstar2.engine.decode_graphs import bucket, buckets
+from rstar2.engine.shape_graphs import bucket, buckets
 
 
 def test_buckets_are_powers_of_two_and_their_midpoints_up_to_the_limit() -> None:

@@ -201,11 +201,12 @@ def host_split_commands(device: str, smoke: bool) -> list[list[str]]:
     a time and in rounds of 8, then the largest of them in rounds of 8 over conversations of
     4 turns (multi-turn RL's workload: how much the prefill steps, which run the dynamic
     forward, cost beside the rounds), and the same with prefills of up to 64 new tokens on
-    fixed shapes (`--prefill-graphs 64`)."""
+    fixed shapes (`--prefill-graphs 64`); those two also count the ops a prefill step
+    dispatches (`--count-ops`: with CUDA graphs, a fixed-shape prefill's step is a replay)."""
     script = str(Path(__file__).resolve().parent / "engine_host_split.py")
     work = ["--requests", "8", "--max-tokens", "16"] if smoke else []
     sizes = ("tiny",) if smoke else ("tiny", "25m")
-    turns = ["--turns", "4"] + ([] if smoke else ["--max-tokens", "128"])
+    turns = ["--turns", "4", "--count-ops"] + ([] if smoke else ["--max-tokens", "128"])
     return [[sys.executable, script, "--device", device, "--model-size", size, *work, *steps,
              "--json"] for size, steps in [*((s, x) for s in sizes for x in ((), ROUNDS)),
                                            (sizes[-1], (*ROUNDS, *turns)),
@@ -421,6 +422,8 @@ def markdown(results: dict[str, Any]) -> str:
         shares = ", ".join(f"{k} {v:.3f}" for k, v in parts.items())
         prefills = (f", {split['prefill_steps']} of {split['steps']} steps prefilled"
                     if "prefill_steps" in split else "")  # fmt: skip
+        if "aten_ops_per_prefill_step" in split:
+            prefills += f", aten ops a prefill step {split['aten_ops_per_prefill_step']}"
         lines += [f"Engine host split, {size} ({split['rows_per_step']} rows, "
                   f"{split['step_ms']:.3f} ms a step{prefills}): {shares} ms", ""]  # fmt: skip
     engines = results.get("engine", {})

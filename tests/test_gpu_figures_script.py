@@ -264,8 +264,10 @@ def test_the_host_split_runs_as_the_engine_part_calls_it() -> None:
     turns = gpu.run_check(commands[2], 120)
     assert turns["turns"] == 4 and turns["prefill_steps"] > 0, turns
     assert turns["prefill_graph_tokens"] == 0 and "forward" in turns["ms_per_step"]
+    assert turns["aten_ops_per_prefill_step"]["dynamic"] > 100
     graphed = gpu.run_check(commands[3], 120)
     assert graphed["prefill_graph_tokens"] == 64 and graphed["ms_per_step"]["prefill"] > 0
+    assert graphed["aten_ops_per_prefill_step"]["fixed_fill"] <= 8
 
 
 def test_the_prefill_groups_check_compares_a_mixed_step_with_the_models_forward() -> None:

@@ -180,7 +180,7 @@ def count_prefill_ops(core: EngineCore, work: Workload) -> dict[str, int]:
     return {label: round(n / steps) for label, n in counts.items()}
 
 
-def main(argv: list[str] | None = None) -> int:
+def arguments() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--model-size", choices=sorted(SHAPES), default="tiny")
     p.add_argument("--requests", type=int, default=256)
@@ -204,12 +204,30 @@ def main(argv: list[str] | None = None) -> int:
         help="then run once more counting the aten ops a prefill step dispatches (not timed)",
     )
     p.add_argument("--json", action="store_true", help="print one JSON object")
-    args = p.parse_args(argv)
+    return p
+
+
+def split(args: argparse.Namespace) -> dict[str, Any]:
+    """The command's measurement in this process (`scripts/gpu_figures.py`'s engine worker
+    calls it between `bench engine` entries); torch's thread count is restored after."""
     if args.requests < 1:
-        p.error("--requests must be >= 1")
+        raise ValueError("--requests must be >= 1")
+    threads = torch.get_num_threads()
     if args.threads:
         torch.set_num_threads(args.threads)
-    out = measure(args)
+    try:
+        return measure(args)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = arguments()
+    args = p.parse_args(argv)
+    try:
+        out = split(args)
+    except ValueError as e:
+        p.error(str(e))
     if args.json:
         print(json.dumps(out))
         return 0

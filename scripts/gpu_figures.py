@@ -13,9 +13,11 @@ cut short keeps what it measured. Parts (`all`: engine, train, bench, in that or
   steps against single steps, a step of batched prefill groups against the model's logits and
   the attention kernel torch picks for each kind of call), then `scripts/engine_host_split.py`
   on the tiny and 25m shapes, one step at a time and in rounds of 8 (a step's time, part by
-  part: the host's work, the graph replay, the wait for the GPU), then `rstar2 bench engine` (the engine against HF
-  `generate`'s batch sizes) for each entry of `ENGINE_PLAN`, one after another in a worker
-  process (`--engine-worker`; replaced if it times out or dies).
+  part: the host's work, the graph replay, the wait for the GPU) and over 4-turn
+  conversations, then `rstar2 bench engine` (the engine against HF
+  `generate`'s batch sizes) for each entry of `ENGINE_PLAN`; the host splits and the entries
+  one after another in one worker process (`--engine-worker`; replaced if it times out or
+  dies).
 
 - `bench`: first `--check-packed` (the packed, chunked-head log-probs against the padded
   full-logits ones on the GPU), then `rstar2 bench learner` measurements (an RL update on a
@@ -196,21 +198,21 @@ def engine_plan(smoke: bool) -> list[tuple[str, list[str]]]:
 
 
 def host_split_commands(device: str, smoke: bool) -> list[list[str]]:
-    """`scripts/engine_host_split.py` runs: where a fixed-path engine step's time goes (the
-    host's parts, the replay, the wait for the GPU), for the tiny and 25m shapes, one step at
-    a time and in rounds of 8, then the largest of them in rounds of 8 over conversations of
-    4 turns (multi-turn RL's workload: how much the prefill steps, which run the dynamic
-    forward, cost beside the rounds), and the same with prefills of up to 64 new tokens on
-    fixed shapes (`--prefill-graphs 64`); those two also count the ops a prefill step
-    dispatches (`--count-ops`: with CUDA graphs, a fixed-shape prefill's step is a replay)."""
-    script = str(Path(__file__).resolve().parent / "engine_host_split.py")
+    """`scripts/engine_host_split.py` measurements, for the engine worker (`host-split` and the
+    script's arguments): where a fixed-path engine step's time goes (the host's parts, the
+    replay, the wait for the GPU), for the tiny and 25m shapes, one step at a time and in
+    rounds of 8, then the largest of them in rounds of 8 over conversations of 4 turns
+    (multi-turn RL's workload: how much the prefill steps, which run the dynamic forward, cost
+    beside the rounds), and the same with prefills of up to 64 new tokens on fixed shapes
+    (`--prefill-graphs 64`); those two also count the ops a prefill step dispatches
+    (`--count-ops`: with CUDA graphs, a fixed-shape prefill's step is a replay)."""
     work = ["--requests", "8", "--max-tokens", "16"] if smoke else []
     sizes = ("tiny",) if smoke else ("tiny", "25m")
     turns = ["--turns", "4", "--count-ops"] + ([] if smoke else ["--max-tokens", "128"])
-    return [[sys.executable, script, "--device", device, "--model-size", size, *work, *steps,
-             "--json"] for size, steps in [*((s, x) for s in sizes for x in ((), ROUNDS)),
-                                           (sizes[-1], (*ROUNDS, *turns)),
-                                           (sizes[-1], (*ROUNDS, *turns, *PREFILL))]]  # fmt: skip
+    return [["host-split", "--device", device, "--model-size", size, *work, *steps]
+            for size, steps in [*((s, x) for s in sizes for x in ((), ROUNDS)),
+                                (sizes[-1], (*ROUNDS, *turns)),
+                                (sizes[-1], (*ROUNDS, *turns, *PREFILL))]]  # fmt: skip
 
 
 def decode_label(figures: dict[str, Any]) -> str:
@@ -815,15 +817,22 @@ def worker(model_dir: Path) -> int:
 
 
 def engine_worker() -> int:
-    """`--engine-worker`: `bench engine` measurements (`serve_entries`); an entry's models,
-    caches and CUDA graphs are freed before the next."""
+    """`--engine-worker`: `bench engine` measurements, and `scripts/engine_host_split.py`'s
+    for an entry that starts with "host-split" (`serve_entries`); an entry's models, caches
+    and CUDA graphs are freed before the next."""
+    import engine_host_split
+
     from rstar2.commands import bench_engine
 
     parser = argparse.ArgumentParser(prog="bench engine")
     bench_engine.add_arguments(parser)
-    return serve_entries(
-        lambda argv: bench_engine.measure(parser.parse_args(argv))[0], reset_compiled=False
-    )
+
+    def measure(argv: list[str]) -> dict[str, Any]:
+        if argv[:1] == ["host-split"]:
+            return engine_host_split.split(engine_host_split.arguments().parse_args(argv[1:]))
+        return bench_engine.measure(parser.parse_args(argv))[0]
+
+    return serve_entries(measure, reset_compiled=False)
 
 
 def environment() -> dict[str, Any]:
@@ -931,13 +940,16 @@ def main(argv: list[str] | None = None) -> int:
         print(f"engine check: {json.dumps(results['engine_check'])}", flush=True)
         save()
         splits = results.setdefault("engine_host_split", {})
+        engine_runner: BenchWorker | None = None
         for command in host_split_commands(device, args.smoke):
+            if engine_runner is None or not engine_runner.alive:
+                engine_runner = BenchWorker(["--engine-worker"], log)
             name = split_name(command)
-            splits[name] = run_check(command, 120)
+            reply = engine_runner.measure(command, 120)
+            splits[name] = reply.get("ok", {"error": reply.get("error")})
             print(f"engine host split {name}: {json.dumps(splits[name])}", flush=True)
             save()
         engines = results.setdefault("engine", {})
-        engine_runner: BenchWorker | None = None
         for name, extra in engine_plan(args.smoke):
             if past_deadline():
                 engines[name] = {"error": f"skipped: past the {args.deadline:.0f} s deadline"}

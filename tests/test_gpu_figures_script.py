@@ -245,7 +245,9 @@ def test_markdown_has_the_engine_table_and_check() -> None:
     assert "| qwen2.5-1.5b-fixed | failed: skipped: past the 140 s deadline |" in text
 
 
-def test_the_host_split_runs_as_the_engine_part_calls_it() -> None:
+def test_the_host_split_runs_as_the_engine_part_calls_it(tmp_path: Path) -> None:
+    """The host splits run in the engine worker, between `bench engine` entries: each gives
+    its parts, and an entry after them still measures."""
     commands = gpu.host_split_commands("cpu", smoke=True)
     assert [gpu.split_name(c) for c in commands] == [
         "tiny", "tiny-rounds-8", "tiny-rounds-8-turns-4", "tiny-rounds-8-turns-4-prefill-64"
@@ -255,19 +257,24 @@ def test_the_host_split_runs_as_the_engine_part_calls_it() -> None:
         "tiny", "tiny-rounds-8", "25m", "25m-rounds-8", "25m-rounds-8-turns-4",
         "25m-rounds-8-turns-4-prefill-64",
     ]  # fmt: skip
-    assert all(c[c.index("--device") + 1] == "cuda" for c in full)
-    got = gpu.run_check(commands[0], 120)
+    assert all(c[0] == "host-split" and c[c.index("--device") + 1] == "cuda" for c in full)
+    worker = gpu.BenchWorker(["--engine-worker"], tmp_path / "log")
+    try:
+        got, rounds, turns, graphed = (worker.measure(c, 120)["ok"] for c in commands)
+        bad = worker.measure(["host-split", "--requests", "0"], 120)
+        entry = worker.measure(["--requests", "4", "--max-tokens", "8", "--batch-sizes", "4"], 120)
+    finally:
+        worker.close()
     assert got.get("decode") == "fixed" and got["ms_per_step"]["fill"] >= 0, got
     assert got["decode_steps"] == 1
-    rounds = gpu.run_check(commands[1], 120)
     assert rounds["decode_steps"] == 8 and rounds["ms_per_step"]["round"] >= 0, rounds
-    turns = gpu.run_check(commands[2], 120)
     assert turns["turns"] == 4 and turns["prefill_steps"] > 0, turns
     assert turns["prefill_graph_tokens"] == 0 and "forward" in turns["ms_per_step"]
     assert turns["aten_ops_per_prefill_step"]["dynamic"] > 100
-    graphed = gpu.run_check(commands[3], 120)
     assert graphed["prefill_graph_tokens"] == 64 and graphed["ms_per_step"]["prefill"] > 0
     assert graphed["aten_ops_per_prefill_step"]["fixed_fill"] <= 8
+    assert "--requests must be >= 1" in bad["error"]
+    assert entry["ok"]["engine_tok_s"] > 0
 
 
 def test_the_prefill_groups_check_compares_a_mixed_step_with_the_models_forward() -> None:

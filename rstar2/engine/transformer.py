@@ -78,10 +78,10 @@ class Transformer:
     def forward(self, batch: StepBatch, cache: KVCache) -> torch.Tensor:
         """Logits `[num_requests, vocab]` at each request's last scheduled token."""
 
-        # a continuation group's mask once a step, its rows repeated for the query heads that
-        # share a KV head (`_attention` folds them into the query length)
-        groups = self.num_heads // self.num_kv_heads
-        masks = [None if g.mask is None else g.mask.repeat(1, 1, groups, 1) for g in batch.prefill]
+        # a continuation group's mask folded once a step (`_attention` folds the query heads
+        # that share a KV head into the query length)
+        heads = self.num_heads // self.num_kv_heads
+        masks = [None if g.mask is None else _fold_mask(g.mask, heads) for g in batch.prefill]
 
         def attend(layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
             return self._attention(layer, q, k, v, batch, masks, cache)
@@ -131,18 +131,13 @@ class Transformer:
         position). The G query heads sharing a KV head are folded into the query length, as
         in `_attention`. The caller runs it under inference mode."""
         rows, tokens = mask.shape[0], mask.shape[1]
-        hq, hkv, d = self.num_heads, self.num_kv_heads, self.head_dim
-        heads = hq // hkv
-        grouped = mask.unsqueeze(1).expand(-1, heads, -1, -1).reshape(rows, 1, heads * tokens, -1)
+        folded = _fold_mask(mask.unsqueeze(1), self.num_heads // self.num_kv_heads)
 
         def attend(layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
             kk, vv = cache.gather(layer, block_rows, rows)
-            # row j * L + i of KV head h: query head h * G + j, slot i
-            qq = q.view(rows, tokens, hkv, heads, d).permute(0, 2, 3, 1, 4)
-            qq = qq.reshape(rows, hkv, heads * tokens, d)
-            out = F.scaled_dot_product_attention(qq, kk, vv, attn_mask=grouped)
-            out = out.view(rows, hkv, heads, tokens, d).permute(0, 3, 1, 2, 4)
-            return out.reshape(rows * tokens, hq * d)
+            qq = q.view(rows, tokens, self.num_heads, self.head_dim).transpose(1, 2)
+            out = _folded_attention(qq, kk, vv, folded)
+            return out.transpose(1, 2).reshape(rows * tokens, self.num_heads * self.head_dim)
 
         x = self._layers(input_ids, positions, write_rows, cache, attend)
         return self._logits(x[last])
@@ -220,11 +215,9 @@ class Transformer:
                 if heads > 1:
                     kk, vv = kk.repeat_interleave(heads, 1), vv.repeat_interleave(heads, 1)
                 out = F.scaled_dot_product_attention(qq, kk, vv, is_causal=True)
-            else:  # row j * width + i of KV head h: query head h * heads + j, slot i
+            else:
                 kk, vv = cache.gather(layer, g.rows, s)
-                grouped = qq.reshape(s, hkv, heads * width, d)
-                out = F.scaled_dot_product_attention(grouped, kk, vv, attn_mask=mask)
-                out = out.view(s, hq, width, d)
+                out = _folded_attention(qq, kk, vv, mask)
             flat = out.transpose(1, 2).reshape(s * width, hq * d)
             if g.span is not None:
                 attended[g.span[0] : g.span[1]] = flat
@@ -232,6 +225,26 @@ class Transformer:
                 assert g.targets is not None and g.real is not None
                 attended.index_copy_(0, g.targets, flat.index_select(0, g.real))
         return attended
+
+
+def _fold_mask(mask: torch.Tensor, heads: int) -> torch.Tensor:
+    """A bool mask `[S, 1, L, W]` for `_folded_attention` with `heads` query heads a KV head:
+    `[S, 1, heads * L, W]`, row j * L + i the mask of slot i."""
+    return mask.repeat(1, 1, heads, 1)
+
+
+def _folded_attention(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor
+) -> torch.Tensor:
+    """Attention of `q` `[S, Hq, L, D]` over `k`/`v` `[S, Hkv, W, D]`, the Hq / Hkv query heads
+    sharing a KV head folded into the query length (row j * L + i of KV head h: query head
+    h * Hq / Hkv + j, slot i; `mask` from `_fold_mask`), so no call asks for grouped heads
+    (`enable_gqa`), which CUDA's memory-efficient kernel refuses: `[S, Hq, L, D]`."""
+    s, hq, length, d = q.shape
+    out = F.scaled_dot_product_attention(
+        q.reshape(s, k.shape[1], hq // k.shape[1] * length, d), k, v, attn_mask=mask
+    )
+    return out.view(s, hq, length, d)
 
 
 def _slots(x: torch.Tensor, group: PrefillGroup) -> torch.Tensor:

@@ -42,13 +42,14 @@ from rstar2.engine.kv_cache import KVCache
 from rstar2.engine.request import Request
 from rstar2.engine.sampler import sample_fixed
 from rstar2.engine.shape_graphs import (
-    M32,
     Graphed,
     ShapeGraphs,
+    block_table,
     bucket,
     buckets,
     host_view,
     keeps_nucleus,
+    sampling_inputs,
     width_buckets,
 )
 from rstar2.engine.transformer import Transformer
@@ -160,18 +161,10 @@ class FixedDecoder(ShapeGraphs[Shape, _Buffers]):
     @torch.inference_mode()
     def sample(self, logits: torch.Tensor, rows: list[Request], seeds: list[int]) -> torch.Tensor:
         """`sample_fixed` for rows computed elsewhere (a step's prefills), eagerly."""
-        ints = torch.tensor(
-            [
-                [s & M32 for s in seeds],
-                [(s >> 32) & M32 for s in seeds],
-                [len(r.output_ids) for r in rows],
-            ],
-            dtype=torch.int64,
-        ).to(self.device, non_blocking=True)
-        floats = torch.tensor(
-            [[r.params.temperature for r in rows], [r.params.top_p for r in rows]],
-            dtype=torch.float32,
-        ).to(self.device, non_blocking=True)
+        sampling, values = sampling_inputs(rows, seeds, 0)
+        ints = host_view(array("q", sampling), torch.int64).view(3, -1)
+        ints = ints.to(self.device, non_blocking=True)
+        floats = host_view(values, torch.float32).view(2, -1).to(self.device, non_blocking=True)
         return sample_fixed(
             logits, floats[0], floats[1], ints[0], ints[1], ints[2], keeps_nucleus(rows)
         )
@@ -199,6 +192,7 @@ class FixedDecoder(ShapeGraphs[Shape, _Buffers]):
         pad_block, width = self.cache.pad_block, shape.blocks
         pos = [r.num_computed for r in rows]
         zeros = [0] * pad
+        sampling, floats = sampling_inputs(rows, seeds, pad)
         ints = array(
             "q",
             [r.token_at(p) for r, p in zip(rows, pos, strict=True)]
@@ -209,30 +203,11 @@ class FixedDecoder(ShapeGraphs[Shape, _Buffers]):
             + [self.cache.scratch_block * bs] * pad
             + [p + 1 for p in pos]
             + [1] * pad
-            + [s & M32 for s in seeds]
-            + zeros
-            + [(s >> 32) & M32 for s in seeds]
-            + zeros
-            + [len(r.output_ids) for r in rows]
-            + zeros,
+            + sampling,
         )
-        table: list[int] = []
-        for r in rows:
-            blocks = r.blocks[:width]
-            table += blocks
-            if len(blocks) < width:
-                table += [pad_block] * (width - len(blocks))
-        floats = array(
-            "f",
-            [r.params.temperature for r in rows]
-            + [0.0] * pad
-            + [r.params.top_p for r in rows]
-            + [1.0] * pad,
-        )
+        table = block_table(rows, width, pad_block)
         buf.ints.copy_(host_view(ints, torch.int64).view(7, shape.batch), non_blocking=True)
-        buf.table[:n].copy_(
-            host_view(array("q", table), torch.int64).view(n, width), non_blocking=True
-        )
+        buf.table[:n].copy_(host_view(table, torch.int64).view(n, width), non_blocking=True)
         if pad:
             buf.table[n:].fill_(pad_block)
         buf.floats.copy_(host_view(floats, torch.float32).view(2, shape.batch), non_blocking=True)

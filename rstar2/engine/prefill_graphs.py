@@ -35,13 +35,14 @@ from rstar2.engine.kv_cache import KVCache
 from rstar2.engine.request import Request
 from rstar2.engine.sampler import sample_fixed
 from rstar2.engine.shape_graphs import (
-    M32,
     Graphed,
     ShapeGraphs,
+    block_table,
     bucket,
     buckets,
     host_view,
     keeps_nucleus,
+    sampling_inputs,
     width_buckets,
 )
 from rstar2.engine.transformer import Transformer
@@ -154,7 +155,6 @@ class FixedPrefill(ShapeGraphs[PrefillShape, _Buffers]):
         pos: list[int] = []
         slots: list[int] = []
         last: list[int] = []
-        table: list[int] = []
         for i, (req, n) in enumerate(rows):
             first, pad = req.num_computed, slots_per_row - n
             new = req.token_slice(first, first + n)
@@ -163,40 +163,21 @@ class FixedPrefill(ShapeGraphs[PrefillShape, _Buffers]):
             slots += [req.blocks[p // bs] * bs + p % bs for p in range(first, first + n)]
             slots += [scratch] * pad
             last.append(i * slots_per_row + n - 1)
-            blocks = req.blocks[:width]
-            table += blocks + [self.cache.pad_block] * (width - len(blocks))
-        padding = shape.rows - len(rows)
+        n, padding = len(rows), shape.rows - len(rows)
         ids += [0] * (padding * slots_per_row)
         pos += [0] * (padding * slots_per_row)
         slots += [scratch] * (padding * slots_per_row)
-        last += [(len(rows) + i) * slots_per_row for i in range(padding)]
-        table += [self.cache.pad_block] * (padding * width)
-        zeros = [0] * padding
-        per_row = array(
-            "q",
-            last
-            + [s & M32 for s in seeds]
-            + zeros
-            + [(s >> 32) & M32 for s in seeds]
-            + zeros
-            + [len(r.output_ids) for r, _ in rows]
-            + zeros,
-        )
-        floats = array(
-            "f",
-            [r.params.temperature for r, _ in rows]
-            + [0.0] * padding
-            + [r.params.top_p for r, _ in rows]
-            + [1.0] * padding,
-        )
+        last += [(n + i) * slots_per_row for i in range(padding)]
+        requests = [r for r, _ in rows]
+        sampling, floats = sampling_inputs(requests, seeds, padding)
+        table = block_table(requests, width, self.cache.pad_block)
+        table.extend([self.cache.pad_block] * (padding * width))  # the padding rows
         tokens = array("q", ids + pos + slots)
-        buf.tokens.copy_(host_view(tokens, dtype=torch.int64).view(3, -1), non_blocking=True)
-        buf.rows.copy_(host_view(per_row, dtype=torch.int64).view(4, -1), non_blocking=True)
-        buf.table.copy_(
-            host_view(array("q", table), dtype=torch.int64).view(shape.rows, width),
-            non_blocking=True,
-        )
-        buf.floats.copy_(host_view(floats, dtype=torch.float32).view(2, -1), non_blocking=True)
+        buf.tokens.copy_(host_view(tokens, torch.int64).view(3, -1), non_blocking=True)
+        buf.rows.copy_(host_view(array("q", last + sampling), torch.int64).view(4, -1),
+                       non_blocking=True)  # fmt: skip
+        buf.table.copy_(host_view(table, torch.int64).view(shape.rows, width), non_blocking=True)
+        buf.floats.copy_(host_view(floats, torch.float32).view(2, -1), non_blocking=True)
 
     def step(self, buf: _Buffers, shape: PrefillShape) -> torch.Tensor:
         cache, tokens, rows = self.cache, buf.tokens, buf.rows

@@ -65,13 +65,15 @@ def sample(
 # same token at the same index whatever shares the batch, after a preemption too, on any
 # device (floating-point sums aside). The draws differ from `sample`'s generator-based ones.
 
-_M32 = 0xFFFFFFFF
+M32 = 0xFFFFFFFF
+"""The mask of the hash's 32-bit arithmetic; a 64-bit seed reaches `sample_fixed` as its two
+32-bit halves (`seed & M32`, `(seed >> 32) & M32`)."""
 
 
 def _mul32(x: torch.Tensor, c: int) -> torch.Tensor:
     """`x * c mod 2**32` for `x` in [0, 2**32) held in int64, without int64 overflow."""
     lo, hi = x & 0xFFFF, x >> 16
-    return (lo * c + (((hi * c) & 0xFFFF) << 16)) & _M32
+    return (lo * c + (((hi * c) & 0xFFFF) << 16)) & M32
 
 
 def mix32(x: torch.Tensor) -> torch.Tensor:

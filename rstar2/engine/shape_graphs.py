@@ -25,12 +25,11 @@ from typing import Generic, TypeVar
 import torch
 
 from rstar2.engine.request import Request
+from rstar2.engine.sampler import M32
 
 log = logging.getLogger(__name__)
 
 MIN_WIDTH_TOKENS = 64
-M32 = 0xFFFFFFFF
-"""A 64-bit sampling seed travels as two 32-bit halves (`sampler.counter_uniform`)."""
 
 
 def buckets(limit: int) -> list[int]:
@@ -69,6 +68,42 @@ def host_view(values: array, dtype: torch.dtype) -> torch.Tensor:
     buffers are filled from `array`s, which a comprehension fills in a C loop, about 4x
     faster than `torch.tensor` of a list."""
     return torch.frombuffer(values, dtype=dtype)
+
+
+def sampling_inputs(rows: list[Request], seeds: list[int], pad: int) -> tuple[list[int], array]:
+    """The per-row inputs of `sampler.sample_fixed` for `rows` and `pad` padding rows: the
+    ints `[seed low halves, seed high halves, counters]` (the drawn token's index in its
+    request's output; padding 0), row after row of each, and the float32 `array`
+    `[temperatures, top-p]` (padding greedy, 0.0 and 1.0)."""
+    zeros = [0] * pad
+    ints = (
+        [s & M32 for s in seeds]
+        + zeros
+        + [(s >> 32) & M32 for s in seeds]
+        + zeros
+        + [len(r.output_ids) for r in rows]
+        + zeros
+    )
+    floats = array(
+        "f",
+        [r.params.temperature for r in rows]
+        + [0.0] * pad
+        + [r.params.top_p for r in rows]
+        + [1.0] * pad,
+    )
+    return ints, floats
+
+
+def block_table(rows: list[Request], width: int, pad_block: int) -> array:
+    """The first `width` KV blocks of each of `rows`, padded with `pad_block`, row after row
+    (int64 `array`, `[len(rows), width]` viewed)."""
+    table: list[int] = []
+    for r in rows:
+        blocks = r.blocks[:width]
+        table += blocks
+        if len(blocks) < width:
+            table += [pad_block] * (width - len(blocks))
+    return array("q", table)
 
 
 def keeps_nucleus(rows: list[Request]) -> bool:

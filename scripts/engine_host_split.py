@@ -29,10 +29,11 @@ What it does not do: time HF `generate` (`rstar2 bench engine` does), or profile
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
@@ -49,6 +50,19 @@ from rstar2.engine.benchmark import (
 from rstar2.engine.config import EngineConfig, resolve_device
 from rstar2.engine.core import EngineCore
 from rstar2.model.tiny import SHAPES
+
+
+@contextlib.contextmanager
+def wrapped(
+    owner: Any, name: str, wrap: Callable[[Callable[..., Any]], Callable[..., Any]]
+) -> Iterator[None]:
+    """`owner.name` replaced by `wrap(owner.name)` while the block runs, put back after."""
+    inner = getattr(owner, name)
+    setattr(owner, name, wrap(inner))
+    try:
+        yield
+    finally:
+        setattr(owner, name, inner)
 
 
 def timed(spent: Counter[str], key: str, fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -101,13 +115,11 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
     time_engine(core, work)  # warm-up: every shape's buffers (and CUDA graphs) made once
     spent = instrument(core)
     # the dynamic step's index tensors and sampling: functions the core's module calls
-    built, sampled = core_module.build_step_batch, core_module.sample
-    core_module.build_step_batch = timed(spent, "batch", built)
-    core_module.sample = timed(spent, "sample", sampled)
-    try:
+    with (
+        wrapped(core_module, "build_step_batch", lambda f: timed(spent, "batch", f)),
+        wrapped(core_module, "sample", lambda f: timed(spent, "sample", f)),
+    ):
         timing = time_engine(core, work)
-    finally:
-        core_module.build_step_batch, core_module.sample = built, sampled
     steps = max(timing.clock.steps, 1)
     spent["wait"] = timing.clock.wait_s
     parts = {k: round(v * 1e3 / steps, 4) for k, v in spent.most_common()}
@@ -149,33 +161,32 @@ def count_prefill_ops(core: EngineCore, work: Workload) -> dict[str, int]:
     fixed-shape prefill's copy into its buffers, and its forward and sampling: one graph
     replay on a GPU with CUDA graphs). The counting slows the run: it is not timed."""
     counts: Counter[str] = Counter()
-    patched: list[tuple[Any, str, Any]] = []
 
-    def count(owner: Any, name: str, label: str) -> None:
-        inner = getattr(owner, name)
+    def counted(label: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+        def wrap(inner: Callable[..., Any]) -> Callable[..., Any]:
+            def run(*a: Any, **kw: Any) -> Any:
+                with _OpCounter() as counter:
+                    result = inner(*a, **kw)
+                counts[label] += counter.ops
+                return result
 
-        def counted(*a: Any, **kw: Any) -> Any:
-            with _OpCounter() as counter:
-                result = inner(*a, **kw)
-            counts[label] += counter.ops
-            return result
+            return run
 
-        patched.append((owner, name, inner))
-        setattr(owner, name, counted)
+        return wrap
 
-    count(core_module, "build_step_batch", "dynamic")
-    count(core.transformer, "forward", "dynamic")
+    parts = [(core_module, "build_step_batch", "dynamic"), (core.transformer, "forward", "dynamic")]
     if core.fixed is not None:
-        count(core.fixed, "sample", "dynamic")
+        parts.append((core.fixed, "sample", "dynamic"))
     if core.fixed_prefill is not None:
-        count(core.fixed_prefill, "_fill", "fixed_fill")
-        count(core.fixed_prefill, "step", "fixed_step")
+        parts += [
+            (core.fixed_prefill, "_fill", "fixed_fill"),
+            (core.fixed_prefill, "step", "fixed_step"),
+        ]
     before = core.clock.prefill_steps
-    try:
+    with contextlib.ExitStack() as stack:
+        for owner, name, label in parts:
+            stack.enter_context(wrapped(owner, name, counted(label)))
         time_engine(core, work)
-    finally:
-        for owner, name, inner in reversed(patched):
-            setattr(owner, name, inner)
     steps = max(core.clock.prefill_steps - before, 1)
     return {label: round(n / steps) for label, n in counts.items()}
 

@@ -720,28 +720,37 @@ class BenchWorker:
     """A process running measurements one after another: `bench learner` on one model
     directory (`--worker DIR`) or `bench engine` (`--engine-worker`). Python, torch and CUDA
     start once per worker instead of once per benchmark (about 10 of the 23 seconds each
-    learner benchmark took on an H200 as separate commands)."""
+    learner benchmark took on an H200 as separate commands). The process starts with the
+    first measurement, and again with the next one after it timed out or died."""
 
     def __init__(self, mode: list[str], log: Path) -> None:
-        self._err = log.open("a")
+        self.mode, self.log = mode, log
+        self.proc: subprocess.Popen[str] | None = None
+
+    def _start(self) -> None:
+        self._err = self.log.open("a")
         self.proc = subprocess.Popen(
-            [sys.executable, str(Path(__file__).resolve()), *mode],
+            [sys.executable, str(Path(__file__).resolve()), *self.mode],
             cwd=ROOT, env=script_env(), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
             stderr=self._err, text=True, bufsize=1,
         )  # fmt: skip
         self._lines: queue.Queue[str | None] = queue.Queue()
-        threading.Thread(target=self._read, daemon=True).start()
+        threading.Thread(target=self._read, args=(self.proc,), daemon=True).start()
 
-    def _read(self) -> None:
-        assert self.proc.stdout is not None
-        for line in self.proc.stdout:
+    def _read(self, proc: subprocess.Popen[str]) -> None:
+        assert proc.stdout is not None
+        for line in proc.stdout:
             self._lines.put(line)
         self._lines.put(None)
 
     def measure(self, args: list[str], timeout_s: float) -> dict[str, Any]:
         """One measurement: {"ok": figures} or {"error": why}; a timeout or a dead worker
-        is an error, after which this worker is closed."""
-        assert self.proc.stdin is not None
+        is an error, after which this worker's process is closed (the next measurement
+        starts another)."""
+        if not self.alive:
+            self.close()
+            self._start()
+        assert self.proc is not None and self.proc.stdin is not None
         try:
             self.proc.stdin.write(json.dumps(args) + "\n")
             self.proc.stdin.flush()
@@ -762,13 +771,16 @@ class BenchWorker:
 
     @property
     def alive(self) -> bool:
-        return self.proc.poll() is None
+        return self.proc is not None and self.proc.poll() is None
 
     def close(self) -> None:
+        if self.proc is None:
+            return
         if self.proc.poll() is None:
             self.proc.kill()
         self.proc.wait()
         self._err.close()
+        self.proc = None
 
 
 def serve_entries(measure: Callable[[list[str]], dict[str, Any]], reset_compiled: bool) -> int:
@@ -940,10 +952,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"engine check: {json.dumps(results['engine_check'])}", flush=True)
         save()
         splits = results.setdefault("engine_host_split", {})
-        engine_runner: BenchWorker | None = None
+        engine_runner = BenchWorker(["--engine-worker"], log)
         for command in host_split_commands(device, args.smoke):
-            if engine_runner is None or not engine_runner.alive:
-                engine_runner = BenchWorker(["--engine-worker"], log)
             name = split_name(command)
             reply = engine_runner.measure(command, 120)
             splits[name] = reply.get("ok", {"error": reply.get("error")})
@@ -955,8 +965,6 @@ def main(argv: list[str] | None = None) -> int:
                 engines[name] = {"error": f"skipped: past the {args.deadline:.0f} s deadline"}
                 save()
                 continue
-            if engine_runner is None or not engine_runner.alive:
-                engine_runner = BenchWorker(["--engine-worker"], log)
             begun = time.perf_counter()
             reply = engine_runner.measure([*extra, "--json"], args.engine_timeout)
             secs = time.perf_counter() - begun
@@ -964,8 +972,7 @@ def main(argv: list[str] | None = None) -> int:
                              **reply.get("ok", {"error": reply.get("error")})}  # fmt: skip
             print(f"engine {name}: {secs:.0f}s {json.dumps(reply)}", flush=True)
             save()
-        if engine_runner is not None:
-            engine_runner.close()
+        engine_runner.close()
     if args.part in ("train", "all"):
         run_dir = work / "run"
         shutil.rmtree(run_dir, ignore_errors=True)
@@ -1010,11 +1017,10 @@ def main(argv: list[str] | None = None) -> int:
             variant = name.removeprefix(shape + "-")
             entry: dict[str, Any] = {"shape": shape, "variant": variant}
             reply: dict[str, Any] = {}
+            runner = workers.setdefault(shape, BenchWorker(["--worker", str(models[shape])], log))
             for attempt in (extra, smaller_micro_batch(extra)):
-                if shape not in workers or not workers[shape].alive:
-                    workers[shape] = BenchWorker(["--worker", str(models[shape])], log)
                 begun = time.perf_counter()
-                reply = workers[shape].measure([*attempt, "--json"], args.bench_timeout)
+                reply = runner.measure([*attempt, "--json"], args.bench_timeout)
                 entry.update(seconds=time.perf_counter() - begun, **reply.get("ok", {}))
                 if "ok" in reply or attempt == smaller_micro_batch(attempt):
                     break

@@ -288,3 +288,18 @@ def test_the_prefill_groups_check_compares_a_mixed_step_with_the_models_forward(
     backends = got["sdpa_backends"]
     assert set(backends) == {"decode", "fresh_prefill", "continuation", "fixed_prefill"}
     assert all(names and "unknown" not in " ".join(names) for names in backends.values())
+
+
+def test_a_worker_that_timed_out_starts_again_for_the_next_measurement(tmp_path: Path) -> None:
+    """A timeout closes the worker's process; the next measurement starts another, no caller
+    has to replace the worker."""
+    worker = gpu.BenchWorker(["--engine-worker"], tmp_path / "log")
+    small = ["--requests", "4", "--max-tokens", "8", "--batch-sizes", "4", "--json"]
+    try:
+        assert not worker.alive  # nothing started before the first measurement
+        late = worker.measure(small, 0.01)
+        assert late["error"].startswith("timed out") and not worker.alive
+        again = worker.measure(small, 120)
+    finally:
+        worker.close()
+    assert again["ok"]["engine_tok_s"] > 0

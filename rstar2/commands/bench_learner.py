@@ -11,8 +11,8 @@ one-rank group of its own, so the sharded path (FSDP2, its mixed precision, NCCL
 on a single device; N ranks are always sharded.
 
 Figures (`--json` keys): `model_params`, `ranks`, `fsdp`, `bf16`, `activation_checkpointing`,
-`compile`, `compile_head`, `reshard_after_forward`, `sync_every_micro_batch` (FSDP2's settings
-as resolved; null without FSDP2), the batch (`rollouts`, `tokens`, `micro_batch`), `device`,
+`compile`, `compile_head`, `reshard_after_forward`, `sync_every_micro_batch`, `shard_per_layer`
+(FSDP2's settings as resolved; null without FSDP2), the batch (`rollouts`, `tokens`, `micro_batch`), `device`,
 `device_name`, `tokens_per_s` (sequence tokens through forward and backward per second, all
 ranks together), `step_s` (median update), `peak_memory_mb` (the largest of any rank: GPU memory allocated by torch, or the
 process's peak RSS on the CPU), `mfu` (GPUs only: 6 x parameters x tokens/s over the GPUs' peak
@@ -166,6 +166,12 @@ def _add_compile_options(p: argparse.ArgumentParser) -> None:
         help="FSDP2 on one rank reduces gradients after every micro-batch (the earlier "
         "setting; default: once per mini-batch, after its last micro-batch)",
     )
+    p.add_argument(
+        "--shard-per-layer",
+        action="store_true",
+        help="FSDP2 on one rank wraps each decoder layer as a unit of its own (the earlier "
+        "setting; default: the whole model as one unit)",
+    )
 
 
 def _add_output_options(p: argparse.ArgumentParser) -> None:
@@ -209,6 +215,7 @@ def _learner_config(args: argparse.Namespace) -> LearnerConfig:
         checkpoint_every=args.checkpoint_every,
         reshard_after_forward=True if args.reshard else None,
         sync_every_micro_batch=True if args.sync_every_micro_batch else None,
+        shard_per_layer=True if args.shard_per_layer else None,
     )  # fmt: skip
 
 
@@ -305,6 +312,7 @@ def measure(args: argparse.Namespace, model_dir: Path) -> dict[str, Any]:
         "compile_head": args.compile_head,
         "reshard_after_forward": policy.reshard_after_forward,
         "sync_every_micro_batch": policy.sync_every_micro_batch,
+        "shard_per_layer": policy.shard_per_layer,
         "workload": "trace" if args.trace is not None else args.workload,
         "rollouts": args.rollouts,
         "tokens": args.tokens,

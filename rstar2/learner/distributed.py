@@ -68,6 +68,9 @@ class DistributedConfig:
     bf16_params: bool = False
     """FSDP2 mixed precision on GPUs: bf16 compute copies of the parameters, fp32 gradient
     reduction and fp32 master weights. Ignored on CPU."""
+    per_layer: bool = True
+    """Each decoder layer a unit of its own, then the root; False: the whole model one unit
+    (`LearnerConfig.shard_per_layer`)."""
 
 
 def decoder_layers(model: nn.Module) -> Sequence[nn.Module]:
@@ -83,7 +86,8 @@ def decoder_layers(model: nn.Module) -> Sequence[nn.Module]:
 
 
 def shard_model(model: nn.Module, cfg: DistributedConfig | None = None) -> nn.Module:
-    """Apply FSDP2 to each decoder layer, then to the root (embeddings, norm, LM head).
+    """Apply FSDP2 to each decoder layer, then to the root (embeddings, norm, LM head); with
+    `cfg.per_layer` False only to the root, which then holds every parameter.
 
     The model must be identical on every rank (same init seed or the same checkpoint). Gradients
     are reduced as a sum: `update_policy_sharded` normalises each rank's loss by the global token
@@ -96,7 +100,7 @@ def shard_model(model: nn.Module, cfg: DistributedConfig | None = None) -> nn.Mo
         kwargs["mp_policy"] = MixedPrecisionPolicy(
             param_dtype=torch.bfloat16, reduce_dtype=torch.float32
         )
-    for layer in decoder_layers(model):
+    for layer in decoder_layers(model) if cfg.per_layer else ():
         fully_shard(layer, **kwargs)  # type: ignore[arg-type]
     fully_shard(model, **kwargs)  # type: ignore[arg-type]
     for module in model.modules():

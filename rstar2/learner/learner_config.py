@@ -74,6 +74,13 @@ class LearnerConfig:
     once, after a mini-batch's last micro-batch (`set_requires_gradient_sync`), which saves the
     per-layer reduce and regather of every other micro-batch. False with several ranks: the
     same, at the cost of a full fp32 gradient on every rank."""
+    shard_per_layer: bool | None = None
+    """FSDP2: wrap each decoder layer as a unit of its own (gathered, resharded and reduced
+    layer by layer, with hooks around every layer's forward and backward), then the rest of
+    the model. None: only with several ranks, where per-layer units bound the memory of the
+    gathered parameters and overlap communication with compute; one rank wraps the whole model
+    as one unit (it holds every parameter anyway, and has nothing to communicate): one gather
+    and one reduction a mini-batch, no per-layer hooks."""
     compile: bool | None = None
     """torch.compile each decoder layer (in place: module names unchanged), before FSDP2 wraps
     it; the first update pays the compilation (about 20 s at Qwen2.5-0.5B shape). None: on

@@ -24,9 +24,10 @@ weights and fp32 optimizer state (FSDP2's `MixedPrecisionPolicy` when sharded on
 the chunked LM head, activation checkpointing (every `checkpoint_every`-th decoder layer, the
 Hugging Face model's own gradient checkpointing), compiled layers. FSDP2 with one rank keeps
 the gathered parameters from forward to backward (`reshard_after_forward` False): resharding
-would free nothing another rank could use, and gather them again; and it reduces the gradients
+would free nothing another rank could use, and gather them again; it reduces the gradients
 once per mini-batch, after its last micro-batch (`sync_every_micro_batch`), instead of after
-each.
+each; and it wraps the whole model as one FSDP2 unit (`shard_per_layer`), so no per-layer
+hooks run around each layer's forward and backward.
 
 `load_policy` builds a rank's policy from a model directory; `policy_rank` is the body of every
 rank but 0 (used by `rstar2 train` and `rstar2 bench learner`).
@@ -100,16 +101,21 @@ class LearnerPolicy:
         """Whether updates take the packed, chunked-head path (`prepare_model`)."""
         self.reshard_after_forward: bool | None = None
         self.sync_every_micro_batch: bool | None = None
+        self.shard_per_layer: bool | None = None
         if self.sharded:
             self.sync_every_micro_batch = syncs_every_micro_batch(cfg, self.world)
             # One rank holds every parameter anyway: resharding after forward would only
             # gather them again for backward.
             reshard = cfg.reshard_after_forward
             self.reshard_after_forward = self.world > 1 if reshard is None else reshard
+            per_layer = cfg.shard_per_layer
+            self.shard_per_layer = self.world > 1 if per_layer is None else per_layer
             shard_model(
                 model,
                 DistributedConfig(
-                    bf16_params=cfg.bf16, reshard_after_forward=self.reshard_after_forward
+                    bf16_params=cfg.bf16,
+                    reshard_after_forward=self.reshard_after_forward,
+                    per_layer=self.shard_per_layer,
                 ),
             )
         self.model = model

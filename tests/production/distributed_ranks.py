@@ -13,7 +13,7 @@ import torch.distributed as dist
 from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 from transformers import Qwen2Config, Qwen2ForCausalLM
 
-from rstar2.learner.distributed import shard_model, update_policy_sharded
+from rstar2.learner.distributed import DistributedConfig, shard_model, update_policy_sharded
 from rstar2.learner.learner_config import LearnerConfig
 from rstar2.learner.micro_batch import pad_batch, token_logprobs
 from rstar2.learner.policy_update import make_lr_schedule, update_policy
@@ -123,11 +123,14 @@ def single_process_step(s: Scenario) -> tuple[dict[str, float], dict[str, torch.
     return metrics, {k: v.detach().clone() for k, v in model.state_dict().items()}
 
 
-def sharded_step(s: Scenario) -> tuple[dict[str, float], dict[str, torch.Tensor]]:
-    """Collective: every rank of the default group calls it."""
+def sharded_step(
+    s: Scenario, per_layer: bool = True
+) -> tuple[dict[str, float], dict[str, torch.Tensor]]:
+    """Collective: every rank of the default group calls it. `per_layer`: FSDP2 units of one
+    decoder layer each (the default with several ranks), or the whole model as one."""
     model = tiny_model()
     batch = synthetic_batch(model)
-    shard_model(model)
+    shard_model(model, DistributedConfig(per_layer=per_layer))
     opt = make_optimizer(model, s)
     metrics = update_policy_sharded(model, opt, make_lr_schedule(opt, s.cfg), batch, s.cfg, s.rl)
     # the unsharded weights on rank 0 ({} on the others)

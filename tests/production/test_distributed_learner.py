@@ -14,6 +14,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+from torch.distributed.fsdp import FSDPModule
 
 from production.distributed_ranks import (
     SCENARIOS,
@@ -24,8 +25,10 @@ from production.distributed_ranks import (
     tiny_model,
 )
 from rstar2.learner.distributed import (
+    DistributedConfig,
     decoder_layers,
     rank_share,
+    shard_model,
 )
 from rstar2.learner.learner_config import LearnerConfig
 from rstar2.learner.micro_batch import even_chunks, pad_batch, token_logprobs
@@ -105,9 +108,23 @@ def one_rank_group(tmp_path: Path):
     dist.destroy_process_group()
 
 
+@pytest.mark.parametrize("per_layer", [True, False], ids=["layer-units", "one-unit"])
 @pytest.mark.parametrize("scenario", SCENARIOS, ids=lambda s: s.name)
-def test_one_rank_fsdp_step_equals_single_process(one_rank_group, scenario) -> None:
-    assert_same_step(sharded_step(scenario), single_process_step(scenario))
+def test_one_rank_fsdp_step_equals_single_process(one_rank_group, scenario, per_layer) -> None:
+    assert_same_step(sharded_step(scenario, per_layer), single_process_step(scenario))
+
+
+@pytest.mark.parametrize("per_layer", [True, False])
+def test_fsdp_units_are_the_layers_and_the_root_or_the_root_alone(
+    one_rank_group, per_layer
+) -> None:
+    model = tiny_model()
+    shard_model(model, DistributedConfig(per_layer=per_layer))
+    units = [m for m in model.modules() if isinstance(m, FSDPModule)]
+    layers = decoder_layers(model)
+    assert units[0] is model
+    assert len(units) == (len(layers) + 1 if per_layer else 1)
+    assert all(isinstance(layer, FSDPModule) == per_layer for layer in layers)
 
 
 @pytest.mark.slow
@@ -142,6 +159,10 @@ def test_one_rank_fsdp_with_checkpointing_and_deferred_reduction_equals_the_plai
             tiny_model(), replace(cfg, activation_checkpointing=True), RLConfig()
         )
         assert sharded.sharded and sharded.sync_every_micro_batch is False
+        assert sharded.shard_per_layer is False  # one rank: the whole model one FSDP2 unit
+        assert [m for m in sharded.model.modules() if isinstance(m, FSDPModule)] == [
+            sharded.model
+        ]
         got = sharded.update(batch)
         options = StateDictOptions(full_state_dict=True, cpu_offload=True)
         state = get_model_state_dict(sharded.model, options=options)

@@ -26,6 +26,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.distributed.tensor import DTensor
 
+from rstar2.learner import packing
 from rstar2.learner.learner_config import LearnerConfig
 from rstar2.learner.logprob_head import LogprobHead
 from rstar2.learner.model_preparation import packed_head
@@ -197,8 +198,12 @@ def _packed_forward(
     """The micro-batch packed into one row on `device`, and the model's forward over it: [N, 2],
     the log-prob and entropy of each of its N loss tokens."""
     packed = pack(part, advantages).to(device)
+    dtype = packing.compute_dtype(model, cfg.bf16)
+    packing.check_varlen(model, device, dtype)  # before the (maybe compiled) layers run
     with phase("forward"), _autocast(cfg.bf16, device), head.targets(packed.targets):
-        return packed, model(**packed.forward_kwargs()).logits[0]
+        out = model(**packed.forward_kwargs()).logits[0]
+    packing.note_attention_path(model, device, dtype)
+    return packed, out
 
 
 def _scattered(

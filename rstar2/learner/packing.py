@@ -187,9 +187,64 @@ def _varlen_call() -> Callable[..., torch.Tensor] | None:
 
 _VARLEN = _varlen_call()
 
+VarlenShape = tuple[int, int, int, torch.dtype]
+"""(query heads, key/value heads, head size, dtype) of a varlen call."""
+
+_varlen_usable: dict[VarlenShape, bool] = {}
+"""Whether varlen attention ran for a shape on this process's GPU (`check_varlen`)."""
+
 attention_paths: set[str] = set()
 """The packed-attention kernels this process has used ("varlen", "sdpa-per-sequence"), for the
-benchmark's report; a varlen call that fails is logged once and not tried again."""
+benchmark's report (`note_attention_path`)."""
+
+
+def compute_dtype(model: nn.Module, bf16: bool) -> torch.dtype:
+    """The dtype attention computes in: bf16 under the learner's bf16 (autocast or FSDP2's
+    mixed precision), else the parameters'."""
+    return torch.bfloat16 if bf16 else next(model.parameters()).dtype
+
+
+def _shape_of(model: nn.Module, dtype: torch.dtype) -> VarlenShape:
+    c = model.config
+    heads = int(c.num_attention_heads)
+    head_dim = getattr(c, "head_dim", None) or int(c.hidden_size) // heads
+    return heads, int(getattr(c, "num_key_value_heads", None) or heads), int(head_dim), dtype
+
+
+def check_varlen(model: nn.Module, device: torch.device, dtype: torch.dtype) -> bool:
+    """Whether packed rows of `model` on `device` in `dtype` take varlen attention: a GPU, a
+    half-precision dtype, torch's `varlen_attn`, and a first call of that shape that ran
+    (tried once, eagerly, before the model's forward: a failure is logged and that shape
+    takes one SDPA call per sequence). Deciding here, outside the model, keeps
+    `packed_attention` free of side effects, which a compiled layer under activation
+    checkpointing needs (torch.compile falls back to eager for the whole checkpointed layer
+    at the first state the function changes)."""
+    if _VARLEN is None or device.type != "cuda" or dtype not in (torch.bfloat16, torch.float16):
+        return False
+    shape = _shape_of(model, dtype)
+    if shape not in _varlen_usable:
+        _varlen_usable[shape] = _try_varlen(shape, device)
+    return _varlen_usable[shape]
+
+
+def _try_varlen(shape: VarlenShape, device: torch.device) -> bool:
+    assert _VARLEN is not None
+    heads, kv_heads, head_dim, dtype = shape
+    q = torch.randn(8, heads, head_dim, device=device, dtype=dtype)
+    kv = torch.randn(8, kv_heads, head_dim, device=device, dtype=dtype)
+    cu = torch.tensor([0, 3, 8], device=device, dtype=torch.int32)
+    try:
+        _VARLEN(q, kv, kv, cu, 5, None)
+    except (RuntimeError, TypeError, ValueError, NotImplementedError) as e:
+        log.warning("varlen attention failed (%s); one SDPA call per sequence instead", e)
+        return False
+    return True
+
+
+def note_attention_path(model: nn.Module, device: torch.device, dtype: torch.dtype) -> None:
+    """Record the kernel a packed forward of `model` took (after `check_varlen`)."""
+    usable = _varlen_usable.get(_shape_of(model, dtype), False) and device.type == "cuda"
+    attention_paths.add("varlen" if usable else "sdpa-per-sequence")
 
 
 def packed_attention(
@@ -204,7 +259,8 @@ def packed_attention(
 ) -> tuple[torch.Tensor, None]:
     """transformers' attention-function interface: query [1, Hq, S, D], key/value
     [1, Hkv, S, D] -> output [1, S, Hq, D]. Packed (`cu_seq_lens_q` given): causal attention
-    within each sequence; otherwise transformers' SDPA path."""
+    within each sequence, by varlen attention where `check_varlen` found it usable; otherwise
+    transformers' SDPA path. No side effects (see `check_varlen`)."""
     cu = kwargs.get("cu_seq_lens_q")
     if cu is None:
         from transformers.integrations.sdpa_attention import sdpa_attention_forward
@@ -214,21 +270,14 @@ def packed_attention(
         )
     if query.shape[0] != 1:
         raise ValueError(f"packed attention needs one row, got batch {query.shape[0]}")
-    global _VARLEN
     dtype = query.dtype
     if query.is_cuda and torch.is_autocast_enabled("cuda"):
         dtype = torch.get_autocast_dtype("cuda")  # rotary embeddings promoted q and k
-    if _VARLEN is not None and query.is_cuda and dtype in (torch.bfloat16, torch.float16):
+    shape = (query.shape[1], key.shape[1], query.shape[-1], dtype)
+    if _VARLEN is not None and query.is_cuda and _varlen_usable.get(shape, False):
         q, k, v = (t[0].transpose(0, 1).to(dtype).contiguous() for t in (query, key, value))
-        try:
-            out = _VARLEN(q, k, v, cu, int(kwargs["max_length_q"]), scaling)  # [S, H, D]
-        except (RuntimeError, TypeError, ValueError, NotImplementedError) as e:
-            log.warning("varlen attention failed (%s); one SDPA call per sequence instead", e)
-            _VARLEN = None
-        else:
-            attention_paths.add("varlen")
-            return out.unsqueeze(0), None
-    attention_paths.add("sdpa-per-sequence")
+        out = _VARLEN(q, k, v, cu, int(kwargs["max_length_q"]), scaling)  # [S, H, D]
+        return out.unsqueeze(0), None
     bounds = cu.tolist()
     parts = [
         F.scaled_dot_product_attention(

@@ -234,3 +234,52 @@ def test_prepare_model_compiles_the_layers_where_asked_and_on_gpus_by_default() 
     prepare_model(model, LearnerConfig(compile=True))
     assert all(layer._compiled_call_impl is not None for layer in model.model.layers)
     assert list(model.state_dict()) == keys
+
+
+def test_packed_attention_has_no_side_effect_a_checkpointed_compiled_layer_would_refuse() -> None:
+    """Compiled layers under activation checkpointing: torch.compile traces the checkpointed
+    layer as one higher-order op and gives up on all of it (eager layers) at the first state
+    the layer's code changes. `packed_attention` once recorded its kernel in a module-level
+    set, which did exactly that (on the H200 the FSDP2 + checkpointing entries ran uncompiled
+    layers); now the path is decided and recorded outside the model. (This CPU's path, one
+    SDPA call per sequence, still breaks the graph at the boundaries' `tolist`; a GPU's
+    varlen call does not.)"""
+    import torch._dynamo
+
+    from rstar2.learner import packing
+
+    torch._dynamo.reset()
+    torch._dynamo.utils.counters.clear()
+    model = tiny_qwen2()
+    cfg = LearnerConfig(lr=0.1, warmup_steps=0, compile=True, activation_checkpointing=True)
+    prepare_model(model, cfg)
+    packing.attention_paths.clear()
+    batch = TrainingBatch(rollouts=rollouts(), advantages=[1.0, -1.0, 0.5, -0.5, 1.0])
+    opt = torch.optim.SGD(model.parameters(), lr=cfg.lr)
+    update_policy(model, opt, make_lr_schedule(opt, cfg), batch, cfg, RLConfig())
+    reasons = " ".join(torch._dynamo.utils.counters["graph_break"])
+    assert "side effect" not in reasons.lower() and "mutat" not in reasons.lower(), reasons
+    assert packing.attention_paths == {"sdpa-per-sequence"}  # recorded all the same
+    torch._dynamo.reset()
+
+
+def test_varlen_is_tried_once_per_shape_and_a_failure_falls_back(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    from rstar2.learner import packing
+
+    calls = []
+
+    def failing(q, k, v, cu, max_len, scale):  # type: ignore[no-untyped-def]
+        calls.append(q.shape)
+        raise RuntimeError("no kernel for this head size")
+
+    monkeypatch.setattr(packing, "_VARLEN", failing)
+    shape = (4, 2, 16, torch.bfloat16)
+    assert packing._try_varlen(shape, torch.device("cpu")) is False
+    assert calls == [torch.Size([8, 4, 16])] and "varlen attention failed" in caplog.text
+    monkeypatch.setattr(packing, "_VARLEN", lambda *a: a[0])
+    assert packing._try_varlen(shape, torch.device("cpu")) is True
+    # the CPU never takes varlen, whatever the dtype
+    model = tiny_qwen2()
+    assert packing.check_varlen(model, torch.device("cpu"), torch.bfloat16) is False

@@ -85,33 +85,42 @@ SMOKE_BATCH = (
     "1",
     "--no-push",
 )
-BEFORE = ("--padded", "--reshard", "--sync-every-micro-batch")
-"""The learner as it was before packing: padded rows, full-vocabulary logits, FSDP2 resharding
-after forward and reducing gradients after every micro-batch on one rank (and no compiled
-layers: `bench learner` compiles only when asked)."""
+BEFORE = ("--padded", "--reshard", "--sync-every-micro-batch", "--shard-per-layer")
+"""The learner as it was before packing: padded rows, full-vocabulary logits, FSDP2 units of
+one decoder layer each, resharding after forward and reducing gradients after every
+micro-batch on one rank (and no compiled layers: `bench learner` compiles only when asked)."""
 AFTER = ("--compile", "--compile-head")
 """The learner as `rstar2 train` runs it on a GPU: packed rows, the chunked LM head with its
-element-wise work compiled, compiled layers, fused AdamW, FSDP2 keeping gathered parameters on
-one rank."""
+element-wise work compiled, compiled layers, fused AdamW, FSDP2 on one rank with the whole
+model one unit, keeping its gathered parameters and reducing once a mini-batch."""
+PER_LAYER = ("--shard-per-layer",)
+PROFILE = ("--profile",)
+"""One more update under torch.profiler, after the timed ones (figures unchanged): where the
+FSDP2 variants' time above the plain one's goes."""
 RL = ("--workload", "rl", "--micro-batch-tokens", "8192")
 FSDP_AC = ("--fsdp", "--activation-checkpointing")
 VARIANTS = (
     # (name, extra arguments, both shapes?), most important first: a deadline drops the tail
     ("before-plain", BEFORE, True),
-    ("plain", AFTER, True),
+    ("plain", (*AFTER, *PROFILE), True),
     ("no-compile-head", ("--compile",), True),
     ("before-fsdp-ac", (*BEFORE, *FSDP_AC), True),
-    ("fsdp-ac", (*AFTER, *FSDP_AC), True),
+    ("fsdp-ac", (*AFTER, *FSDP_AC, *PROFILE), True),
     ("fsdp-ac-every-2", (*AFTER, *FSDP_AC, "--checkpoint-every", "2"), True),
-    ("fsdp-ac-sync-every", (*AFTER, *FSDP_AC, "--sync-every-micro-batch"), True),
+    ("fsdp-ac-per-layer", (*AFTER, *FSDP_AC, *PER_LAYER, *PROFILE), True),
+    # FSDP2 with checkpointing as run 6 measured it (2026-11-27)
+    ("fsdp-ac-per-layer-sync-every",
+     (*AFTER, *FSDP_AC, *PER_LAYER, "--sync-every-micro-batch", *PROFILE), True),
     ("rl-before-plain", (*RL, *BEFORE), True),
     ("rl-plain", (*RL, *AFTER), True),
     # each optimisation alone, against "before" (the 0.5B shape only)
     ("packed-alone", (), False),
     ("compile-alone", (*BEFORE, "--compile"), False),
     ("before-fsdp", (*BEFORE, "--fsdp"), False),
-    ("fsdp-keep-alone", ("--padded", "--sync-every-micro-batch", "--fsdp"), False),
-    ("fsdp-defer-alone", ("--padded", "--reshard", "--fsdp"), False),
+    ("fsdp-keep-alone", ("--padded", "--sync-every-micro-batch", *PER_LAYER, "--fsdp"), False),
+    ("fsdp-defer-alone", ("--padded", "--reshard", *PER_LAYER, "--fsdp"), False),
+    ("fsdp-one-unit-alone", ("--padded", "--reshard", "--sync-every-micro-batch", "--fsdp"),
+     False),
     ("before-ac", ("--padded", "--activation-checkpointing"), False),
     ("ac-every-2-alone", ("--padded", "--activation-checkpointing", "--checkpoint-every", "2"),
      False),
@@ -463,6 +472,8 @@ def markdown(results: dict[str, Any]) -> str:
                 f"{b['peak_memory_mb']:,.0f} | {b['step_s']:.3f} | {split_cell(b)} |"
             )
         lines.append("")
+        lines += [line for name, b in benches.items() if (line := profile_line(name, b))]
+        lines += [line for name, b in benches.items() if (line := compile_line(name, b))]
     train = results.get("train")
     if train:
         lines.append("| training run figure | value |")
@@ -470,6 +481,31 @@ def markdown(results: dict[str, Any]) -> str:
         lines += [f"| {k} | {v:.4g} |" if isinstance(v, float) else f"| {k} | {v} |"
                   for k, v in train.items()]  # fmt: skip
     return "\n".join(lines) + "\n"
+
+
+def profile_line(name: str, b: dict[str, Any], top: int = 5) -> str:
+    """A profiled entry (`bench learner --profile`) in one paragraph: FSDP2's ranges by phase
+    (host ms, calls) and the top operations (device ms, else CPU ms); "" without a profile."""
+    prof = b.get("profile")
+    if not prof:
+        return ""
+    where = "device" if prof.get("device_ms") else "cpu"
+    ops = ", ".join(f"{op['name']} {op[f'self_{where}_ms']:.1f} ({op['calls']})"
+                    for op in prof["ops"][:top])  # fmt: skip
+    fsdp = ", ".join(f"{phase.removeprefix('FSDP::')} {v['cpu_ms']:.1f} ({v['calls']})"
+                     for phase, v in prof["fsdp"].items())  # fmt: skip
+    text = f"Profile, {name}: {where} {prof[f'{where}_ms']:.1f} ms in all; top: {ops}"
+    return text + (f"; FSDP2 ranges, host ms (calls): {fsdp}" if fsdp else "") + "\n"
+
+
+def compile_line(name: str, b: dict[str, Any]) -> str:
+    """What torch.compile did in a compiled entry, when it did not compile cleanly (no graph,
+    or graph breaks: a checkpointed layer that breaks runs eagerly); "" otherwise."""
+    done = b.get("compiled")
+    if not done or (done["graphs"] and not done["graph_breaks"]):
+        return ""
+    breaks = ", ".join(f"{reason} ({n})" for reason, n in done["graph_breaks"].items())
+    return f"Compile, {name}: {done['graphs']} graphs; graph breaks: {breaks or 'none'}\n"
 
 
 def split_cell(b: dict[str, Any]) -> str:

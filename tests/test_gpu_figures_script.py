@@ -29,15 +29,18 @@ def test_the_plan_covers_before_and_after_each_optimisation_alone_and_both_workl
     assert {"--padded", "--reshard"} <= by_name["before-plain"] and "--compile" not in (
         by_name["before-plain"]
     )
-    assert by_name["plain"] == {"--compile", "--compile-head"}  # what train runs on a GPU
-    assert by_name["plain"] ^ by_name["no-compile-head"] == {"--compile-head"}
+    # what train runs on a GPU, profiled after its timed updates
+    assert by_name["plain"] == {"--compile", "--compile-head", "--profile"}
+    assert by_name["plain"] ^ by_name["no-compile-head"] == {"--compile-head", "--profile"}
     assert by_name["packed-alone"] == set()
     # each optimisation alone differs from its "before" by that optimisation only
     for alone, before, flags in (
         ("compile-alone", "before-plain", {"--compile"}),
         ("fsdp-keep-alone", "before-fsdp", {"--reshard"}),
         ("fsdp-defer-alone", "before-fsdp", {"--sync-every-micro-batch"}),
-        ("fsdp-ac", "fsdp-ac-sync-every", {"--sync-every-micro-batch"}),
+        ("fsdp-one-unit-alone", "before-fsdp", {"--shard-per-layer"}),
+        ("fsdp-ac", "fsdp-ac-per-layer", {"--shard-per-layer"}),
+        ("fsdp-ac-per-layer", "fsdp-ac-per-layer-sync-every", {"--sync-every-micro-batch"}),
         ("ac-every-2-alone", "before-ac", {"--checkpoint-every", "2"}),
     ):
         assert by_name[alone] ^ by_name[before] == flags
@@ -159,6 +162,38 @@ def test_markdown_lists_failed_benchmarks_and_mfu_in_percent() -> None:
                          "bench": {"a": ok, "b": bad}, "train": {"rl_steps": 3}})  # fmt: skip
     assert "| qwen2.5-0.5b | fsdp | 494.0M | 50,000 | 15.0% | 20,000 | 0.660 |" in text
     assert "failed: exit 1" in text and "| rl_steps | 3 |" in text
+
+
+def test_markdown_has_a_line_per_profiled_benchmark() -> None:
+    profile = {
+        "ops": [{"name": "aten::mm", "calls": 96, "self_cpu_ms": 4.0, "self_device_ms": 120.5}],
+        "fsdp": {"FSDP::pre_forward": {"calls": 4, "cpu_ms": 2.25, "device_ms": 0.0}},
+        "cpu_ms": 300.0, "device_ms": 310.0,
+    }  # fmt: skip
+    b = {"shape": "qwen2.5-0.5b", "variant": "fsdp-ac", "model_params": 494_032_768,
+         "tokens_per_s": 50_000.0, "mfu": 0.15, "peak_memory_mb": 20_000.0, "step_s": 0.66}  # fmt: skip
+    text = gpu.markdown({"bench": {"qwen2.5-0.5b-fsdp-ac": {**b, "profile": profile},
+                                   "qwen2.5-0.5b-plain": b}})  # fmt: skip
+    assert (
+        "Profile, qwen2.5-0.5b-fsdp-ac: device 310.0 ms in all; top: aten::mm 120.5 (96); "
+        "FSDP2 ranges, host ms (calls): pre_forward 2.2 (4)"
+    ) in text
+    assert "Profile, qwen2.5-0.5b-plain" not in text
+    on_cpu = {**profile, "device_ms": 0.0, "fsdp": {}}
+    text = gpu.markdown({"bench": {"x": {**b, "profile": on_cpu}}})
+    assert "Profile, x: cpu 300.0 ms in all; top: aten::mm 4.0 (96)\n" in text
+
+
+def test_markdown_names_entries_whose_layers_did_not_compile_cleanly() -> None:
+    b = {"shape": "tiny", "variant": "v", "model_params": 1e6, "tokens_per_s": 1.0, "mfu": None,
+         "peak_memory_mb": 1.0, "step_s": 1.0}  # fmt: skip
+    text = gpu.markdown({"bench": {
+        "clean": {**b, "compiled": {"graphs": 26, "graph_breaks": {}}},
+        "eager": {**b, "compiled": {"graphs": 0, "graph_breaks": {"Data dependent operator": 1}}},
+        "uncompiled": {**b, "compiled": None},
+    }})  # fmt: skip
+    assert "Compile, eager: 0 graphs; graph breaks: Data dependent operator (1)" in text
+    assert "Compile, clean" not in text and "Compile, uncompiled" not in text
 
 
 def test_a_failed_benchmark_is_retried_with_half_the_micro_batch() -> None:

@@ -22,7 +22,10 @@ weight push's memory on rank 0: `push_bucket_extra_mb` / `push_full_extra_mb`, t
 0's resident memory over its level before the push (after handing freed heap back with
 malloc_trim, sampled every millisecond; CPU memory) while the policy is gathered and flattened
 into a message buffer in `--bucket-mb` buckets, each dropped once "sent" as the learner actor
-does / gathered whole.
+does / gathered whole; with `--profile`, `profile`: one more update's top operations and
+FSDP2's work by phase (`rstar2.learner.op_profile`; null without it or with several ranks);
+with `--compile` or `--compile-head`, `compiled`: the graphs torch.compile built and its graph
+breaks by reason (rank 0's process).
 
 What it does not do: roll out, or compare with another trainer.
 """
@@ -43,11 +46,13 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
+from torch._dynamo.utils import counters as dynamo_counters
 
 from rstar2.commands.arguments import model_directory
 from rstar2.config import ConfigError
 from rstar2.learner import packing
 from rstar2.learner.learner_config import LearnerConfig
+from rstar2.learner.op_profile import compile_report, profile_call
 from rstar2.learner.policy import (
     LearnerPolicy,
     backend_for,
@@ -180,6 +185,12 @@ def _add_output_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--bucket-mb", type=float, default=8.0, help="weight-push bucket (MiB)")
     p.add_argument("--threads", type=int, default=0, help="torch threads per rank (0: cores/ranks)")
     p.add_argument("--peak-tflops", type=float, default=0.0, help="GPU peak (0: by name)")
+    p.add_argument(
+        "--profile",
+        action="store_true",
+        help="one more update under torch.profiler: its top operations and FSDP2's work by "
+        "phase (`profile`; one rank)",
+    )
     p.add_argument("--json", action="store_true", help="print one JSON object")
 
 
@@ -276,6 +287,7 @@ def measure(args: argparse.Namespace, model_dir: Path) -> dict[str, Any]:
     cfg = _learner_config(args)
     device = use_device(cfg.device)
     group, alone = _start_ranks(args, model_dir, cfg, device)
+    dynamo_counters.clear()  # one process may measure several variants (gpu_figures.py)
 
     def run(op: str, *a: Any) -> Any:
         return group.run(policy, op, *a) if group else getattr(policy, op)(*a)
@@ -290,6 +302,9 @@ def measure(args: argparse.Namespace, model_dir: Path) -> dict[str, Any]:
         peak = run("peak_memory_mb")
         # one more update, its phases timed (they synchronise the device)
         split = _update_phases(run, batch, device) if group is None else None
+        profiled = None
+        if args.profile and group is None:
+            profiled = profile_call(lambda: run("update", batch), device)
         push = _push_extra_mb(policy, group, args)
     finally:
         if group:
@@ -327,6 +342,8 @@ def measure(args: argparse.Namespace, model_dir: Path) -> dict[str, Any]:
         "peak_memory_mb": peak,
         "mfu": _mfu(params, tokens_per_s, args, device),
         "time_split_s": split,
+        "profile": profiled,
+        "compiled": compile_report(dynamo_counters) if args.compile or args.compile_head else None,
         "push_bucket_mb": args.bucket_mb,
         "push_bucket_extra_mb": push["bucket"],
         "push_full_extra_mb": push["full"],

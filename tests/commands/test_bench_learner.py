@@ -114,3 +114,37 @@ def test_compile_head_is_passed_through_and_reported(capsys: pytest.CaptureFixtu
     assert got[0]["compile_head"] is True and got[0]["packed"] is True
     assert got[0]["time_split_s"]["head_backward"] > 0
     assert got[1]["compile_head"] is False and got[1]["compile"] is False
+    # what torch.compile built: the two functions' graphs, without a break; nothing unasked
+    assert got[0]["compiled"] == {"graphs": 2, "graph_breaks": {}}
+    assert got[1]["compiled"] is None
+
+
+def test_profile_counts_fsdp2_units_and_names_the_top_operations(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """`--profile`: one more update under torch.profiler. FSDP2's hooks run once per unit and
+    micro-batch: the tiny default's 4 layers and the root per-layer (`--shard-per-layer`), the
+    root alone by default on one rank; without FSDP2 there are none, and without `--profile`
+    no profile."""
+    small = ["--rollouts", "2", "--tokens", "16", "--steps", "1", "--micro-batch", "1", "--json"]
+    got = {}
+    for name, extra in (
+        ("per-layer", ["--fsdp", "--shard-per-layer", "--profile"]),
+        ("one-unit", ["--fsdp", "--profile"]),
+        ("plain", ["--profile"]),
+        ("unprofiled", []),
+    ):
+        assert main(["-q", "bench", "learner", *small, *extra]) == 0
+        got[name] = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert got["per-layer"]["shard_per_layer"] is True
+    assert got["one-unit"]["shard_per_layer"] is False and got["plain"]["shard_per_layer"] is None
+    micro_batches = 2
+    assert got["per-layer"]["profile"]["fsdp"]["FSDP::pre_forward"]["calls"] == 5 * micro_batches
+    assert got["one-unit"]["profile"]["fsdp"]["FSDP::pre_forward"]["calls"] == micro_batches
+    assert got["plain"]["profile"]["fsdp"] == {}
+    ops = got["plain"]["profile"]["ops"]
+    assert 0 < len(ops) <= 15 and not any(op["name"].startswith("FSDP::") for op in ops)
+    assert any("mm" in op["name"] for op in ops)  # the matmuls are among the top
+    cpu = [op["self_cpu_ms"] for op in ops]
+    assert cpu == sorted(cpu, reverse=True) and got["plain"]["profile"]["cpu_ms"] >= sum(cpu)
+    assert got["unprofiled"]["profile"] is None

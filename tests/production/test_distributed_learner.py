@@ -160,9 +160,7 @@ def test_one_rank_fsdp_with_checkpointing_and_deferred_reduction_equals_the_plai
         )
         assert sharded.sharded and sharded.sync_every_micro_batch is False
         assert sharded.shard_per_layer is False  # one rank: the whole model one FSDP2 unit
-        assert [m for m in sharded.model.modules() if isinstance(m, FSDPModule)] == [
-            sharded.model
-        ]
+        assert [m for m in sharded.model.modules() if isinstance(m, FSDPModule)] == [sharded.model]
         got = sharded.update(batch)
         options = StateDictOptions(full_state_dict=True, cpu_offload=True)
         state = get_model_state_dict(sharded.model, options=options)

@@ -1,0 +1,76 @@
+"""`op_profile.summarise`: torch.profiler's rows as the update's top operations and FSDP2's
+work by phase."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+
+from rstar2.learner.op_profile import compile_report, fsdp_phase, summarise
+
+
+def row(key: str, count: int, self_cpu: float, cpu: float, self_dev: float = 0.0, dev: float = 0.0):
+    return SimpleNamespace(
+        key=key, count=count, self_cpu_time_total=self_cpu, cpu_time_total=cpu,
+        self_device_time_total=self_dev, device_time_total=dev,
+    )  # fmt: skip
+
+
+ROWS = [
+    row("aten::mm", 10, 3000.0, 3000.0, self_dev=9000.0, dev=9000.0),
+    row("aten::mul", 40, 5000.0, 5000.0, self_dev=1000.0, dev=1000.0),
+    row("aten::copy_", 8, 100.0, 100.0, self_dev=2000.0, dev=2000.0),
+    row("FSDP::pre_forward (model.layers.0)", 4, 800.0, 1200.0, dev=500.0),
+    row("FSDP::pre_forward (model.layers.1)", 4, 700.0, 1000.0, dev=400.0),
+    row("FSDP::pre_forward", 4, 100.0, 150.0),
+    row("FSDP::backward_prefetch for model.layers.1", 4, 50.0, 60.0),
+    row("Optimizer.step#AdamW.step", 1, 9000.0, 12000.0),
+]
+
+
+def test_fsdp_phases_drop_the_module_they_name() -> None:
+    assert fsdp_phase("FSDP::pre_forward (model.layers.3)") == "FSDP::pre_forward"
+    assert fsdp_phase("FSDP::backward_prefetch for model.layers.2") == "FSDP::backward_prefetch"
+    assert fsdp_phase("FSDP::root_pre_forward") == "FSDP::root_pre_forward"
+
+
+def test_the_top_operations_by_device_time_leave_out_annotated_ranges() -> None:
+    got = summarise(ROWS, on_device=True, top=2)
+    assert [op["name"] for op in got["ops"]] == ["aten::mm", "aten::copy_"]
+    assert got["ops"][0] == {
+        "name": "aten::mm", "calls": 10, "self_cpu_ms": 3.0, "self_device_ms": 9.0
+    }  # fmt: skip
+    # on the CPU, by self CPU time (the optimizer's range is not an operation)
+    on_cpu = summarise(ROWS, on_device=False, top=3)
+    assert [op["name"] for op in on_cpu["ops"]] == ["aten::mul", "aten::mm", "aten::copy_"]
+
+
+def test_fsdp2_work_is_summed_by_phase_over_modules() -> None:
+    got = summarise(ROWS, on_device=True)["fsdp"]
+    assert list(got) == ["FSDP::pre_forward", "FSDP::backward_prefetch"]  # most CPU first
+    assert got["FSDP::pre_forward"]["calls"] == 12
+    assert got["FSDP::pre_forward"]["cpu_ms"] == pytest.approx(2.35)
+    assert got["FSDP::pre_forward"]["device_ms"] == pytest.approx(0.9)
+
+
+def test_totals_are_the_self_times_of_every_row() -> None:
+    got = summarise(ROWS, on_device=True)
+    assert got["cpu_ms"] == pytest.approx(18.75)
+    assert got["device_ms"] == pytest.approx(12.0)
+
+
+def test_the_compile_report_counts_graphs_and_breaks_by_their_first_line() -> None:
+    counters = {
+        "stats": {"unique_graphs": 5, "calls_captured": 40},
+        "graph_break": {
+            "Data dependent operator\n  Explanation: tolist": 4,
+            "Data dependent operator\n  Explanation: item": 2,
+            "HOP: Unsafe side effect\n  Higher Order Operator: checkpoint": 1,
+        },
+    }
+    assert compile_report(counters) == {
+        "graphs": 5,
+        "graph_breaks": {"Data dependent operator": 6, "HOP: Unsafe side effect": 1},
+    }
+    assert compile_report({}) == {"graphs": 0, "graph_breaks": {}}

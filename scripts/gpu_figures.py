@@ -37,7 +37,9 @@ cut short keeps what it measured. Parts (`all`: engine, train, bench, in that or
   RL s/step (with and without evaluations) and its parts, generated tokens/s, validation and
   test accuracy after SFT and after RL, and the GPU's peak memory in use (`nvidia-smi`, sampled
   every second). The run's metrics.jsonl and summary.json are copied into DIR. `--train-set
-  KEY=VALUE` (repeatable) passes a setting to the run (e.g. `engine.decode_steps=1`).
+  KEY=VALUE` (repeatable) passes a setting to the run (e.g. `engine.decode_steps=1`). Then a
+  wide run (`--wide-steps`, default 8; 0: none): RL only from the run's SFT model with 4x the
+  rollouts at once (`wide_settings`), for what the batch does to generated tokens/s.
 
 `--smoke` runs both parts at toy size on whatever torch finds (the tiny shape, small batches,
 `train --quick`): the check, where no GPU is, that the script itself works. Prints a Markdown
@@ -383,6 +385,40 @@ def train_figures(run_dir: Path) -> dict[str, Any]:
     return out
 
 
+def training_run(
+    run_dir: Path, args: list[str], timeout: float, log: Path, settings: list[str]
+) -> dict[str, Any]:
+    """`rstar2 train --run-dir RUN_DIR ARGS` within `timeout` seconds, and its figures (the
+    GPU's peak memory in use sampled meanwhile)."""
+    shutil.rmtree(run_dir, ignore_errors=True)
+    with GpuMemory() as memory:
+        rc, _, secs = run_command(["train", "--run-dir", str(run_dir), *args], timeout, log)
+    return {"exit": rc, "seconds": secs, "gpu_peak_used_mb": memory.peak_mb, "set": settings,
+            **train_figures(run_dir)}  # fmt: skip
+
+
+WIDE = {"prompts_per_step": 4, "engine.max_num_seqs": 4, "engine.kv_budget_tokens": 4}
+"""The wide run's batch: 4x the prompts a step (so 4x the rollouts at once), the engine's
+sequences and its KV budget to match."""
+
+
+def wide_settings(sft: Path, steps: int, smoke: bool) -> list[str]:
+    """The wide run's settings (`--set KEY=VALUE`): RL only, from the training run's SFT model, `steps`
+    steps of 4x the rollouts at once (`configs/gpu_20m.toml`: 512 instead of 128; `--smoke`:
+    `train --quick`'s 16 instead of 4), no evaluation. In multi-turn RL a step's generation
+    takes about as many engine steps whatever the batch (its longest rollout sets them: on the
+    CPU, 165 a step at 128 rollouts, 207 at 512), so on a GPU, where an engine step of a small
+    model costs about the same at 128 or 512 rows, generated tokens/s grows with the batch:
+    this run measures by how much."""
+    base = ({"prompts_per_step": 4, "engine.max_num_seqs": 16, "engine.kv_budget_tokens": 16384}
+            if smoke else
+            {"prompts_per_step": 16, "engine.max_num_seqs": 128, "engine.kv_budget_tokens": 65536})  # fmt: skip
+    out = [f"model.path={sft}", "sft.steps=0", "heldout_problems=0", "test_problems=0",
+           "eval_every=0", f"checkpoint_every={steps + 1}",
+           f'stages=[{{"name": "rl1", "steps": {steps}, "max_response_tokens": 160}}]']  # fmt: skip
+    return out + [f"{key}={value * WIDE[key]}" for key, value in base.items()]
+
+
 def engine_figures(steps: list[dict[str, Any]]) -> dict[str, Any]:
     """What the engines did over the RL steps' generation (`engine_split`'s metrics): the
     share of the generation phase spent inside engine steps, the share of decode steps run
@@ -390,7 +426,8 @@ def engine_figures(steps: list[dict[str, Any]]) -> dict[str, Any]:
     a prompt or a new turn and what such a step took against a decode-only step, the time a
     step took, split into the host's own work and its wait for the device, and the
     generated tokens per second of engine steps (the engine's rate when it has work, tool
-    waits left out)."""
+    waits left out); and, whatever the hardware, the engine steps an RL step's generation
+    took and the tokens each generated (the batch's effect: see `wide_settings`)."""
     rows = [r for r in steps if r.get("engine_steps")]
     if not rows:
         return {}
@@ -401,7 +438,10 @@ def engine_figures(steps: list[dict[str, Any]]) -> dict[str, Any]:
     rounds = sum(float(r.get("engine_round_steps", 0.0)) for r in rows)
     prefills = sum(float(r.get("engine_prefill_steps", 0.0)) for r in rows)
     prefill_s = sum(float(r.get("engine_prefill_s", 0.0)) for r in rows)
+    tokens = sum(float(r.get("gen_tokens", 0.0)) for r in rows)
     return {
+        "engine_steps_per_rl_step": count / len(rows),
+        "gen_tokens_per_engine_step": tokens / count,
         "engine_busy_share": busy / gen if gen > 0 else None,
         "engine_round_share": rounds / count,
         "engine_prefill_share": prefill_s / busy if busy > 0 else None,
@@ -412,9 +452,7 @@ def engine_figures(steps: list[dict[str, Any]]) -> dict[str, Any]:
         "engine_step_ms": busy * 1e3 / count,
         "engine_host_ms": (busy - wait) * 1e3 / count,
         "engine_wait_ms": wait * 1e3 / count,
-        "gen_tokens_per_engine_s": sum(float(r.get("gen_tokens", 0.0)) for r in rows) / busy
-        if busy > 0
-        else None,
+        "gen_tokens_per_engine_s": tokens / busy if busy > 0 else None,
     }
 
 
@@ -474,12 +512,12 @@ def markdown(results: dict[str, Any]) -> str:
         lines.append("")
         lines += [line for name, b in benches.items() if (line := profile_line(name, b))]
         lines += [line for name, b in benches.items() if (line := compile_line(name, b))]
-    train = results.get("train")
-    if train:
-        lines.append("| training run figure | value |")
-        lines.append("|---|---|")
-        lines += [f"| {k} | {v:.4g} |" if isinstance(v, float) else f"| {k} | {v} |"
-                  for k, v in train.items()]  # fmt: skip
+    for key, title in (("train", "training run"), ("train_wide", "wide run (4x rollouts)")):
+        train = results.get(key)
+        if train:
+            lines += ["", f"| {title} figure | value |", "|---|---|"]
+            lines += [f"| {k} | {v:.4g} |" if isinstance(v, float) else f"| {k} | {v} |"
+                      for k, v in train.items()]  # fmt: skip
     return "\n".join(lines) + "\n"
 
 
@@ -916,6 +954,14 @@ def main(argv: list[str] | None = None) -> int:
         "engine.decode_steps=1",
     )
     p.add_argument(
+        "--wide-steps",
+        type=int,
+        default=8,
+        help="after the training run, RL steps of a wide run from its SFT model: 4x the "
+        "rollouts at once (0: none)",
+    )
+    p.add_argument("--wide-timeout", type=float, default=150.0, help="seconds for the wide run")
+    p.add_argument(
         "--work",
         type=Path,
         default=Path(tempfile.gettempdir()) / "rstar2-gpu-figures",
@@ -1011,21 +1057,25 @@ def main(argv: list[str] | None = None) -> int:
         engine_runner.close()
     if args.part in ("train", "all"):
         run_dir = work / "run"
-        shutil.rmtree(run_dir, ignore_errors=True)
-        cmd = ["train", "--run-dir", str(run_dir)]
-        cmd += ["--quick"] if args.smoke else ["--config", "configs/gpu_20m.toml"]
+        cmd = ["--quick"] if args.smoke else ["--config", "configs/gpu_20m.toml"]
         for setting in args.train_set:
             cmd += ["--set", setting]
-        with GpuMemory() as memory:
-            rc, _, secs = run_command(cmd, args.train_timeout, log)
-        figures = train_figures(run_dir)
-        results["train"] = {"exit": rc, "seconds": secs, "gpu_peak_used_mb": memory.peak_mb,
-                            "set": args.train_set, **figures}  # fmt: skip
+        results["train"] = training_run(run_dir, cmd, args.train_timeout, log, args.train_set)
         for name in ("metrics.jsonl", "summary.json"):
             if (run_dir / name).is_file():
                 shutil.copy(run_dir / name, out / f"train_{name}")
-        print(f"train: exit {rc} in {secs:.0f}s", flush=True)
+        print(f"train: exit {results['train']['exit']} in {results['train']['seconds']:.0f}s",
+              flush=True)  # fmt: skip
         save()
+        sft = run_dir / "model-sft"
+        if args.wide_steps > 0 and (sft / "config.json").is_file():
+            wide = wide_settings(sft, args.wide_steps, args.smoke)
+            wide_args = [*cmd, *(arg for setting in wide for arg in ("--set", setting))]
+            results["train_wide"] = training_run(
+                work / "wide", wide_args, args.wide_timeout, log, [*args.train_set, *wide]
+            )
+            print(f"train, wide: exit {results['train_wide']['exit']}", flush=True)
+            save()
     if args.part in ("bench", "all"):
         bench = results.setdefault("bench", {})
         models: dict[str, Path] = {}

@@ -140,6 +140,9 @@ def test_training_figures_from_a_run_directory(tmp_path: Path) -> None:
         pytest.approx(5.0),
     )
     assert got["gen_tokens_per_engine_s"] == pytest.approx(400.0)
+    # one RL step with engine figures: 100 engine steps, 600 tokens
+    assert got["engine_steps_per_rl_step"] == 100.0
+    assert got["gen_tokens_per_engine_step"] == pytest.approx(6.0)
     assert got["engine_round_share"] == pytest.approx(0.6)
     # 0.6 s of the 1.5 s in 10 prefill steps (60 ms each), 0.9 s in the other 90 (10 ms)
     assert got["engine_prefill_share"] == pytest.approx(0.4)
@@ -338,3 +341,21 @@ def test_a_worker_that_timed_out_starts_again_for_the_next_measurement(tmp_path:
     finally:
         worker.close()
     assert again["ok"]["engine_tok_s"] > 0
+
+
+def test_the_wide_run_starts_from_the_sft_model_with_four_times_the_rollouts(
+    tmp_path: Path,
+) -> None:
+    from rstar2.train.config import load_train_config
+
+    sft = tmp_path / "run" / "model-sft"
+    sets = gpu.wide_settings(sft, 8, smoke=False)
+    assert f"model.path={sft}" in sets and "sft.steps=0" in sets and "eval_every=0" in sets
+    cfg = load_train_config("configs/gpu_20m.toml", sets=sets)
+    base = load_train_config("configs/gpu_20m.toml")
+    assert cfg.prompts_per_step == 4 * base.prompts_per_step == 64
+    assert cfg.engine.max_num_seqs == 4 * base.engine.max_num_seqs == 512
+    assert cfg.engine.kv_budget_tokens == 4 * base.engine.kv_budget_tokens
+    assert [s.steps for s in cfg.stages] == [8] and cfg.heldout_problems == 0
+    quick = gpu.wide_settings(sft, 2, smoke=True)
+    assert "prompts_per_step=16" in quick and "engine.max_num_seqs=64" in quick

@@ -397,22 +397,24 @@ def training_run(
             **train_figures(run_dir)}  # fmt: skip
 
 
-WIDE = {"prompts_per_step": 4, "engine.max_num_seqs": 4, "engine.kv_budget_tokens": 4}
+WIDE = {"prompts_per_step": 4, "engine.max_num_seqs": 4, "engine.kv_budget_tokens": 4,
+        "sandbox.concurrency": 2}  # fmt: skip
 """The wide run's batch: 4x the prompts a step (so 4x the rollouts at once), the engine's
-sequences and its KV budget to match."""
+sequences and its KV budget to match, and twice the sandbox's executions at once (4x the
+tool calls a step; the GPU machines have 16 cores)."""
 
 
-def wide_settings(sft: Path, steps: int, smoke: bool) -> list[str]:
-    """The wide run's settings (`--set KEY=VALUE`): RL only, from the training run's SFT model, `steps`
-    steps of 4x the rollouts at once (`configs/gpu_20m.toml`: 512 instead of 128; `--smoke`:
-    `train --quick`'s 16 instead of 4), no evaluation. In multi-turn RL a step's generation
-    takes about as many engine steps whatever the batch (its longest rollout sets them: on the
-    CPU, 165 a step at 128 rollouts, 207 at 512), so on a GPU, where an engine step of a small
-    model costs about the same at 128 or 512 rows, generated tokens/s grows with the batch:
-    this run measures by how much."""
-    base = ({"prompts_per_step": 4, "engine.max_num_seqs": 16, "engine.kv_budget_tokens": 16384}
-            if smoke else
-            {"prompts_per_step": 16, "engine.max_num_seqs": 128, "engine.kv_budget_tokens": 65536})  # fmt: skip
+def wide_settings(sft: Path, steps: int, cfg: Any) -> list[str]:
+    """The wide run's settings (`--set KEY=VALUE`): RL only, from the training run's SFT model
+    (`cfg`, that run's `TrainConfig`), `steps` steps of 4x the rollouts at once
+    (`configs/gpu_20m.toml`: 512 instead of 128), no evaluation. In multi-turn RL a step's
+    generation takes about as many engine steps whatever the batch (its longest rollout sets
+    them: on the CPU, 165 a step at 128 rollouts, 207 at 512), so on a GPU, where an engine
+    step of a small model costs about the same at 128 or 512 rows, generated tokens/s grows
+    with the batch: this run measures by how much."""
+    base = {"prompts_per_step": cfg.prompts_per_step, "engine.max_num_seqs": cfg.engine.max_num_seqs,
+            "engine.kv_budget_tokens": cfg.engine.kv_budget_tokens,
+            "sandbox.concurrency": cfg.sandbox.concurrency}  # fmt: skip
     out = [f"model.path={sft}", "sft.steps=0", "heldout_problems=0", "test_problems=0",
            "eval_every=0", f"checkpoint_every={steps + 1}",
            f'stages=[{{"name": "rl1", "steps": {steps}, "max_response_tokens": 160}}]']  # fmt: skip
@@ -1069,7 +1071,11 @@ def main(argv: list[str] | None = None) -> int:
         save()
         sft = run_dir / "model-sft"
         if args.wide_steps > 0 and (sft / "config.json").is_file():
-            wide = wide_settings(sft, args.wide_steps, args.smoke)
+            from rstar2.train.config import load_train_config
+
+            ran = load_train_config(None if args.smoke else "configs/gpu_20m.toml",
+                                    quick=args.smoke, sets=args.train_set)  # fmt: skip
+            wide = wide_settings(sft, args.wide_steps, ran)
             wide_args = [*cmd, *(arg for setting in wide for arg in ("--set", setting))]
             results["train_wide"] = training_run(
                 work / "wide", wide_args, args.wide_timeout, log, [*args.train_set, *wide]

@@ -349,13 +349,17 @@ def test_the_wide_run_starts_from_the_sft_model_with_four_times_the_rollouts(
     from rstar2.train.config import load_train_config
 
     sft = tmp_path / "run" / "model-sft"
-    sets = gpu.wide_settings(sft, 8, smoke=False)
+    base = load_train_config("configs/gpu_20m.toml")
+    sets = gpu.wide_settings(sft, 8, base)
     assert f"model.path={sft}" in sets and "sft.steps=0" in sets and "eval_every=0" in sets
     cfg = load_train_config("configs/gpu_20m.toml", sets=sets)
-    base = load_train_config("configs/gpu_20m.toml")
     assert cfg.prompts_per_step == 4 * base.prompts_per_step == 64
     assert cfg.engine.max_num_seqs == 4 * base.engine.max_num_seqs == 512
     assert cfg.engine.kv_budget_tokens == 4 * base.engine.kv_budget_tokens
+    assert cfg.sandbox.concurrency == 2 * base.sandbox.concurrency == 16
     assert [s.steps for s in cfg.stages] == [8] and cfg.heldout_problems == 0
-    quick = gpu.wide_settings(sft, 2, smoke=True)
-    assert "prompts_per_step=16" in quick and "engine.max_num_seqs=64" in quick
+    base = load_train_config(None, quick=True)
+    cfg = load_train_config(None, quick=True, sets=gpu.wide_settings(sft, 2, base))
+    assert cfg.prompts_per_step == 4 * base.prompts_per_step
+    assert cfg.engine.max_num_seqs == 4 * base.engine.max_num_seqs
+    assert cfg.sandbox.concurrency == 2 * base.sandbox.concurrency

@@ -83,16 +83,23 @@ def summarise(rows: Iterable[OpStats], on_device: bool, top: int = 15) -> dict[s
 
 def compile_report(counters: dict[str, Any]) -> dict[str, Any]:
     """What torch.compile did, from dynamo's counters (`torch._dynamo.utils.counters`):
-    `graphs` compiled and `graph_breaks` by reason (its first line). A compiled layer that
-    breaks runs in pieces, and one under activation checkpointing that breaks runs eagerly
-    altogether, so a GPU run says here whether its layers really were compiled."""
+    `graphs` compiled, `graph_breaks` by reason (the first line of dynamo's explanation;
+    `graph_break` and `unimplemented` counters, which between them name the breaks, the
+    untraceable code and a backend's failures) and `frames` (`total`, `ok`: the frames dynamo
+    tried and those it compiled). A compiled layer that breaks runs in pieces, and one under
+    activation checkpointing that breaks runs eagerly altogether, so a GPU run says here
+    whether its layers really were compiled."""
     breaks: dict[str, int] = {}
-    for reason, n in counters.get("graph_break", {}).items():
-        first = str(reason).strip().splitlines()[0][:160] if str(reason).strip() else "?"
-        breaks[first] = breaks.get(first, 0) + int(n)
+    for kind in ("graph_break", "unimplemented"):
+        for reason, n in counters.get(kind, {}).items():
+            text = str(reason).strip()
+            first = text.splitlines()[0][:160] if text else "?"
+            breaks[first] = breaks.get(first, 0) + int(n)
+    frames = counters.get("frames", {})
     return {
         "graphs": int(counters.get("stats", {}).get("unique_graphs", 0)),
         "graph_breaks": breaks,
+        "frames": {"total": int(frames.get("total", 0)), "ok": int(frames.get("ok", 0))},
     }
 
 

@@ -187,8 +187,8 @@ def _varlen_call() -> Callable[..., torch.Tensor] | None:
 
 _VARLEN = _varlen_call()
 
-VarlenShape = tuple[int, int, int, torch.dtype]
-"""(query heads, key/value heads, head size, dtype) of a varlen call."""
+VarlenShape = tuple[str, int, int, int, torch.dtype]
+"""(device type, query heads, key/value heads, head size, dtype) of a varlen call."""
 
 _varlen_usable: dict[VarlenShape, bool] = {}
 """Whether varlen attention ran for a shape on this process's GPU (`check_varlen`)."""
@@ -204,11 +204,12 @@ def compute_dtype(model: nn.Module, bf16: bool) -> torch.dtype:
     return torch.bfloat16 if bf16 else next(model.parameters()).dtype
 
 
-def _shape_of(model: nn.Module, dtype: torch.dtype) -> VarlenShape:
+def _shape_of(model: nn.Module, device: torch.device, dtype: torch.dtype) -> VarlenShape:
     c = model.config
     heads = int(c.num_attention_heads)
     head_dim = getattr(c, "head_dim", None) or int(c.hidden_size) // heads
-    return heads, int(getattr(c, "num_key_value_heads", None) or heads), int(head_dim), dtype
+    kv_heads = int(getattr(c, "num_key_value_heads", None) or heads)
+    return device.type, heads, kv_heads, int(head_dim), dtype
 
 
 def check_varlen(model: nn.Module, device: torch.device, dtype: torch.dtype) -> bool:
@@ -221,7 +222,7 @@ def check_varlen(model: nn.Module, device: torch.device, dtype: torch.dtype) -> 
     at the first state the function changes)."""
     if _VARLEN is None or device.type != "cuda" or dtype not in (torch.bfloat16, torch.float16):
         return False
-    shape = _shape_of(model, dtype)
+    shape = _shape_of(model, device, dtype)
     if shape not in _varlen_usable:
         _varlen_usable[shape] = _try_varlen(shape, device)
     return _varlen_usable[shape]
@@ -229,7 +230,7 @@ def check_varlen(model: nn.Module, device: torch.device, dtype: torch.dtype) -> 
 
 def _try_varlen(shape: VarlenShape, device: torch.device) -> bool:
     assert _VARLEN is not None
-    heads, kv_heads, head_dim, dtype = shape
+    _, heads, kv_heads, head_dim, dtype = shape
     q = torch.randn(8, heads, head_dim, device=device, dtype=dtype)
     kv = torch.randn(8, kv_heads, head_dim, device=device, dtype=dtype)
     cu = torch.tensor([0, 3, 8], device=device, dtype=torch.int32)
@@ -243,7 +244,7 @@ def _try_varlen(shape: VarlenShape, device: torch.device) -> bool:
 
 def note_attention_path(model: nn.Module, device: torch.device, dtype: torch.dtype) -> None:
     """Record the kernel a packed forward of `model` took (after `check_varlen`)."""
-    usable = _varlen_usable.get(_shape_of(model, dtype), False) and device.type == "cuda"
+    usable = _varlen_usable.get(_shape_of(model, device, dtype), False)
     attention_paths.add("varlen" if usable else "sdpa-per-sequence")
 
 
@@ -270,11 +271,11 @@ def packed_attention(
         )
     if query.shape[0] != 1:
         raise ValueError(f"packed attention needs one row, got batch {query.shape[0]}")
-    dtype = query.dtype
-    if query.is_cuda and torch.is_autocast_enabled("cuda"):
-        dtype = torch.get_autocast_dtype("cuda")  # rotary embeddings promoted q and k
-    shape = (query.shape[1], key.shape[1], query.shape[-1], dtype)
-    if _VARLEN is not None and query.is_cuda and _varlen_usable.get(shape, False):
+    dtype, where = query.dtype, query.device.type
+    if torch.is_autocast_enabled(where):
+        dtype = torch.get_autocast_dtype(where)  # rotary embeddings promoted q and k
+    shape = (where, query.shape[1], key.shape[1], query.shape[-1], dtype)
+    if _VARLEN is not None and _varlen_usable.get(shape, False):  # only GPUs (check_varlen)
         q, k, v = (t[0].transpose(0, 1).to(dtype).contiguous() for t in (query, key, value))
         out = _VARLEN(q, k, v, cu, int(kwargs["max_length_q"]), scaling)  # [S, H, D]
         return out.unsqueeze(0), None

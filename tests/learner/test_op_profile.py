@@ -63,14 +63,24 @@ def test_totals_are_the_self_times_of_every_row() -> None:
 def test_the_compile_report_counts_graphs_and_breaks_by_their_first_line() -> None:
     counters = {
         "stats": {"unique_graphs": 5, "calls_captured": 40},
+        "frames": {"total": 9, "ok": 7},
         "graph_break": {
             "Data dependent operator\n  Explanation: tolist": 4,
             "Data dependent operator\n  Explanation: item": 2,
             "HOP: Unsafe side effect\n  Higher Order Operator: checkpoint": 1,
         },
+        # what dynamo could not trace or the backend could not compile: counted here only
+        "unimplemented": {"Backend compiler exception\n  Explanation: inductor failed": 1},
     }
     assert compile_report(counters) == {
         "graphs": 5,
-        "graph_breaks": {"Data dependent operator": 6, "HOP: Unsafe side effect": 1},
+        "graph_breaks": {
+            "Data dependent operator": 6,
+            "HOP: Unsafe side effect": 1,
+            "Backend compiler exception": 1,
+        },
+        "frames": {"total": 9, "ok": 7},
     }
-    assert compile_report({}) == {"graphs": 0, "graph_breaks": {}}
+    assert compile_report({}) == {
+        "graphs": 0, "graph_breaks": {}, "frames": {"total": 0, "ok": 0}
+    }  # fmt: skip

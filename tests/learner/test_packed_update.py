@@ -275,7 +275,7 @@ def test_varlen_is_tried_once_per_shape_and_a_failure_falls_back(
         raise RuntimeError("no kernel for this head size")
 
     monkeypatch.setattr(packing, "_VARLEN", failing)
-    shape = (4, 2, 16, torch.bfloat16)
+    shape = ("cpu", 4, 2, 16, torch.bfloat16)
     assert packing._try_varlen(shape, torch.device("cpu")) is False
     assert calls == [torch.Size([8, 4, 16])] and "varlen attention failed" in caplog.text
     monkeypatch.setattr(packing, "_VARLEN", lambda *a: a[0])
@@ -283,3 +283,47 @@ def test_varlen_is_tried_once_per_shape_and_a_failure_falls_back(
     # the CPU never takes varlen, whatever the dtype
     model = tiny_qwen2()
     assert packing.check_varlen(model, torch.device("cpu"), torch.bfloat16) is False
+
+
+def test_the_gpu_attention_path_compiles_inside_checkpointed_layers(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The varlen branch of `packed_attention` (a GPU's) run on this CPU with a stand-in for
+    torch's `varlen_attn` (`tests/learner/varlen_standin.py`, opaque to torch.compile as
+    torch's own custom op is): layers compiled under activation checkpointing build their
+    graphs with no graph break at all, and the update equals the eager, unpacked-attention
+    one. Before 2026-11-28 the branch recorded its kernel in a module-level set, and the
+    checkpointed layers fell back to eager."""
+    import torch._dynamo
+    import torch.nn.attention.varlen
+
+    from rstar2.learner import packing
+    from rstar2.learner.op_profile import compile_report
+    from tests.learner import varlen_standin
+
+    monkeypatch.setattr(torch.nn.attention.varlen, "varlen_attn", varlen_standin.varlen_attn)
+    monkeypatch.setattr(packing, "_VARLEN", packing._varlen_call())
+    # tiny_qwen2: 4 query heads, 2 key/value heads of 16; as if check_varlen had found it usable
+    monkeypatch.setattr(packing, "_varlen_usable", {("cpu", 4, 2, 16, torch.float32): True})
+    batch = TrainingBatch(rollouts=rollouts(), advantages=[1.0, -1.0, 0.5, -0.5, 1.0])
+    results = []
+    for compiled in (False, True):
+        torch._dynamo.reset()
+        torch._dynamo.utils.counters.clear()
+        packing.attention_paths.clear()
+        model = tiny_qwen2(dtype=torch.float32)
+        cfg = LearnerConfig(
+            lr=0.5, warmup_steps=0, micro_batch_tokens=20, head_chunk=5, compile=compiled,
+            activation_checkpointing=compiled,
+        )  # fmt: skip
+        prepare_model(model, cfg)
+        opt = torch.optim.SGD(model.parameters(), lr=cfg.lr)
+        metrics = update_policy(model, opt, make_lr_schedule(opt, cfg), batch, cfg, RLConfig())
+        results.append((model, metrics, compile_report(torch._dynamo.utils.counters)))
+        assert packing.attention_paths == {"varlen"}
+    torch._dynamo.reset()
+    (eager, eager_metrics, _), (model, metrics, report) = results
+    assert report["graphs"] >= 2 and report["graph_breaks"] == {}, report
+    for (name, a), b in zip(model.named_parameters(), eager.parameters(), strict=True):
+        torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-4, msg=name)
+    assert metrics["loss"] == pytest.approx(eager_metrics["loss"], rel=1e-4, abs=1e-6)

@@ -491,7 +491,7 @@ def markdown(results: dict[str, Any]) -> str:
             lines.append(
                 f"| {name} | {decode_label(e)} | {e['params'] / 1e6:.1f}M | "
                 f"{e['engine_tok_s']:,.0f} | {e['hf_generate_tok_s']:,.0f} "
-                f"({e['hf_best_batch_size']}) | {e['ratio']:.2f} | {e.get('decode_graphs')} |"
+                f"({e['hf_best_batch_size']}) | {e['ratio']:.2f} | {graphs_cell(e)} |"
             )
         lines.append("")
     benches = results.get("bench", {})
@@ -521,6 +521,14 @@ def markdown(results: dict[str, Any]) -> str:
             lines += [f"| {k} | {v:.4g} |" if isinstance(v, float) else f"| {k} | {v} |"
                       for k, v in train.items()]  # fmt: skip
     return "\n".join(lines) + "\n"
+
+
+def graphs_cell(e: dict[str, Any]) -> str:
+    """An engine entry's CUDA graphs: the decode's, and the fixed-shape prefills' when on."""
+    cell = str(e.get("decode_graphs"))
+    if e.get("prefill_graphs"):
+        cell += f"; prefills {e['prefill_graphs']}"
+    return cell
 
 
 def profile_line(name: str, b: dict[str, Any], top: int = 5) -> str:

@@ -257,6 +257,7 @@ def test_markdown_has_the_engine_table_and_check() -> None:
                 "hf_best_batch_size": 256,
                 "ratio": 2.96,
                 "decode_graphs": {"graphs": 9},
+                "prefill_graphs": {"shapes": 2, "graphs": 1, "capture_failures": 1},
             },  # fmt: skip
             "qwen2.5-1.5b-fixed": {"error": "skipped: past the 140 s deadline"},
         },
@@ -278,7 +279,10 @@ def test_markdown_has_the_engine_table_and_check() -> None:
     )
     assert "Engine host split, 25m: failed: timed out" in text
     assert "graphs_equal_hf_generate" in text
-    assert "| tiny-fixed | fixed | 1.1M | 32,559 | 20,615 (256) | 1.58 |" in text
+    assert "| tiny-fixed | fixed | 1.1M | 32,559 | 20,615 (256) | 1.58 | {'graphs': 9} |" in text
+    assert (
+        "| 2.96 | {'graphs': 9}; prefills {'shapes': 2, 'graphs': 1, 'capture_failures': 1} |"
+    ) in text
     assert "| tiny-fixed-rounds-8 | fixed, rounds of 8 | 1.1M | 61,000 |" in text
     assert "| qwen2.5-1.5b-fixed | failed: skipped: past the 140 s deadline |" in text
 

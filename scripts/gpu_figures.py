@@ -113,6 +113,8 @@ VARIANTS = (
     # FSDP2 with checkpointing as run 6 measured it (2026-11-27)
     ("fsdp-ac-per-layer-sync-every",
      (*AFTER, *FSDP_AC, *PER_LAYER, "--sync-every-micro-batch", *PROFILE), True),
+    # micro-batches of 16,384 tokens, `learner.micro_batch_tokens`' default in train
+    ("plain-micro-batch-16k", (*AFTER, "--micro-batch", "8"), True),
     ("rl-before-plain", (*RL, *BEFORE), True),
     ("rl-plain", (*RL, *AFTER), True),
     # each optimisation alone, against "before" (the 0.5B shape only)
@@ -248,8 +250,8 @@ def smaller_micro_batch(args: list[str]) -> list[str]:
     """`args` with `--micro-batch` halved (the retry of a benchmark that failed, most likely
     out of GPU memory); the same list when it is already 1 or absent."""
     out = list(args)
-    if "--micro-batch" in out:
-        i = out.index("--micro-batch") + 1
+    if "--micro-batch" in out:  # the last one: the one argparse takes
+        i = len(out) - 1 - out[::-1].index("--micro-batch") + 1
         out[i] = str(max(1, int(out[i]) // 2))
     return out
 

@@ -44,6 +44,7 @@ def test_the_plan_covers_before_and_after_each_optimisation_alone_and_both_workl
         ("ac-every-2-alone", "before-ac", {"--checkpoint-every", "2"}),
     ):
         assert by_name[alone] ^ by_name[before] == flags
+    assert by_name["plain-micro-batch-16k"] == {"--compile", "--compile-head", "--micro-batch", "8"}
     assert {"--workload", "rl"} <= by_name["rl-plain"] and "--padded" not in by_name["rl-plain"]
     assert {"--workload", "rl", "--padded"} <= by_name["rl-before-plain"]
     assert {shape for _, shape, _ in gpu.bench_plan(smoke=True)} == {"tiny"}
@@ -207,6 +208,10 @@ def test_a_failed_benchmark_is_retried_with_half_the_micro_batch() -> None:
     ]
     assert gpu.smaller_micro_batch(["--micro-batch", "1"]) == ["--micro-batch", "1"]
     assert gpu.smaller_micro_batch(["--bf16"]) == ["--bf16"]
+    # a variant's own --micro-batch after the batch's: the one argparse takes is halved
+    assert gpu.smaller_micro_batch(["--micro-batch", "4", "--micro-batch", "8"]) == [
+        "--micro-batch", "4", "--micro-batch", "4"
+    ]  # fmt: skip
 
 
 def test_the_engine_plan_measures_each_shape_then_the_paths_before() -> None:

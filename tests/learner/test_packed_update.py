@@ -291,8 +291,9 @@ def test_the_gpu_attention_path_compiles_inside_checkpointed_layers(
     """The varlen branch of `packed_attention` (a GPU's) run on this CPU with a stand-in for
     torch's `varlen_attn` (`tests/learner/varlen_standin.py`, opaque to torch.compile as
     torch's own custom op is): layers compiled under activation checkpointing build their
-    graphs with no graph break at all, and the update equals the eager, unpacked-attention
-    one. Before 2026-11-28 the branch recorded its kernel in a module-level set, and the
+    graphs with no graph break at all; the update equals the same one uncompiled, and both
+    equal the CPU's path (one SDPA call per sequence), which checks the branch's layouts.
+    Before 2026-11-28 the branch recorded its kernel in a module-level set, and the
     checkpointed layers fell back to eager."""
     import torch._dynamo
     import torch.nn.attention.varlen
@@ -304,10 +305,11 @@ def test_the_gpu_attention_path_compiles_inside_checkpointed_layers(
     monkeypatch.setattr(torch.nn.attention.varlen, "varlen_attn", varlen_standin.varlen_attn)
     monkeypatch.setattr(packing, "_VARLEN", packing._varlen_call())
     # tiny_qwen2: 4 query heads, 2 key/value heads of 16; as if check_varlen had found it usable
-    monkeypatch.setattr(packing, "_varlen_usable", {("cpu", 4, 2, 16, torch.float32): True})
+    usable = {("cpu", 4, 2, 16, torch.float32): True}
     batch = TrainingBatch(rollouts=rollouts(), advantages=[1.0, -1.0, 0.5, -0.5, 1.0])
     results = []
-    for compiled in (False, True):
+    for varlen, compiled in ((False, False), (True, False), (True, True)):
+        monkeypatch.setattr(packing, "_varlen_usable", usable if varlen else {})
         torch._dynamo.reset()
         torch._dynamo.utils.counters.clear()
         packing.attention_paths.clear()
@@ -320,10 +322,11 @@ def test_the_gpu_attention_path_compiles_inside_checkpointed_layers(
         opt = torch.optim.SGD(model.parameters(), lr=cfg.lr)
         metrics = update_policy(model, opt, make_lr_schedule(opt, cfg), batch, cfg, RLConfig())
         results.append((model, metrics, compile_report(torch._dynamo.utils.counters)))
-        assert packing.attention_paths == {"varlen"}
+        assert packing.attention_paths == {"varlen" if varlen else "sdpa-per-sequence"}
     torch._dynamo.reset()
-    (eager, eager_metrics, _), (model, metrics, report) = results
-    assert report["graphs"] >= 2 and report["graph_breaks"] == {}, report
-    for (name, a), b in zip(model.named_parameters(), eager.parameters(), strict=True):
-        torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-4, msg=name)
-    assert metrics["loss"] == pytest.approx(eager_metrics["loss"], rel=1e-4, abs=1e-6)
+    (reference, want, _), *varlen_runs = results
+    assert varlen_runs[1][2]["graphs"] >= 2 and varlen_runs[1][2]["graph_breaks"] == {}
+    for model, metrics, _ in varlen_runs:
+        for (name, a), b in zip(model.named_parameters(), reference.parameters(), strict=True):
+            torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-4, msg=name)
+        assert metrics["loss"] == pytest.approx(want["loss"], rel=1e-4, abs=1e-6)

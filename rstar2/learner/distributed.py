@@ -180,12 +180,16 @@ def _sharded_mini_batch(
     return {k: float(weighted[j]) for j, k in enumerate(keys)}, _all_reduced(seen, device, world)
 
 
+def several_ranks_only(setting: bool | None, world: int) -> bool:
+    """An FSDP2 setting whose None means "with several ranks only" (`reshard_after_forward`,
+    `sync_every_micro_batch`, `shard_per_layer`: what a rank gains from them, one rank does
+    not), resolved for a world of `world` ranks."""
+    return world > 1 if setting is None else setting
+
+
 def syncs_every_micro_batch(cfg: LearnerConfig, world: int) -> bool:
-    """Whether FSDP2 reduces gradients after every micro-batch (`sync_every_micro_batch`;
-    None: with several ranks only)."""
-    if cfg.sync_every_micro_batch is None:
-        return world > 1
-    return cfg.sync_every_micro_batch
+    """Whether FSDP2 reduces gradients after every micro-batch (`sync_every_micro_batch`)."""
+    return several_ranks_only(cfg.sync_every_micro_batch, world)
 
 
 def set_gradient_sync(model: FSDPModule, sync: bool) -> None:

@@ -57,6 +57,7 @@ from torch.distributed.tensor import DTensor
 from rstar2 import devices
 from rstar2.learner.distributed import (
     DistributedConfig,
+    several_ranks_only,
     shard_model,
     syncs_every_micro_batch,
     update_policy_sharded,
@@ -105,11 +106,9 @@ class LearnerPolicy:
         if self.sharded:
             self.sync_every_micro_batch = syncs_every_micro_batch(cfg, self.world)
             # One rank holds every parameter anyway: resharding after forward would only
-            # gather them again for backward.
-            reshard = cfg.reshard_after_forward
-            self.reshard_after_forward = self.world > 1 if reshard is None else reshard
-            per_layer = cfg.shard_per_layer
-            self.shard_per_layer = self.world > 1 if per_layer is None else per_layer
+            # gather them again for backward, and per-layer units only add hooks.
+            self.reshard_after_forward = several_ranks_only(cfg.reshard_after_forward, self.world)
+            self.shard_per_layer = several_ranks_only(cfg.shard_per_layer, self.world)
             shard_model(
                 model,
                 DistributedConfig(

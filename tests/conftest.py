@@ -1,15 +1,31 @@
 """Shared pytest configuration: every test runs on a CPU-only machine; the tool-calling policy
 (`tests/profile/tool_policy.py`), SFT'd once per session for the tests that need a policy that
-earns reward (profile runs, resume)."""
+earns reward (profile runs, resume).
+
+The suite runs on pytest-xdist's workers (`make test`): a session fixture runs once per worker,
+so the policy (about a minute of SFT) is built by the first worker that needs it and read by the
+others (`tests/built_once.py`)."""
 
 from __future__ import annotations
 
 import os
+import shutil
 import signal
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
 
-import pytest
+# Before anything imports torch (the OpenMP runtime reads it once, as it loads): bound how long
+# torch's threads spin, as `rstar2.cli.main` does for every command. The tests that train in this
+# process share the cores with the commands other tests start and with the other xdist worker;
+# spinning threads made such work several times slower (docs/results.md, "Embedded engine").
+if "OMP_WAIT_POLICY" not in os.environ:
+    os.environ.setdefault("GOMP_SPINCOUNT", "10000")
 
-from tests.profile.tool_policy import ToolPolicy, build_tool_policy
+import pytest  # noqa: E402
+
+from tests.built_once import built_once  # noqa: E402
+from tests.profile.tool_policy import TASK, ToolPolicy, build_tool_policy  # noqa: E402
 
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
@@ -23,4 +39,14 @@ if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
 
 @pytest.fixture(scope="session")
 def tool_policy(tmp_path_factory: pytest.TempPathFactory) -> ToolPolicy:
-    return build_tool_policy(tmp_path_factory.mktemp("tool-policy"))
+    path = built_once(tmp_path_factory, "tool-policy", lambda d: build_tool_policy(d).path)
+    return ToolPolicy(path, list(TASK))
+
+
+@pytest.fixture
+def short_tmp() -> Iterator[Path]:
+    """A fresh directory with a short path, for tests that make unix sockets in it (a socket's
+    path has at most 107 bytes; pytest-xdist's `tmp_path` has 70 and more)."""
+    path = Path(tempfile.mkdtemp(prefix="r2-", dir="/tmp"))
+    yield path
+    shutil.rmtree(path, ignore_errors=True)

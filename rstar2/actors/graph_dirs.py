@@ -33,11 +33,20 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+import zmq
+
+from rstar2.config import UsageError
+
 log = logging.getLogger(__name__)
 
 TMP_PREFIX = "rstar2-graph-"
 OWNER_FILE = "owner.json"
 STATS_SOCKET = "stats.sock"
+LONGEST_SOCKET = "control.sock"
+"""The longest socket file name a graph folder holds (the others: `stats.sock`, `<n>.sock`)."""
+IPC_PATH_MAX = int(getattr(zmq, "IPC_PATH_MAX_LEN", 0) or 103)
+"""The longest ipc socket path (`sockaddr_un.sun_path` less its NUL: 107 on Linux, 103 on
+macOS, which is also the fallback where zmq does not say)."""
 LEGACY_GRACE_S = 60.0
 """A folder without a pid in its name is only swept this long after it was last changed."""
 
@@ -64,8 +73,13 @@ class GraphDir:
 
 
 def make_graph_dir(name: str, run_dir: str = "") -> str:
-    """Create this process's folder for graph `name` and write its `owner.json`."""
-    path = tempfile.mkdtemp(prefix=f"{TMP_PREFIX}{name}-{os.getpid()}-")
+    """Create this process's folder for graph `name` and write its `owner.json`.
+
+    Raises UsageError when its socket paths would be too long for a unix socket (a long TMPDIR
+    or graph name): zmq would otherwise fail at the first bind, deep in the graph's start."""
+    prefix = f"{TMP_PREFIX}{name}-{os.getpid()}-"
+    check_socket_room(tempfile.gettempdir(), prefix)
+    path = tempfile.mkdtemp(prefix=prefix)
     owner = {
         "pid": os.getpid(),
         "started": time.time(),
@@ -76,6 +90,20 @@ def make_graph_dir(name: str, run_dir: str = "") -> str:
     with open(os.path.join(path, OWNER_FILE), "w") as f:
         json.dump(owner, f)
     return path
+
+
+def check_socket_room(tmp: str, prefix: str) -> None:
+    """Raise UsageError unless a graph folder `<tmp>/<prefix><8 random characters>` leaves room
+    for its longest socket path."""
+    folder = os.path.join(tmp, prefix + "x" * 8)  # mkdtemp's names end in 8 characters
+    longest = len(os.path.join(folder, LONGEST_SOCKET).encode())
+    if longest > IPC_PATH_MAX:
+        raise UsageError(
+            f"the temp directory {tmp} is too long for the graph's ipc sockets: their paths "
+            f"({folder}/{LONGEST_SOCKET}, {longest} bytes) may have at most {IPC_PATH_MAX} "
+            f"bytes; set TMPDIR to a directory at least {longest - IPC_PATH_MAX} characters "
+            f"shorter (TMPDIR=/tmp, say), or give the graph a shorter name"
+        )
 
 
 def parse_graph_dir(path: str) -> GraphDir:

@@ -15,13 +15,16 @@ import pytest
 from rstar2.actors.graph import run_graph_blocking
 from rstar2.actors.graph_config import graph_config
 from rstar2.actors.graph_dirs import (
+    IPC_PATH_MAX,
     LEGACY_GRACE_S,
+    LONGEST_SOCKET,
     TMP_PREFIX,
     graph_dirs,
     make_graph_dir,
     parse_graph_dir,
     sweep_stale_dirs,
 )
+from rstar2.config import UsageError
 
 
 def dead_pid() -> int:
@@ -52,7 +55,8 @@ def test_only_folders_whose_owner_is_dead_are_swept(tmp_path: Path) -> None:
     assert not stale.exists() and not old_legacy.exists()
 
 
-def test_a_legacy_folder_with_a_listener_is_kept(tmp_path: Path) -> None:
+def test_a_legacy_folder_with_a_listener_is_kept(short_tmp: Path) -> None:
+    tmp_path = short_tmp  # a socket in it
     live = folder(tmp_path, "demo-a1b2c3", age_s=LEGACY_GRACE_S + 10)
     server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
@@ -83,10 +87,9 @@ GRAPH = {
 
 
 def test_a_graph_sweeps_stale_folders_at_start_and_removes_its_own(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    short_tmp: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    tmp = tmp_path / "t"  # short: ipc socket paths are limited to ~100 characters
-    tmp.mkdir()
+    tmp = short_tmp  # ipc socket paths are limited to ~100 characters
     monkeypatch.setattr(tempfile, "tempdir", str(tmp))
     stale = folder(tmp, f"gd-{dead_pid()}-abc123")
     result = run_graph_blocking(graph_config(GRAPH), handle_signals=False, run_dir="runs/gd")
@@ -95,9 +98,28 @@ def test_a_graph_sweeps_stale_folders_at_start_and_removes_its_own(
     assert os.listdir(tmp) == []  # its own folder is gone too
 
 
-def test_a_new_folder_names_its_owner(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+@pytest.mark.parametrize("over", [0, 1])
+def test_a_temp_directory_too_long_for_the_sockets_is_a_clear_error(
+    short_tmp: Path, monkeypatch: pytest.MonkeyPatch, over: int
+) -> None:
+    # a temp directory of the longest length the graph's sockets allow runs the graph (zmq
+    # binds them), one character more stops it before any folder is made, naming TMPDIR
+    folder_and_socket = len(f"/{TMP_PREFIX}gd-{os.getpid()}-12345678/{LONGEST_SOCKET}")
+    room = IPC_PATH_MAX - folder_and_socket - len(str(short_tmp)) - 1  # -1: the "/" before it
+    tmp = short_tmp / ("d" * (room + over))
+    tmp.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp))
+    if over:
+        with pytest.raises(UsageError, match=r"too long for the graph's ipc sockets.*TMPDIR"):
+            run_graph_blocking(graph_config(GRAPH), handle_signals=False)
+    else:
+        assert run_graph_blocking(graph_config(GRAPH), handle_signals=False).ok
+    assert os.listdir(tmp) == []
+
+
+def test_a_new_folder_names_its_owner(short_tmp: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(tempfile, "tempdir", str(short_tmp))
     d = parse_graph_dir(make_graph_dir("demo-x", run_dir="runs/r1"))
     assert (d.name, d.pid, d.run_dir) == ("demo-x", os.getpid(), "runs/r1")
-    assert d.owner["argv"] == sys.argv and graph_dirs(str(tmp_path)) == [d]
-    assert sweep_stale_dirs(str(tmp_path)) == []  # its owner (this process) is alive
+    assert d.owner["argv"] == sys.argv and graph_dirs(str(short_tmp)) == [d]
+    assert sweep_stale_dirs(str(short_tmp)) == []  # its owner (this process) is alive

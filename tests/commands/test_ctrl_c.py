@@ -245,14 +245,14 @@ def test_one_ctrl_c_stops_top(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 def test_one_ctrl_c_stops_bench_train_which_names_no_run_to_resume(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, short_tmp: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # it said "resume with `rstar2 train --resume /tmp/rstar2-bench-train-.../run`": a
     # temporary directory, which it then removed
-    monkeypatch.setenv("TMPDIR", str(tmp_path))  # where its run directory goes
+    monkeypatch.setenv("TMPDIR", str(short_tmp))  # its run and socket directories go there
     argv = ["bench", "train", "--sft-steps", "0", "--steps", "3"]
     stopped = interrupt(argv, tmp_path, r"step +1/3")
     assert (stopped.code, "Traceback" in stopped.err) == (130, False), stopped.err[-3000:]
     assert stopped.took_s < STOP_S, (stopped.took_s, stopped.err[-3000:])
     assert "--resume" not in stopped.err and "rstar2 bench: interrupted" in stopped.err
-    assert not list(tmp_path.glob("rstar2-bench-train-*"))
+    assert not list(short_tmp.glob("rstar2-bench-train-*"))

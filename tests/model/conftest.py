@@ -12,6 +12,7 @@ import pytest
 from rstar2.cli import main
 from rstar2.model import TinyModelConfig, init_model
 from rstar2.model.gguf_conversion import gguf_in_package
+from tests.built_once import built_once
 
 SMALL = TinyModelConfig(
     hidden_size=32,
@@ -48,9 +49,13 @@ def smollm2_gguf() -> Path:
 def smollm2_dir(smollm2_gguf: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """SmolLM2-135M converted once per session (~20 s, 540 MB of float32 safetensors) by the
     command a user runs, `rstar2 convert gguf FILE OUT_DIR`, which prints the directory."""
-    out_dir = tmp_path_factory.mktemp("smollm2") / "model"
-    out = io.StringIO()
-    with contextlib.redirect_stdout(out):
-        assert main(["convert", "gguf", str(smollm2_gguf), str(out_dir)]) == 0
-    assert out.getvalue().strip() == str(out_dir)
-    return out_dir
+
+    def convert(directory: Path) -> Path:
+        out_dir = directory / "model"
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            assert main(["convert", "gguf", str(smollm2_gguf), str(out_dir)]) == 0
+        assert out.getvalue().strip() == str(out_dir)
+        return out_dir
+
+    return built_once(tmp_path_factory, "smollm2", convert)

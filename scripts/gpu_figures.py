@@ -425,7 +425,10 @@ def wide_settings(sft: Path, steps: int, cfg: Any) -> list[str]:
 
 def engine_figures(steps: list[dict[str, Any]]) -> dict[str, Any]:
     """What the engines did over the RL steps' generation (`engine_split`'s metrics): the
-    share of the generation phase spent inside engine steps, the share of decode steps run
+    share of the rollout phase's wall time spent inside engine steps (summed over engines;
+    `time_gen_s` alone is no denominator: it is the phase's time apportioned by the rollouts'
+    summed generation, tool and reward seconds, and an engine computes for some rollouts while
+    others wait for tools, so engine time could exceed it), the share of decode steps run
     inside rounds (`engine.decode_steps`), the share of engine time in steps that prefilled
     a prompt or a new turn and what such a step took against a decode-only step, the time a
     step took, split into the host's own work and its wait for the device, and the
@@ -438,7 +441,9 @@ def engine_figures(steps: list[dict[str, Any]]) -> dict[str, Any]:
     count = sum(float(r["engine_steps"]) for r in rows)
     busy = sum(float(r["engine_step_s"]) for r in rows)
     wait = sum(float(r["engine_wait_s"]) for r in rows)
-    gen = sum(float(r.get("time_gen_s", 0.0)) for r in rows)
+    phase = sum(
+        float(r.get(k, 0.0)) for r in rows for k in ("time_gen_s", "time_tool_s", "time_reward_s")
+    )
     rounds = sum(float(r.get("engine_round_steps", 0.0)) for r in rows)
     prefills = sum(float(r.get("engine_prefill_steps", 0.0)) for r in rows)
     prefill_s = sum(float(r.get("engine_prefill_s", 0.0)) for r in rows)
@@ -446,7 +451,7 @@ def engine_figures(steps: list[dict[str, Any]]) -> dict[str, Any]:
     return {
         "engine_steps_per_rl_step": count / len(rows),
         "gen_tokens_per_engine_step": tokens / count,
-        "engine_busy_share": busy / gen if gen > 0 else None,
+        "engine_busy_share": busy / phase if phase > 0 else None,
         "engine_round_share": rounds / count,
         "engine_prefill_share": prefill_s / busy if busy > 0 else None,
         "engine_prefill_step_ms": prefill_s * 1e3 / prefills if prefills else None,

@@ -115,7 +115,7 @@ def test_training_figures_from_a_run_directory(tmp_path: Path) -> None:
          "time_learner_s": 0.5, "reward_mean": 0.4, "skipped_updates": 1.0,
          "weights_bus_bytes": 17.0},  # no engine figures: the first step after a resume
         {"step": 2, "stage": "rl1", "step_s": 5.0, "time_eval_s": 2.0, "time_gen_s": 2.0,
-         "gen_tokens": 600.0, "time_learner_s": 0.7, "reward_mean": 0.6, "heldout_accuracy": 0.5,
+         "time_tool_s": 0.7, "time_reward_s": 0.3, "gen_tokens": 600.0, "time_learner_s": 0.7, "reward_mean": 0.6, "heldout_accuracy": 0.5,
          "engine_steps": 100.0, "engine_step_s": 1.5, "engine_wait_s": 0.5,
          "engine_round_steps": 60.0, "engine_prefill_steps": 10.0, "engine_prefill_s": 0.6},
         {"step": 2, "stage": "final", "test_accuracy": 0.45},
@@ -133,8 +133,9 @@ def test_training_figures_from_a_run_directory(tmp_path: Path) -> None:
     assert got["step_s_without_evals_mean"] == pytest.approx(2.5)
     assert got["gen_tokens_per_s"] == pytest.approx(300.0)
     assert got["time_learner_s_mean"] == pytest.approx(0.6)
-    # engine figures from the rows that have them: 1.5 s of 2.0 s generation in 100 steps
-    assert got["engine_busy_share"] == pytest.approx(0.75)
+    # engine figures from the rows that have them: 1.5 s in 100 steps of the rollout phase's
+    # 3.0 s (generation 2.0, tools 0.7, reward 0.3, as the step's wall time was apportioned)
+    assert got["engine_busy_share"] == pytest.approx(0.5)
     assert (got["engine_step_ms"], got["engine_host_ms"], got["engine_wait_ms"]) == (
         pytest.approx(15.0),
         pytest.approx(10.0),

@@ -1054,6 +1054,10 @@ def main(argv: list[str] | None = None) -> int:
         engine_runner = BenchWorker(["--engine-worker"], log)
         for command in host_split_commands(device, args.smoke):
             name = split_name(command)
+            if past_deadline():
+                splits[name] = {"error": f"skipped: past the {args.deadline:.0f} s deadline"}
+                save()
+                continue
             reply = engine_runner.measure(command, 120)
             splits[name] = reply.get("ok", {"error": reply.get("error")})
             print(f"engine host split {name}: {json.dumps(splits[name])}", flush=True)

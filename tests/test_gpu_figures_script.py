@@ -373,3 +373,34 @@ def test_the_wide_run_starts_from_the_sft_model_with_four_times_the_rollouts(
     assert cfg.prompts_per_step == 4 * base.prompts_per_step
     assert cfg.engine.max_num_seqs == 4 * base.engine.max_num_seqs
     assert cfg.sandbox.concurrency == 2 * base.sandbox.concurrency
+
+
+def test_the_engine_part_starts_nothing_past_its_deadline_but_the_check(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # a command cut off by the device budget brings back only what it wrote: past --deadline
+    # the engine part measures neither host splits nor entries, and says so for each
+    measured: list[list[str]] = []
+
+    class Worker:
+        def __init__(self, mode: list[str], log: Path) -> None: ...
+
+        def measure(self, args: list[str], timeout_s: float) -> dict:
+            measured.append(args)
+            return {"error": "not measured: a stand-in worker"}
+
+        def close(self) -> None: ...
+
+    monkeypatch.setattr(gpu, "BenchWorker", Worker)
+    monkeypatch.setattr(gpu, "run_check", lambda command, timeout_s: {"greedy_equal": True})
+    monkeypatch.setattr(gpu, "missing_modules", lambda: [])
+    out = tmp_path / "out"
+    argv = ["--out", str(out), "--work", str(tmp_path / "w"), "--part", "engine", "--smoke"]
+    assert gpu.main([*argv, "--deadline", "1e-9"]) == 0
+    got = json.loads((out / "gpu_figures.json").read_text())
+    assert measured == [] and got["engine_check"] == {"greedy_equal": True}
+    skipped = [*got["engine_host_split"].values(), *got["engine"].values()]
+    assert len(skipped) == len(gpu.host_split_commands("cpu", True)) + len(gpu.engine_plan(True))
+    assert all(f["error"].startswith("skipped: past the") for f in skipped)
+    assert gpu.main([*argv, "--deadline", "0"]) == 0  # no deadline: every one measured
+    assert len(measured) == len(skipped)

@@ -825,14 +825,16 @@ class BenchWorker:
             cwd=ROOT, env=script_env(), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
             stderr=self._err, text=True, bufsize=1,
         )  # fmt: skip
+        # each process's reader fills its own queue: a killed process's end of output (None),
+        # read after the next process started, must not reach the next one's queue
         self._lines: queue.Queue[str | None] = queue.Queue()
-        threading.Thread(target=self._read, args=(self.proc,), daemon=True).start()
+        threading.Thread(target=self._read, args=(self.proc, self._lines), daemon=True).start()
 
-    def _read(self, proc: subprocess.Popen[str]) -> None:
+    def _read(self, proc: subprocess.Popen[str], lines: queue.Queue[str | None]) -> None:
         assert proc.stdout is not None
         for line in proc.stdout:
-            self._lines.put(line)
-        self._lines.put(None)
+            lines.put(line)
+        lines.put(None)
 
     def measure(self, args: list[str], timeout_s: float) -> dict[str, Any]:
         """One measurement: {"ok": figures} or {"error": why}; a timeout or a dead worker
@@ -854,8 +856,13 @@ class BenchWorker:
             except queue.Empty:
                 self.close()
                 return {"error": f"timed out after {timeout_s:.0f} s"}
-            if line is None:
-                return {"error": f"the worker died (exit {self.proc.wait()}; see gpu_figures.log)"}
+            if line is None:  # its output ended: it is exiting, or as good as dead
+                try:
+                    code: int | str = self.proc.wait(timeout=10)
+                except subprocess.TimeoutExpired:
+                    code = "none: killed after its output ended"
+                self.close()
+                return {"error": f"the worker died (exit {code}; see gpu_figures.log)"}
             reply = last_json(line)
             if reply is not None and ("ok" in reply or "error" in reply):
                 return reply

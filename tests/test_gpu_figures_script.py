@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import time
 from pathlib import Path
 
 import pytest
@@ -351,6 +352,31 @@ def test_a_worker_that_timed_out_starts_again_for_the_next_measurement(tmp_path:
     finally:
         worker.close()
     assert again["ok"]["engine_tok_s"] > 0
+
+
+def test_a_timed_out_workers_end_of_output_does_not_reach_the_next_worker(tmp_path: Path) -> None:
+    """The killed process's reader may read its end of output only after the next process
+    started (it did under load: the next measurement then took it for its own worker's death
+    and waited on a live process for ever). Here it always does."""
+
+    class LateReader(gpu.BenchWorker):
+        first: object = None
+
+        def _read(self, proc, lines) -> None:  # type: ignore[no-untyped-def]
+            if LateReader.first is None:
+                LateReader.first = proc
+            while proc is LateReader.first and self.proc in (proc, None):
+                time.sleep(0.01)  # until the next process has started
+            super()._read(proc, lines)
+
+    worker = LateReader(["--engine-worker"], tmp_path / "log")
+    small = ["--requests", "4", "--max-tokens", "8", "--batch-sizes", "4", "--json"]
+    try:
+        assert worker.measure(small, 0.01)["error"].startswith("timed out")
+        again = worker.measure(small, 120)
+    finally:
+        worker.close()
+    assert again["ok"]["engine_tok_s"] > 0, again
 
 
 def test_the_wide_run_starts_from_the_sft_model_with_four_times_the_rollouts(

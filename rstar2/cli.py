@@ -144,6 +144,21 @@ def build_parser(selected: str | None = None) -> argparse.ArgumentParser:
     return parser
 
 
+def bound_openmp_spin() -> None:
+    """Bound how long torch's OpenMP threads spin, unless the user chose a policy.
+
+    torch's OpenMP threads (libgomp) spin-wait at the end of every parallel region, by default
+    for 300,000 spins; when other processes share the cores, the spinning thread holds the core
+    that the thread it waits for needs, and the engine's and HF's small decode steps ran
+    10-150x slower (docs/results.md, "Embedded engine"). Passive waiting fixed that but cost
+    ~45% of the idle engine's speed; a short spin (10,000) keeps both (measured: idle as fast
+    as spinning, under contention within 5% of passive). The OpenMP runtime reads this once,
+    when torch loads it, so it must run before anything imports torch (children inherit it); a
+    user's own OMP_WAIT_POLICY or GOMP_SPINCOUNT wins."""
+    if "OMP_WAIT_POLICY" not in os.environ:
+        os.environ.setdefault("GOMP_SPINCOUNT", GOMP_SPINCOUNT)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Parse `argv`, run the chosen command and return its exit code (see the module
     docstring). A bad command line or `--help` raises SystemExit, as argparse does. Run as the
@@ -161,16 +176,7 @@ def parse_and_run(argv: list[str]) -> int:
     # one-line-per-step progress output; set before any command module imports transformers
     # (spawned children inherit it)
     os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
-    # torch's OpenMP threads (libgomp) spin-wait at the end of every parallel region, by
-    # default for 300,000 spins; when other processes share the cores, the spinning thread
-    # holds the core that the thread it waits for needs, and the engine's and HF's small
-    # decode steps ran 10-150x slower (docs/results.md, "Embedded engine"). Passive waiting
-    # fixed that but cost ~45% of the idle engine's speed; a short spin (10,000) keeps both
-    # (measured: idle as fast as spinning, under contention within 5% of passive). The OpenMP
-    # runtime reads this once, when torch loads it, so it is set here, before any command
-    # imports torch (children inherit it); a user's own OMP_WAIT_POLICY or GOMP_SPINCOUNT wins.
-    if "OMP_WAIT_POLICY" not in os.environ:
-        os.environ.setdefault("GOMP_SPINCOUNT", GOMP_SPINCOUNT)
+    bound_openmp_spin()  # before any command imports torch
     selected = next((a for a in argv if not a.startswith("-")), None)
     # the chosen command's module is imported here, for its flags (a `bench` target's when
     # parsing): seconds for torch's

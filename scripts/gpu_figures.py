@@ -1047,6 +1047,8 @@ def main(argv: list[str] | None = None) -> int:
     save()
     started = time.perf_counter()
 
+    skipped = {"error": f"skipped: past the {args.deadline:.0f} s deadline"}  # an entry's
+
     def past_deadline() -> bool:
         return args.deadline > 0 and time.perf_counter() - started > args.deadline
 
@@ -1062,7 +1064,7 @@ def main(argv: list[str] | None = None) -> int:
         for command in host_split_commands(device, args.smoke):
             name = split_name(command)
             if past_deadline():
-                splits[name] = {"error": f"skipped: past the {args.deadline:.0f} s deadline"}
+                splits[name] = dict(skipped)
                 save()
                 continue
             reply = engine_runner.measure(command, 120)
@@ -1072,7 +1074,7 @@ def main(argv: list[str] | None = None) -> int:
         engines = results.setdefault("engine", {})
         for name, extra in engine_plan(args.smoke):
             if past_deadline():
-                engines[name] = {"error": f"skipped: past the {args.deadline:.0f} s deadline"}
+                engines[name] = dict(skipped)
                 save()
                 continue
             begun = time.perf_counter()
@@ -1120,8 +1122,7 @@ def main(argv: list[str] | None = None) -> int:
             save()
         for name, shape, extra in select(bench_plan(args.smoke), args.only):
             if past_deadline():
-                bench[name] = {"shape": shape, "variant": name.removeprefix(shape + "-"),
-                               "error": f"skipped: past the {args.deadline:.0f} s deadline"}  # fmt: skip
+                bench[name] = {"shape": shape, "variant": name.removeprefix(shape + "-"), **skipped}
                 save()
                 continue
             if shape not in models:

@@ -56,17 +56,16 @@ def test_only_folders_whose_owner_is_dead_are_swept(tmp_path: Path) -> None:
 
 
 def test_a_legacy_folder_with_a_listener_is_kept(short_tmp: Path) -> None:
-    tmp_path = short_tmp  # a socket in it
-    live = folder(tmp_path, "demo-a1b2c3", age_s=LEGACY_GRACE_S + 10)
+    live = folder(short_tmp, "demo-a1b2c3", age_s=LEGACY_GRACE_S + 10)
     server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         server.bind(str(live / "stats.sock"))
         server.listen()
         os.utime(live, (time.time() - LEGACY_GRACE_S - 10,) * 2)
-        assert sweep_stale_dirs(str(tmp_path)) == []
+        assert sweep_stale_dirs(str(short_tmp)) == []
     finally:
         server.close()
-    assert sweep_stale_dirs(str(tmp_path)) == [str(live)]  # nothing listens any more
+    assert sweep_stale_dirs(str(short_tmp)) == [str(live)]  # nothing listens any more
 
 
 def test_folder_names_and_owners() -> None:

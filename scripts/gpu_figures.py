@@ -101,6 +101,7 @@ PROFILE = ("--profile",)
 FSDP2 variants' time above the plain one's goes."""
 RL = ("--workload", "rl", "--micro-batch-tokens", "8192")
 FSDP_AC = ("--fsdp", "--activation-checkpointing")
+SELECTIVE = ("--checkpoint-policy", "selective")
 VARIANTS = (
     # (name, extra arguments, both shapes?), most important first: a deadline drops the tail
     ("before-plain", BEFORE, True),
@@ -108,6 +109,8 @@ VARIANTS = (
     ("no-compile-head", ("--compile",), True),
     ("before-fsdp-ac", (*BEFORE, *FSDP_AC), True),
     ("fsdp-ac", (*AFTER, *FSDP_AC, *PROFILE), True),
+    # checkpointing that keeps the matmuls' outputs and recomputes only element-wise work
+    ("fsdp-ac-selective", (*AFTER, *FSDP_AC, *SELECTIVE, *PROFILE), True),
     ("fsdp-ac-every-2", (*AFTER, *FSDP_AC, "--checkpoint-every", "2"), True),
     ("fsdp-ac-per-layer", (*AFTER, *FSDP_AC, *PER_LAYER, *PROFILE), True),
     # FSDP2 with checkpointing as run 6 measured it (2026-11-27)
@@ -128,6 +131,7 @@ VARIANTS = (
     ("before-ac", ("--padded", "--activation-checkpointing"), False),
     ("ac-every-2-alone", ("--padded", "--activation-checkpointing", "--checkpoint-every", "2"),
      False),
+    ("ac-selective-alone", ("--padded", "--activation-checkpointing", *SELECTIVE), False),
     ("chunk-2048", (*AFTER, "--head-chunk", "2048"), False),
 )  # fmt: skip
 SHAPES_FIRST = ("qwen2.5-0.5b", "qwen2.5-1.5b")

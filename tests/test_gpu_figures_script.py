@@ -43,6 +43,8 @@ def test_the_plan_covers_before_and_after_each_optimisation_alone_and_both_workl
         ("fsdp-ac", "fsdp-ac-per-layer", {"--shard-per-layer"}),
         ("fsdp-ac-per-layer", "fsdp-ac-per-layer-sync-every", {"--sync-every-micro-batch"}),
         ("ac-every-2-alone", "before-ac", {"--checkpoint-every", "2"}),
+        ("ac-selective-alone", "before-ac", {"--checkpoint-policy", "selective"}),
+        ("fsdp-ac-selective", "fsdp-ac", {"--checkpoint-policy", "selective"}),
     ):
         assert by_name[alone] ^ by_name[before] == flags
     assert by_name["plain-micro-batch-16k"] == {"--compile", "--compile-head", "--micro-batch", "8"}

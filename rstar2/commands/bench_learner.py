@@ -11,7 +11,7 @@ one-rank group of its own, so the sharded path (FSDP2, its mixed precision, NCCL
 on a single device; N ranks are always sharded.
 
 Figures (`--json` keys): `model_params`, `ranks`, `fsdp`, `bf16`, `activation_checkpointing`,
-`compile`, `compile_head`, `reshard_after_forward`, `sync_every_micro_batch`, `shard_per_layer`
+`checkpoint_every`, `checkpoint_policy`, `compile`, `compile_head`, `reshard_after_forward`, `sync_every_micro_batch`, `shard_per_layer`
 (FSDP2's settings as resolved; null without FSDP2), the batch (`rollouts`, `tokens`, `micro_batch`), `device`,
 `device_name`, `tokens_per_s` (sequence tokens through forward and backward per second, all
 ranks together), `step_s` (median update), `peak_memory_mb` (the largest of any rank: GPU memory allocated by torch, or the
@@ -51,7 +51,7 @@ from torch._dynamo.utils import counters as dynamo_counters
 from rstar2.commands.arguments import model_directory
 from rstar2.config import ConfigError
 from rstar2.learner import packing
-from rstar2.learner.learner_config import LearnerConfig
+from rstar2.learner.learner_config import CHECKPOINT_POLICIES, LearnerConfig
 from rstar2.learner.op_profile import compile_report, profile_call
 from rstar2.learner.policy import (
     LearnerPolicy,
@@ -160,6 +160,13 @@ def _add_compile_options(p: argparse.ArgumentParser) -> None:
         help="with --activation-checkpointing: every k-th decoder layer (default 1: all)",
     )
     p.add_argument(
+        "--checkpoint-policy",
+        choices=CHECKPOINT_POLICIES,
+        default="full",
+        help="with --activation-checkpointing: what a checkpointed layer keeps (full: its "
+        "input only; selective: also its matmul and attention outputs)",
+    )
+    p.add_argument(
         "--reshard",
         action="store_true",
         help="FSDP2 on one rank reshards after forward (the earlier setting; default: keeps "
@@ -223,7 +230,7 @@ def _learner_config(args: argparse.Namespace) -> LearnerConfig:
         packed=not args.padded, head_chunk=args.head_chunk, compile=args.compile,
         compile_head=args.compile_head,
         activation_checkpointing=args.activation_checkpointing,
-        checkpoint_every=args.checkpoint_every,
+        checkpoint_every=args.checkpoint_every, checkpoint_policy=args.checkpoint_policy,
         reshard_after_forward=True if args.reshard else None,
         sync_every_micro_batch=True if args.sync_every_micro_batch else None,
         shard_per_layer=True if args.shard_per_layer else None,
@@ -321,6 +328,7 @@ def measure(args: argparse.Namespace, model_dir: Path) -> dict[str, Any]:
         "bf16": args.bf16,
         "activation_checkpointing": args.activation_checkpointing,
         "checkpoint_every": args.checkpoint_every,
+        "checkpoint_policy": args.checkpoint_policy,
         "packed": policy.packed,
         "attention": sorted(packing.attention_paths),
         "compile": args.compile,

@@ -10,6 +10,9 @@ from dataclasses import dataclass
 
 from rstar2.config import require
 
+CHECKPOINT_POLICIES = ("full", "selective")
+"""The values of `learner.checkpoint_policy` (`checkpoint_policy.py` says what each keeps)."""
+
 
 @dataclass
 class LearnerConfig:
@@ -61,6 +64,11 @@ class LearnerConfig:
     activation_checkpointing: bool = False
     """Recompute decoder layers' activations in backward instead of keeping them (less
     memory, about one more forward of compute); the Hugging Face model's gradient checkpointing."""
+    checkpoint_policy: str = "full"
+    """With activation checkpointing, what a checkpointed layer keeps (`checkpoint_policy.py`):
+    "full", only its input (the whole layer recomputed in backward: the least memory);
+    "selective", also the outputs of its matmuls and attention (only element-wise work
+    recomputed: nearly the plain update's speed, more memory than "full")."""
     checkpoint_every: int = 1
     """With activation checkpointing: checkpoint every k-th decoder layer (layers 0, k, 2k, ...;
     1: all), trading memory for the recomputation's time."""
@@ -106,6 +114,12 @@ class LearnerConfig:
         require(self.head_chunk >= 1, "learner.head_chunk", self.head_chunk, ">= 1")
         require(
             self.checkpoint_every >= 1, "learner.checkpoint_every", self.checkpoint_every, ">= 1"
+        )
+        require(
+            self.checkpoint_policy in CHECKPOINT_POLICIES,
+            "learner.checkpoint_policy",
+            self.checkpoint_policy,
+            " or ".join(f'"{p}"' for p in CHECKPOINT_POLICIES),
         )
         require(
             self.device in ("auto", "cpu", "cuda"),

@@ -13,6 +13,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from rstar2.learner.checkpoint_policy import checkpoint_kwargs
 from rstar2.learner.learner_config import LearnerConfig
 from rstar2.learner.logprob_head import LogprobHead
 from rstar2.learner.logprob_head import install as install_head
@@ -22,7 +23,8 @@ from rstar2.learner.packing import PACKED_ATTENTION, use_packed_attention
 def prepare_model(model: nn.Module, cfg: LearnerConfig) -> nn.Module:
     """Ready a learner's model for `update_policy` (in place, before FSDP2 wraps it): the
     chunked LM head and packed attention when `cfg.packed` and the model supports both,
-    activation checkpointing of every `cfg.checkpoint_every`-th decoder layer, and compiled
+    activation checkpointing of every `cfg.checkpoint_every`-th decoder layer (keeping what
+    `cfg.checkpoint_policy` says), and compiled
     decoder layers with `cfg.compile` (by default on a GPU: call after moving the model); the
     head's element-wise work compiled with `cfg.compile_head` (by default on a GPU too)."""
     on_gpu = next(iter(model.parameters()), torch.empty(0)).is_cuda
@@ -40,7 +42,7 @@ def prepare_model(model: nn.Module, cfg: LearnerConfig) -> nn.Module:
                 f"learner.activation_checkpointing needs a Hugging Face model, got "
                 f"{type(model).__name__}"
             )
-        model.gradient_checkpointing_enable({"use_reentrant": False})
+        model.gradient_checkpointing_enable(checkpoint_kwargs(cfg.checkpoint_policy))
         for i, layer in enumerate(layers or []):
             if hasattr(layer, "gradient_checkpointing"):
                 layer.gradient_checkpointing = i % cfg.checkpoint_every == 0

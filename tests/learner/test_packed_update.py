@@ -285,48 +285,120 @@ def test_varlen_is_tried_once_per_shape_and_a_failure_falls_back(
     assert packing.check_varlen(model, torch.device("cpu"), torch.bfloat16) is False
 
 
+VARLEN_SHAPE = ("cpu", 4, 2, 16, torch.float32)
+"""tiny_qwen2's varlen shape: 4 query heads, 2 key/value heads of 16, in float32."""
+
+
+@pytest.fixture
+def varlen_standin(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`packed_attention`'s varlen branch (a GPU's) made available on this CPU through a
+    stand-in for torch's `varlen_attn` (`tests/learner/varlen_standin.py`, opaque to
+    torch.compile as torch's own custom op is), which "selective" checkpointing keeps as it
+    keeps torch's op. Tests choose the branch per shape in `packing._varlen_usable`."""
+    import torch.nn.attention.varlen
+
+    from rstar2.learner import checkpoint_policy, packing
+    from tests.learner import varlen_standin as standin
+
+    monkeypatch.setattr(torch.nn.attention.varlen, "varlen_attn", standin.varlen_attn)
+    monkeypatch.setattr(packing, "_VARLEN", packing._varlen_call())
+    monkeypatch.setattr(packing, "_varlen_usable", {VARLEN_SHAPE: True})
+    saved = checkpoint_policy.saved_ops() | {torch.ops.rstar2_tests.varlen_standin.default}
+    monkeypatch.setattr(checkpoint_policy, "saved_ops", lambda: saved)
+
+
+def _checkpointed_update(policy: str = "full", compiled: bool = False) -> tuple[object, dict]:
+    """One packed update of tiny_qwen2 (float32) with SGD; checkpointing and compiled layers
+    when `compiled` (the settings the GPU's learner runs), with `policy`."""
+    model = tiny_qwen2(dtype=torch.float32)
+    cfg = LearnerConfig(
+        lr=0.5, warmup_steps=0, micro_batch_tokens=20, head_chunk=5, compile=compiled,
+        activation_checkpointing=compiled, checkpoint_policy=policy,
+    )  # fmt: skip
+    prepare_model(model, cfg)
+    opt = torch.optim.SGD(model.parameters(), lr=cfg.lr)
+    batch = TrainingBatch(rollouts=rollouts(), advantages=[1.0, -1.0, 0.5, -0.5, 1.0])
+    return model, update_policy(model, opt, make_lr_schedule(opt, cfg), batch, cfg, RLConfig())
+
+
+@pytest.mark.usefixtures("varlen_standin")
 def test_the_gpu_attention_path_compiles_inside_checkpointed_layers(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """The varlen branch of `packed_attention` (a GPU's) run on this CPU with a stand-in for
-    torch's `varlen_attn` (`tests/learner/varlen_standin.py`, opaque to torch.compile as
-    torch's own custom op is): layers compiled under activation checkpointing build their
-    graphs with no graph break at all; the update equals the same one uncompiled, and both
-    equal the CPU's path (one SDPA call per sequence), which checks the branch's layouts.
-    Before 2026-11-28 the branch recorded its kernel in a module-level set, and the
-    checkpointed layers fell back to eager."""
+    """The varlen branch of `packed_attention` run on this CPU with the stand-in: layers
+    compiled under activation checkpointing, "full" or "selective", build their graphs with
+    no graph break at all; the update equals the same one uncompiled, and all equal the CPU's
+    path (one SDPA call per sequence), which checks the branch's layouts. Before 2026-11-28
+    the branch recorded its kernel in a module-level set, and the checkpointed layers fell
+    back to eager."""
     import torch._dynamo
-    import torch.nn.attention.varlen
 
     from rstar2.learner import packing
     from rstar2.learner.op_profile import compile_report
-    from tests.learner import varlen_standin
 
-    monkeypatch.setattr(torch.nn.attention.varlen, "varlen_attn", varlen_standin.varlen_attn)
-    monkeypatch.setattr(packing, "_VARLEN", packing._varlen_call())
-    # tiny_qwen2: 4 query heads, 2 key/value heads of 16; as if check_varlen had found it usable
-    usable = {("cpu", 4, 2, 16, torch.float32): True}
-    batch = TrainingBatch(rollouts=rollouts(), advantages=[1.0, -1.0, 0.5, -0.5, 1.0])
     results = []
-    for varlen, compiled in ((False, False), (True, False), (True, True)):
-        monkeypatch.setattr(packing, "_varlen_usable", usable if varlen else {})
+    runs = ((False, False, "full"), (True, False, "full"), (True, True, "full"))
+    for varlen, compiled, policy in (*runs, (True, True, "selective")):
+        monkeypatch.setattr(packing, "_varlen_usable", {VARLEN_SHAPE: True} if varlen else {})
         torch._dynamo.reset()
         torch._dynamo.utils.counters.clear()
         packing.attention_paths.clear()
-        model = tiny_qwen2(dtype=torch.float32)
-        cfg = LearnerConfig(
-            lr=0.5, warmup_steps=0, micro_batch_tokens=20, head_chunk=5, compile=compiled,
-            activation_checkpointing=compiled,
-        )  # fmt: skip
-        prepare_model(model, cfg)
-        opt = torch.optim.SGD(model.parameters(), lr=cfg.lr)
-        metrics = update_policy(model, opt, make_lr_schedule(opt, cfg), batch, cfg, RLConfig())
+        model, metrics = _checkpointed_update(policy, compiled)
         results.append((model, metrics, compile_report(torch._dynamo.utils.counters)))
         assert packing.attention_paths == {"varlen" if varlen else "sdpa-per-sequence"}
     torch._dynamo.reset()
     (reference, want, _), *varlen_runs = results
-    assert varlen_runs[1][2]["graphs"] >= 2 and varlen_runs[1][2]["graph_breaks"] == {}
+    for _, _, compiled_report in varlen_runs[1:]:
+        assert compiled_report["graphs"] >= 2 and compiled_report["graph_breaks"] == {}
     for model, metrics, _ in varlen_runs:
         for (name, a), b in zip(model.named_parameters(), reference.parameters(), strict=True):
             torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-4, msg=name)
         assert metrics["loss"] == pytest.approx(want["loss"], rel=1e-4, abs=1e-6)
+
+
+@pytest.mark.usefixtures("varlen_standin")
+def test_compiled_selective_checkpointing_recomputes_no_matmul(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Compiled, the choice of what to recompute is torch.compile's partitioner's: the layers
+    built here by AOTAutograd with the min-cut partitioner inductor uses, their graphs'
+    matmuls counted. "selective" checkpointing leaves the backward graphs exactly two matmuls
+    per forward matmul (the input's and the weight's gradients: nothing recomputed); "full"
+    recomputes some forward matmuls there."""
+    import torch._dynamo
+    from torch._dynamo.backends.common import aot_autograd
+    from torch._functorch.aot_autograd import make_boxed_func
+    from torch._functorch.partitioners import min_cut_rematerialization_partition
+
+    matmul_ops = (torch.ops.aten.mm, torch.ops.aten.addmm, torch.ops.aten.bmm)
+    original = torch.nn.Module.compile
+
+    def counted(policy: str) -> dict[str, int]:
+        counts = {"forward": 0, "backward": 0}
+
+        def compiler(kind: str):  # type: ignore[no-untyped-def]
+            def compile_graph(gm: torch.fx.GraphModule, _inputs: object):  # type: ignore[no-untyped-def]
+                counts[kind] += sum(
+                    getattr(node.target, "overloadpacket", None) in matmul_ops
+                    for node in gm.graph.nodes
+                )
+                return make_boxed_func(gm.forward)
+
+            return compile_graph
+
+        backend = aot_autograd(
+            fw_compiler=compiler("forward"),
+            bw_compiler=compiler("backward"),
+            partition_fn=min_cut_rematerialization_partition,
+        )
+        monkeypatch.setattr(
+            torch.nn.Module, "compile", lambda self: original(self, backend=backend)
+        )
+        torch._dynamo.reset()
+        _checkpointed_update(policy, compiled=True)
+        torch._dynamo.reset()
+        return counts
+
+    full, selective = counted("full"), counted("selective")
+    assert selective["forward"] == full["forward"] > 0
+    assert selective["backward"] == 2 * selective["forward"] < full["backward"]

@@ -1,15 +1,20 @@
 """The RL learner's `learner.bf16` and `learner.activation_checkpointing`, on a one-rank
 `LearnerPolicy` on the CPU: bf16 reaches the compute but not the weights or Adam's state, and
-checkpointing is really on (each decoder layer runs again in the backward pass) without
-changing the update."""
+checkpointing is really on (each decoder layer runs again in the backward pass, all of it or,
+with `checkpoint_policy = "selective"`, all but its matmuls) without changing the update."""
 
 from __future__ import annotations
 
+import collections
 from dataclasses import replace
 
+import pytest
 import torch
 from torch import nn
+from torch.utils._python_dispatch import TorchDispatchMode
 
+from rstar2.config import ConfigError
+from rstar2.learner.learner_config import LearnerConfig
 from rstar2.learner.policy import LearnerPolicy
 from rstar2.rl import RLConfig
 from tests.learner.rank_entries import CFG
@@ -76,3 +81,48 @@ def test_activation_checkpointing_recomputes_the_layers_and_keeps_the_update() -
     for k, v in plain_metrics.items():
         assert ac_metrics[k] == v or abs(ac_metrics[k] - v) < 1e-5, k
     _assert_same_weights(plain.model, ac.model, atol=1e-6)
+
+
+def _op_counts(policy: LearnerPolicy, batch: object) -> collections.Counter[str]:
+    """The update's operator calls below autograd, by name (`mm`, `silu`, ...)."""
+    seen: collections.Counter[str] = collections.Counter()
+
+    class Count(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+            seen[func.overloadpacket.__name__] += 1
+            return func(*args, **(kwargs or {}))
+
+    with Count():
+        policy.update(batch)
+    return seen
+
+
+def test_selective_checkpointing_recomputes_only_element_wise_work_and_keeps_the_update() -> None:
+    """`learner.checkpoint_policy = "selective"`: the backward pass runs no matmul more than
+    the plain update's (the layers' matmul outputs are kept), while "full" runs every layer's
+    matmuls again; both recompute the element-wise work (the SiLU runs again), and all three
+    give the same update."""
+    batch = synthetic_batch(tiny_model())
+    runs = {}
+    for name, cfg in (
+        ("plain", CFG),
+        ("full", replace(CFG, activation_checkpointing=True)),
+        ("selective", replace(CFG, activation_checkpointing=True, checkpoint_policy="selective")),
+    ):
+        policy = LearnerPolicy(tiny_model(), cfg, RLConfig())
+        runs[name] = (policy, _op_counts(policy, batch))
+    plain, full, selective = (runs[k][1] for k in ("plain", "full", "selective"))
+
+    def matmuls(counts: collections.Counter[str]) -> int:
+        return counts["mm"] + counts["addmm"] + counts["bmm"]
+
+    assert matmuls(selective) == matmuls(plain) < matmuls(full)
+    assert selective["silu"] == full["silu"] > plain["silu"] > 0
+    for name in ("full", "selective"):
+        _assert_same_weights(runs["plain"][0].model, runs[name][0].model, atol=1e-6)
+
+
+def test_an_unknown_checkpoint_policy_is_a_config_error_naming_the_choices() -> None:
+    LearnerConfig(checkpoint_policy="selective").validate()
+    with pytest.raises(ConfigError, match='learner.checkpoint_policy.*"full" or "selective"'):
+        LearnerConfig(checkpoint_policy="partial").validate()

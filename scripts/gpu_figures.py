@@ -111,6 +111,9 @@ VARIANTS = (
     ("fsdp-ac", (*AFTER, *FSDP_AC, *PROFILE), True),
     # checkpointing that keeps the matmuls' outputs and recomputes only element-wise work
     ("fsdp-ac-selective", (*AFTER, *FSDP_AC, *SELECTIVE, *PROFILE), True),
+    # the same in micro-batches of 4,096 tokens: selective's kept outputs halved (memory)
+    ("fsdp-ac-selective-micro-batch-4k", (*AFTER, *FSDP_AC, *SELECTIVE, "--micro-batch", "2"),
+     False),
     ("fsdp-ac-every-2", (*AFTER, *FSDP_AC, "--checkpoint-every", "2"), True),
     ("fsdp-ac-per-layer", (*AFTER, *FSDP_AC, *PER_LAYER, *PROFILE), True),
     # FSDP2 with checkpointing as run 6 measured it (2026-11-27)

@@ -45,7 +45,11 @@ def test_the_plan_covers_before_and_after_each_optimisation_alone_and_both_workl
         ("ac-every-2-alone", "before-ac", {"--checkpoint-every", "2"}),
         ("ac-selective-alone", "before-ac", {"--checkpoint-policy", "selective"}),
         ("fsdp-ac-selective", "fsdp-ac", {"--checkpoint-policy", "selective"}),
-        ("fsdp-ac-selective-micro-batch-4k", "fsdp-ac-selective", {"--micro-batch", "2"}),
+        (
+            "fsdp-ac-selective-micro-batch-4k",
+            "fsdp-ac-selective",
+            {"--micro-batch", "2", "--profile"},
+        ),
     ):
         assert by_name[alone] ^ by_name[before] == flags
     assert by_name["plain-micro-batch-16k"] == {"--compile", "--compile-head", "--micro-batch", "8"}

@@ -215,6 +215,18 @@ def check_arguments(args: argparse.Namespace) -> None:
         ("--head-chunk", args.head_chunk, args.head_chunk >= 1, ">= 1"),
         ("--checkpoint-every", args.checkpoint_every, args.checkpoint_every >= 1, ">= 1"),
         ("--tokens", args.tokens, args.workload != "rl" or args.tokens >= 64, ">= 64 with rl"),
+        (
+            "--checkpoint-every",
+            args.checkpoint_every,
+            args.checkpoint_every == 1 or args.activation_checkpointing,
+            "1 (its default) without --activation-checkpointing",
+        ),
+        (
+            "--checkpoint-policy",
+            args.checkpoint_policy,
+            args.checkpoint_policy == "full" or args.activation_checkpointing,
+            "full (its default) without --activation-checkpointing",
+        ),
     ):
         if not ok:
             raise ConfigError(flag, value, want)

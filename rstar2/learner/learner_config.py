@@ -115,6 +115,17 @@ class LearnerConfig:
         require(
             self.checkpoint_every >= 1, "learner.checkpoint_every", self.checkpoint_every, ">= 1"
         )
+        for key, value, default in (
+            ("checkpoint_policy", self.checkpoint_policy, "full"),
+            ("checkpoint_every", self.checkpoint_every, 1),
+        ):
+            require(
+                value == default or self.activation_checkpointing,
+                f"learner.{key}",
+                value,
+                f"{default!r} unless learner.activation_checkpointing = true (it has no "
+                "effect without it)",
+            )
         require(
             self.checkpoint_policy in CHECKPOINT_POLICIES,
             "learner.checkpoint_policy",

@@ -95,6 +95,19 @@ def test_bad_counts_are_refused_naming_the_flag(
     assert flag in capsys.readouterr().err
 
 
+@pytest.mark.parametrize(
+    "flag, value", [("--checkpoint-every", "2"), ("--checkpoint-policy", "selective")]
+)
+def test_checkpointing_settings_without_checkpointing_are_refused(
+    flag: str, value: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """They would change nothing: a benchmark labelled with them would measure the plain
+    model."""
+    assert main(["bench", "learner", flag, value]) == 2
+    err = capsys.readouterr().err
+    assert flag in err and "without --activation-checkpointing" in err
+
+
 @pytest.mark.slow
 @pytest.mark.skipif(
     not any(shutil.which(c) for c in ("g++", "c++", "clang++")),

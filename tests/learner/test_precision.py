@@ -123,6 +123,14 @@ def test_selective_checkpointing_recomputes_only_element_wise_work_and_keeps_the
 
 
 def test_an_unknown_checkpoint_policy_is_a_config_error_naming_the_choices() -> None:
-    LearnerConfig(checkpoint_policy="selective").validate()
+    LearnerConfig(activation_checkpointing=True, checkpoint_policy="selective").validate()
     with pytest.raises(ConfigError, match='learner.checkpoint_policy.*"full" or "selective"'):
-        LearnerConfig(checkpoint_policy="partial").validate()
+        LearnerConfig(activation_checkpointing=True, checkpoint_policy="partial").validate()
+
+
+@pytest.mark.parametrize("setting", [{"checkpoint_policy": "selective"}, {"checkpoint_every": 2}])
+def test_checkpointing_settings_without_checkpointing_are_config_errors(setting: dict) -> None:
+    LearnerConfig(activation_checkpointing=True, **setting).validate()
+    (key,) = setting
+    with pytest.raises(ConfigError, match=f"learner.{key}.*activation_checkpointing = true"):
+        LearnerConfig(**setting).validate()

@@ -74,7 +74,7 @@ def save_policy(_ctx: object, op: object, *_args: Any, **_kwargs: Any) -> Checkp
 
 def checkpoint_kwargs(policy: str) -> dict[str, Any]:
     """The keyword arguments of `torch.utils.checkpoint.checkpoint` for a policy (what
-    transformers' `gradient_checkpointing_enable` passes on): always non-reentrant, and for
+    transformers' `activation_checkpointing_enable` passes on): always non-reentrant, and for
     "selective" a `context_fn` that makes fresh selective-checkpoint contexts per call."""
     if policy not in POLICIES:
         raise ValueError(f"checkpoint policy {policy!r}: expected one of {POLICIES}")

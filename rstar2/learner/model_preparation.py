@@ -37,12 +37,17 @@ def prepare_model(model: nn.Module, cfg: LearnerConfig) -> nn.Module:
         use_packed_attention(model)
     layers = getattr(getattr(model, "model", None), "layers", None)
     if cfg.activation_checkpointing:
-        if not hasattr(model, "gradient_checkpointing_enable"):
+        # transformers' name since 5.x; `gradient_checkpointing_enable` before (deprecated in
+        # 5.x, to go in v6)
+        enable = getattr(model, "activation_checkpointing_enable", None) or getattr(
+            model, "gradient_checkpointing_enable", None
+        )
+        if enable is None:
             raise TypeError(
                 f"learner.activation_checkpointing needs a Hugging Face model, got "
                 f"{type(model).__name__}"
             )
-        model.gradient_checkpointing_enable(checkpoint_kwargs(cfg.checkpoint_policy))
+        enable(checkpoint_kwargs(cfg.checkpoint_policy))
         for i, layer in enumerate(layers or []):
             if hasattr(layer, "gradient_checkpointing"):
                 layer.gradient_checkpointing = i % cfg.checkpoint_every == 0

@@ -73,7 +73,8 @@ def test_activation_checkpointing_recomputes_the_layers_and_keeps_the_update() -
     batch = synthetic_batch(tiny_model())
     plain = LearnerPolicy(tiny_model(), CFG, RLConfig())
     ac = LearnerPolicy(tiny_model(), replace(CFG, activation_checkpointing=True), RLConfig())
-    assert ac.model.is_gradient_checkpointing and not plain.model.is_gradient_checkpointing
+    assert all(layer.gradient_checkpointing for layer in ac.model.model.layers)
+    assert not any(layer.gradient_checkpointing for layer in plain.model.model.layers)
     plain_calls, ac_calls = _layer_forwards(plain.model), _layer_forwards(ac.model)
     plain_metrics, ac_metrics = plain.update(batch), ac.update(batch)
     # every forward with a gradient runs the layer once more in the backward pass
@@ -134,3 +135,10 @@ def test_checkpointing_settings_without_checkpointing_are_config_errors(setting:
     (key,) = setting
     with pytest.raises(ConfigError, match=f"learner.{key}.*activation_checkpointing = true"):
         LearnerConfig(**setting).validate()
+
+
+def test_checkpointing_a_model_that_is_not_hugging_faces_is_a_type_error() -> None:
+    from rstar2.learner.model_preparation import prepare_model
+
+    with pytest.raises(TypeError, match="needs a Hugging Face model, got Linear"):
+        prepare_model(nn.Linear(2, 2), LearnerConfig(activation_checkpointing=True))

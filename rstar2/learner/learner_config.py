@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from rstar2.config import require
 
 CHECKPOINT_POLICIES = ("full", "selective")
-"""The values of `learner.checkpoint_policy` (`checkpoint_policy.py` says what each keeps)."""
+"""The values of `learner.checkpoint_policy` (`activation_checkpoint.py` says what each keeps)."""
 
 
 @dataclass
@@ -65,7 +65,7 @@ class LearnerConfig:
     """Recompute decoder layers' activations in backward instead of keeping them (less
     memory, about one more forward of compute); the Hugging Face model's gradient checkpointing."""
     checkpoint_policy: str = "full"
-    """With activation checkpointing, what a checkpointed layer keeps (`checkpoint_policy.py`):
+    """With activation checkpointing, what a checkpointed layer keeps (`activation_checkpoint.py`):
     "full", only its input (the whole layer recomputed in backward: the least memory);
     "selective", also the outputs of its matmuls and attention (only element-wise work
     recomputed: nearly the plain update's speed, more memory than "full")."""

@@ -1,7 +1,8 @@
 """A learner's model readied for the policy update, in place, before FSDP2 wraps it.
 
 `prepare_model` installs the chunked LM head and packed attention (when the model supports
-both and `learner.packed`), activation checkpointing and compiled decoder layers;
+both and `learner.packed`), activation checkpointing (`activation_checkpoint.py`) and compiled
+decoder layers;
 `packed_head` says whether a model was readied for packed micro-batches.
 
 What it does not do: load or shard the model (`rstar2.model.loader`, `distributed.py`) or run
@@ -13,7 +14,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from rstar2.learner.checkpoint_policy import checkpoint_kwargs
+from rstar2.learner.activation_checkpoint import checkpoint_layers
 from rstar2.learner.learner_config import LearnerConfig
 from rstar2.learner.logprob_head import LogprobHead
 from rstar2.learner.logprob_head import install as install_head
@@ -37,20 +38,12 @@ def prepare_model(model: nn.Module, cfg: LearnerConfig) -> nn.Module:
         use_packed_attention(model)
     layers = getattr(getattr(model, "model", None), "layers", None)
     if cfg.activation_checkpointing:
-        # transformers' name since 5.x; `gradient_checkpointing_enable` before (deprecated in
-        # 5.x, to go in v6)
-        enable = getattr(model, "activation_checkpointing_enable", None) or getattr(
-            model, "gradient_checkpointing_enable", None
-        )
-        if enable is None:
+        if not isinstance(layers, nn.ModuleList):
             raise TypeError(
-                f"learner.activation_checkpointing needs a Hugging Face model, got "
-                f"{type(model).__name__}"
+                "learner.activation_checkpointing needs decoder layers at model.model.layers, "
+                f"{type(model).__name__} has none"
             )
-        enable(checkpoint_kwargs(cfg.checkpoint_policy))
-        for i, layer in enumerate(layers or []):
-            if hasattr(layer, "gradient_checkpointing"):
-                layer.gradient_checkpointing = i % cfg.checkpoint_every == 0
+        checkpoint_layers(layers, cfg.checkpoint_every, cfg.checkpoint_policy)
     compile_layers = on_gpu if cfg.compile is None else cfg.compile
     if compile_layers:
         if not isinstance(layers, nn.ModuleList):

@@ -11,6 +11,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from rstar2.learner.activation_checkpoint import is_checkpointed
 from rstar2.learner.learner_config import LearnerConfig
 from rstar2.learner.logprob_head import LogprobHead, chunked_logprobs, install
 from rstar2.learner.micro_batch import pad_batch, split_micro_batches, token_logprobs
@@ -219,9 +220,31 @@ def test_prepare_model_checkpoints_every_kth_layer() -> None:
     model.model.layers.append(copy.deepcopy(model.model.layers[0]))
     model.model.layers.append(copy.deepcopy(model.model.layers[0]))
     prepare_model(model, LearnerConfig(activation_checkpointing=True, checkpoint_every=2))
-    assert [layer.gradient_checkpointing for layer in model.model.layers] == [
+    assert [is_checkpointed(layer) for layer in model.model.layers] == [
         True, False, True, False,
     ]  # fmt: skip
+    # a deep copy checkpoints its own layers, not the original's
+    twin = copy.deepcopy(model)
+    assert twin.model.layers[0].forward.__self__ is twin.model.layers[0]
+
+
+@pytest.mark.parametrize("policy", ["full", "selective"])
+def test_a_checkpointed_layer_gets_no_kv_cache_and_the_same_gradients(policy: str) -> None:
+    """A training forward that asks for a KV cache (the padded path does not say
+    `use_cache=False`): a checkpointed layer gets none, as in transformers' own
+    checkpointing, since its recomputation would append its keys to the cache a second
+    time; the gradients equal the unchecked model's, and evaluation keeps its cache."""
+    ids = torch.randint(1, 100, (2, 12), generator=torch.Generator().manual_seed(0))
+    plain, checked = tiny_qwen2(dtype=torch.float32), tiny_qwen2(dtype=torch.float32)
+    cfg = LearnerConfig(activation_checkpointing=True, checkpoint_policy=policy, packed=False)
+    prepare_model(checked, cfg)
+    for model in (plain, checked):
+        model.train()
+        model(input_ids=ids, use_cache=True).logits.pow(2).mean().backward()
+    for (name, a), b in zip(checked.named_parameters(), plain.parameters(), strict=True):
+        torch.testing.assert_close(a.grad, b.grad, atol=1e-6, rtol=1e-5, msg=name)
+    with torch.no_grad():
+        assert checked.eval()(input_ids=ids, use_cache=True).past_key_values is not None
 
 
 def test_prepare_model_compiles_the_layers_where_asked_and_on_gpus_by_default() -> None:
@@ -297,14 +320,14 @@ def varlen_standin(monkeypatch: pytest.MonkeyPatch) -> None:
     keeps torch's op. Tests choose the branch per shape in `packing._varlen_usable`."""
     import torch.nn.attention.varlen
 
-    from rstar2.learner import checkpoint_policy, packing
+    from rstar2.learner import activation_checkpoint, packing
     from tests.learner import varlen_standin as standin
 
     monkeypatch.setattr(torch.nn.attention.varlen, "varlen_attn", standin.varlen_attn)
     monkeypatch.setattr(packing, "_VARLEN", packing._varlen_call())
     monkeypatch.setattr(packing, "_varlen_usable", {VARLEN_SHAPE: True})
-    saved = checkpoint_policy.saved_ops() | {torch.ops.rstar2_tests.varlen_standin.default}
-    monkeypatch.setattr(checkpoint_policy, "saved_ops", lambda: saved)
+    saved = activation_checkpoint.saved_ops() | {torch.ops.rstar2_tests.varlen_standin.default}
+    monkeypatch.setattr(activation_checkpoint, "saved_ops", lambda: saved)
 
 
 def _checkpointed_update(policy: str = "full", compiled: bool = False) -> tuple[object, dict]:

@@ -14,6 +14,7 @@ from torch import nn
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from rstar2.config import ConfigError
+from rstar2.learner.activation_checkpoint import is_checkpointed
 from rstar2.learner.learner_config import LearnerConfig
 from rstar2.learner.policy import LearnerPolicy
 from rstar2.rl import RLConfig
@@ -73,8 +74,8 @@ def test_activation_checkpointing_recomputes_the_layers_and_keeps_the_update() -
     batch = synthetic_batch(tiny_model())
     plain = LearnerPolicy(tiny_model(), CFG, RLConfig())
     ac = LearnerPolicy(tiny_model(), replace(CFG, activation_checkpointing=True), RLConfig())
-    assert all(layer.gradient_checkpointing for layer in ac.model.model.layers)
-    assert not any(layer.gradient_checkpointing for layer in plain.model.model.layers)
+    assert all(is_checkpointed(layer) for layer in ac.model.model.layers)
+    assert not any(is_checkpointed(layer) for layer in plain.model.model.layers)
     plain_calls, ac_calls = _layer_forwards(plain.model), _layer_forwards(ac.model)
     plain_metrics, ac_metrics = plain.update(batch), ac.update(batch)
     # every forward with a gradient runs the layer once more in the backward pass
@@ -137,8 +138,8 @@ def test_checkpointing_settings_without_checkpointing_are_config_errors(setting:
         LearnerConfig(**setting).validate()
 
 
-def test_checkpointing_a_model_that_is_not_hugging_faces_is_a_type_error() -> None:
+def test_checkpointing_a_model_without_decoder_layers_is_a_type_error() -> None:
     from rstar2.learner.model_preparation import prepare_model
 
-    with pytest.raises(TypeError, match="needs a Hugging Face model, got Linear"):
+    with pytest.raises(TypeError, match="needs decoder layers at model.model.layers, Linear"):
         prepare_model(nn.Linear(2, 2), LearnerConfig(activation_checkpointing=True))

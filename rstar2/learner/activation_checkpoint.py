@@ -81,8 +81,8 @@ def saved_ops() -> frozenset[object]:
 
 
 def save_policy(_ctx: object, op: object, *_args: Any, **_kwargs: Any) -> CheckpointPolicy:
-    """ "selective"'s decision for one operator of a checkpointed layer's forward: keep the
-    output of a matmul or attention kernel, recompute anything else in backward."""
+    """The "selective" policy's decision for one operator of a checkpointed layer's forward:
+    keep the output of a matmul or attention kernel, recompute anything else in backward."""
     if op in saved_ops():
         return CheckpointPolicy.MUST_SAVE
     return CheckpointPolicy.PREFER_RECOMPUTE
@@ -104,8 +104,8 @@ def checkpoint_kwargs(policy: str) -> dict[str, Any]:
 
 
 CACHE_KWARGS = ("past_key_values", "cache", "layer_past")
-"""The names a decoder layer's KV cache goes by in transformers' versions (4.x and 5.x up to
-5.2x, 5.24 on, older models)."""
+"""The names a decoder layer's KV cache goes by: `past_key_values` (transformers 4.x and 5.x
+through 5.17 at least), `cache` (5.24), `layer_past` (older models)."""
 
 
 def _checkpointed_forward(layer: nn.Module, *args: Any, **kwargs: Any) -> Any:
@@ -119,21 +119,19 @@ def _checkpointed_forward(layer: nn.Module, *args: Any, **kwargs: Any) -> Any:
             kwargs[name] = None
     if kwargs.get("use_cache"):
         kwargs["use_cache"] = False
-    return checkpoint(forward, *args, **layer.checkpoint_kwargs, **kwargs)
+    return checkpoint(forward, *args, **layer.checkpoint_options, **kwargs)
 
 
-def checkpoint_layers(layers: Iterable[nn.Module], every: int, policy: str) -> int:
-    """Checkpoint layers 0, `every`, 2 x `every`, ... of `layers` with `policy`, in place (an
-    instance `forward` bound to each, so a deep copy checkpoints its own layers); returns how
-    many. Call before `torch.compile` wraps the layers, so the checkpoint is traced inside."""
-    kwargs = checkpoint_kwargs(policy)
-    count = 0
+def checkpoint_layers(layers: Iterable[nn.Module], every: int, policy: str) -> None:
+    """Checkpoint layers 0, `every`, 2 x `every`, ... of `layers` with `policy`, in place: an
+    instance `forward` bound to each (so a deep copy checkpoints its own layers) and the
+    checkpoint's options in `checkpoint_options`. Call before `torch.compile` wraps the
+    layers, so that the checkpoint is traced inside."""
+    options = checkpoint_kwargs(policy)
     for i, layer in enumerate(layers):
         if i % every == 0:
-            layer.checkpoint_kwargs = kwargs
+            layer.checkpoint_options = options
             layer.forward = types.MethodType(_checkpointed_forward, layer)
-            count += 1
-    return count
 
 
 def is_checkpointed(layer: nn.Module) -> bool:

@@ -63,7 +63,8 @@ class LearnerConfig:
     "cuda" (ROCm GPUs are "cuda" in torch). Rank r of a sharded learner takes its local GPU."""
     activation_checkpointing: bool = False
     """Recompute decoder layers' activations in backward instead of keeping them (less
-    memory, about one more forward of compute); the Hugging Face model's gradient checkpointing."""
+    memory, about one more forward of compute): `torch.utils.checkpoint` around each decoder
+    layer's forward (`activation_checkpoint.py`)."""
     checkpoint_policy: str = "full"
     """With activation checkpointing, what a checkpointed layer keeps (`activation_checkpoint.py`):
     "full", only its input (the whole layer recomputed in backward: the least memory);

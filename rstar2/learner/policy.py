@@ -21,8 +21,8 @@ Placement (`LearnerConfig`): `device` ("auto": CUDA when torch sees a GPU - ROCm
 torch - else the CPU; rank r takes GPU `local_rank`); `bf16`: bf16 compute with fp32 master
 weights and fp32 optimizer state (FSDP2's `MixedPrecisionPolicy` when sharded on GPUs,
 `torch.autocast` otherwise); `prepare_model` readies the model before sharding: packed rows and
-the chunked LM head, activation checkpointing (every `checkpoint_every`-th decoder layer, the
-Hugging Face model's own gradient checkpointing), compiled layers. FSDP2 with one rank keeps
+the chunked LM head, activation checkpointing (every `checkpoint_every`-th decoder layer,
+`activation_checkpoint.py`), compiled layers. FSDP2 with one rank keeps
 the gathered parameters from forward to backward (`reshard_after_forward` False): resharding
 would free nothing another rank could use, and gather them again; it reduces the gradients
 once per mini-batch, after its last micro-batch (`sync_every_micro_batch`), instead of after

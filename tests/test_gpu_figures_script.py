@@ -1,20 +1,25 @@
 """scripts/gpu_figures.py (the GPU session's one command): its plan, its workers (at toy
-size), and the figures it reads from a hand-made training run and benchmark results."""
+size), the figures it reads from a hand-made training run and benchmark results, its Markdown
+(gpu_markdown.py) and a check (gpu_checks.py)."""
 
 from __future__ import annotations
 
-import importlib.util
+import importlib
 import json
+import sys
 import time
 from pathlib import Path
 
 import pytest
+import torch
 
-SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "gpu_figures.py"
-spec = importlib.util.spec_from_file_location("gpu_figures", SCRIPT)
-assert spec is not None and spec.loader is not None
-gpu = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(gpu)
+SCRIPTS = Path(__file__).resolve().parents[1] / "scripts"
+# the script imports its sibling modules (gpu_checks, gpu_markdown), as `python3
+# scripts/gpu_figures.py` finds them: its directory on the path
+sys.path.insert(0, str(SCRIPTS))
+gpu = importlib.import_module("gpu_figures")
+checks = importlib.import_module("gpu_checks")
+md = importlib.import_module("gpu_markdown")
 
 
 def test_the_plan_covers_before_and_after_each_optimisation_alone_and_both_workloads() -> None:
@@ -171,7 +176,7 @@ def test_markdown_lists_failed_benchmarks_and_mfu_in_percent() -> None:
     ok = {"shape": "qwen2.5-0.5b", "variant": "fsdp", "model_params": 494_032_768,
           "tokens_per_s": 50_000.0, "mfu": 0.15, "peak_memory_mb": 20_000.0, "step_s": 0.66}  # fmt: skip
     bad = {"shape": "qwen2.5-1.5b", "variant": "plain", "error": "exit 1 (see gpu_figures.log)"}
-    text = gpu.markdown({"environment": {"device": "NVIDIA H100", "torch": "2.11"},
+    text = md.markdown({"environment": {"device": "NVIDIA H100", "torch": "2.11"},
                          "bench": {"a": ok, "b": bad}, "train": {"rl_steps": 3}})  # fmt: skip
     assert "| qwen2.5-0.5b | fsdp | 494.0M | 50,000 | 15.0% | 20,000 | 0.660 |" in text
     assert "failed: exit 1" in text and "| rl_steps | 3 |" in text
@@ -185,7 +190,7 @@ def test_markdown_has_a_line_per_profiled_benchmark() -> None:
     }  # fmt: skip
     b = {"shape": "qwen2.5-0.5b", "variant": "fsdp-ac", "model_params": 494_032_768,
          "tokens_per_s": 50_000.0, "mfu": 0.15, "peak_memory_mb": 20_000.0, "step_s": 0.66}  # fmt: skip
-    text = gpu.markdown({"bench": {"qwen2.5-0.5b-fsdp-ac": {**b, "profile": profile},
+    text = md.markdown({"bench": {"qwen2.5-0.5b-fsdp-ac": {**b, "profile": profile},
                                    "qwen2.5-0.5b-plain": b}})  # fmt: skip
     assert (
         "Profile, qwen2.5-0.5b-fsdp-ac: device 310.0 ms in all; top: aten::mm 120.5 (96); "
@@ -193,14 +198,14 @@ def test_markdown_has_a_line_per_profiled_benchmark() -> None:
     ) in text
     assert "Profile, qwen2.5-0.5b-plain" not in text
     on_cpu = {**profile, "device_ms": 0.0, "fsdp": {}}
-    text = gpu.markdown({"bench": {"x": {**b, "profile": on_cpu}}})
+    text = md.markdown({"bench": {"x": {**b, "profile": on_cpu}}})
     assert "Profile, x: cpu 300.0 ms in all; top: aten::mm 4.0 (96)\n" in text
 
 
 def test_markdown_names_entries_whose_layers_did_not_compile_cleanly() -> None:
     b = {"shape": "tiny", "variant": "v", "model_params": 1e6, "tokens_per_s": 1.0, "mfu": None,
          "peak_memory_mb": 1.0, "step_s": 1.0}  # fmt: skip
-    text = gpu.markdown({"bench": {
+    text = md.markdown({"bench": {
         "clean": {**b, "compiled": {"graphs": 26, "graph_breaks": {}}},
         "eager": {**b, "compiled": {"graphs": 0, "graph_breaks": {"Data dependent operator": 1}}},
         "uncompiled": {**b, "compiled": None},
@@ -286,7 +291,7 @@ def test_markdown_has_the_engine_table_and_check() -> None:
             "25m": {"error": "timed out"},
         },
     }
-    text = gpu.markdown(results)
+    text = md.markdown(results)
     assert (
         "Engine host split, tiny (76.9 rows, 1.900 ms a step, 12 of 300 steps prefilled): "
         "wait 1.200, fill 0.200 ms" in text
@@ -336,7 +341,7 @@ def test_the_host_split_runs_as_the_engine_part_calls_it(tmp_path: Path) -> None
 def test_the_prefill_groups_check_compares_a_mixed_step_with_the_models_forward() -> None:
     from rstar2.engine.benchmark import random_model
 
-    got = gpu.prefill_groups_check(random_model("tiny", 0), "cpu")
+    got = checks.prefill_groups_check(random_model("tiny", 0), "cpu")
     assert got["logit_max_abs_diff"] < 1e-4
     assert got["fixed_prefill_logprob_max_abs_diff"] < 1e-4
     assert got["fixed_prefill"]["shapes"] == 1  # no graphs on the CPU
@@ -437,3 +442,27 @@ def test_the_engine_part_starts_nothing_past_its_deadline_but_the_check(
     assert all(f["error"].startswith("skipped: past the") for f in skipped)
     assert gpu.main([*argv, "--deadline", "0"]) == 0  # no deadline: every one measured
     assert len(measured) == len(skipped)
+
+
+def test_the_packed_check_takes_the_updates_attention_path_and_reports_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """`--check-packed` decides varlen as the update does (`packing.check_varlen`, before the
+    forward: on a GPU the varlen kernel is the path to check) and reports the kernel it took;
+    on this CPU one SDPA call per sequence. The packed log-probs agree with the padded
+    full-logits reference within bf16's precision."""
+    from rstar2.learner import packing
+
+    asked = []
+    check_varlen = packing.check_varlen
+
+    def recording(model, device, dtype):  # type: ignore[no-untyped-def]
+        asked.append((device.type, dtype))
+        return check_varlen(model, device, dtype)
+
+    monkeypatch.setattr(packing, "check_varlen", recording)
+    monkeypatch.setattr(packing, "attention_paths", set())
+    got = checks.packed_check("cpu")
+    assert asked == [("cpu", torch.bfloat16)]
+    assert got["attention"] == ["sdpa-per-sequence"]
+    assert got["logprob_max_abs_diff"] < 0.05 and got["grad_relative_diff"] < 0.05

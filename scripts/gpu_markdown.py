@@ -1,0 +1,127 @@
+"""`scripts/gpu_figures.py`'s results as Markdown (`DIR/gpu_figures.md`): the engine check,
+the engine's host splits and benchmarks, the learner benchmarks with their profiles and
+compile reports, and the training runs' figures.
+
+What it does not do: measure anything, or read files (it formats the results dict).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+
+def markdown(results: dict[str, Any]) -> str:
+    """The figures as Markdown tables (learner benchmarks, then the training run)."""
+    env = results.get("environment", {})
+    lines = [f"Device: {env.get('device', '?')}; torch {env.get('torch', '?')}.", ""]
+    checked = results.get("engine_check")
+    if checked:
+        lines += [f"Engine check: `{json.dumps(checked)}`", ""]
+    for size, split in results.get("engine_host_split", {}).items():
+        parts = split.get("ms_per_step")
+        if parts is None:
+            lines += [f"Engine host split, {size}: failed: {split.get('error')}", ""]
+            continue
+        shares = ", ".join(f"{k} {v:.3f}" for k, v in parts.items())
+        prefills = (f", {split['prefill_steps']} of {split['steps']} steps prefilled"
+                    if "prefill_steps" in split else "")  # fmt: skip
+        if "aten_ops_per_prefill_step" in split:
+            prefills += f", aten ops a prefill step {split['aten_ops_per_prefill_step']}"
+        lines += [f"Engine host split, {size} ({split['rows_per_step']} rows, "
+                  f"{split['step_ms']:.3f} ms a step{prefills}): {shares} ms", ""]  # fmt: skip
+    engines = results.get("engine", {})
+    if engines:
+        lines += [
+            "| engine benchmark | decode | params | engine tok/s | HF generate tok/s (best batch) "
+            "| ratio | graphs |",
+            "|---|---|---|---|---|---|---|",
+        ]
+        for name, e in engines.items():
+            if "error" in e:
+                lines.append(f"| {name} | failed: {e['error']} | | | | | |")
+                continue
+            lines.append(
+                f"| {name} | {decode_label(e)} | {e['params'] / 1e6:.1f}M | "
+                f"{e['engine_tok_s']:,.0f} | {e['hf_generate_tok_s']:,.0f} "
+                f"({e['hf_best_batch_size']}) | {e['ratio']:.2f} | {graphs_cell(e)} |"
+            )
+        lines.append("")
+    benches = results.get("bench", {})
+    if benches:
+        lines += [
+            "| model | variant | params | tokens/s | MFU | peak MiB (GPU: allocated) | s/update "
+            "| forward / backward / head / optimizer s |",
+            "|---|---|---|---|---|---|---|---|",
+        ]
+        for name, b in benches.items():
+            if "error" in b:
+                lines.append(f"| {name} | | | failed: {b['error']} | | | | |")
+                continue
+            mfu = "-" if b.get("mfu") is None else f"{100 * b['mfu']:.1f}%"
+            lines.append(
+                f"| {b['shape']} | {b['variant']} | {b['model_params'] / 1e6:.1f}M | "
+                f"{b['tokens_per_s']:,.0f} | {mfu} | "
+                f"{b['peak_memory_mb']:,.0f} | {b['step_s']:.3f} | {split_cell(b)} |"
+            )
+        lines.append("")
+        lines += [line for name, b in benches.items() if (line := profile_line(name, b))]
+        lines += [line for name, b in benches.items() if (line := compile_line(name, b))]
+    for key, title in (("train", "training run"), ("train_wide", "wide run (4x rollouts)")):
+        train = results.get(key)
+        if train:
+            lines += ["", f"| {title} figure | value |", "|---|---|"]
+            lines += [f"| {k} | {v:.4g} |" if isinstance(v, float) else f"| {k} | {v} |"
+                      for k, v in train.items()]  # fmt: skip
+    return "\n".join(lines) + "\n"
+
+
+def graphs_cell(e: dict[str, Any]) -> str:
+    """An engine entry's CUDA graphs: the decode's, and the fixed-shape prefills' when on."""
+    cell = str(e.get("decode_graphs"))
+    if e.get("prefill_graphs"):
+        cell += f"; prefills {e['prefill_graphs']}"
+    return cell
+
+
+def profile_line(name: str, b: dict[str, Any], top: int = 5) -> str:
+    """A profiled entry (`bench learner --profile`) in one paragraph: FSDP2's ranges by phase
+    (host ms, calls) and the top operations (device ms, else CPU ms); "" without a profile."""
+    prof = b.get("profile")
+    if not prof:
+        return ""
+    where = "device" if prof.get("device_ms") else "cpu"
+    ops = ", ".join(f"{op['name']} {op[f'self_{where}_ms']:.1f} ({op['calls']})"
+                    for op in prof["ops"][:top])  # fmt: skip
+    fsdp = ", ".join(f"{phase.removeprefix('FSDP::')} {v['cpu_ms']:.1f} ({v['calls']})"
+                     for phase, v in prof["fsdp"].items())  # fmt: skip
+    text = f"Profile, {name}: {where} {prof[f'{where}_ms']:.1f} ms in all; top: {ops}"
+    return text + (f"; FSDP2 ranges, host ms (calls): {fsdp}" if fsdp else "") + "\n"
+
+
+def compile_line(name: str, b: dict[str, Any]) -> str:
+    """What torch.compile did in a compiled entry, when it did not compile cleanly (no graph,
+    or graph breaks: a checkpointed layer that breaks runs eagerly); "" otherwise."""
+    done = b.get("compiled")
+    if not done or (done["graphs"] and not done["graph_breaks"]):
+        return ""
+    breaks = ", ".join(f"{reason} ({n})" for reason, n in done["graph_breaks"].items())
+    return f"Compile, {name}: {done['graphs']} graphs; graph breaks: {breaks or 'none'}\n"
+
+
+def split_cell(b: dict[str, Any]) -> str:
+    """An update's time split (`time_split_s`): forward, backward, LM head (forward and
+    backward; inside the first two) and optimizer seconds."""
+    split = b.get("time_split_s") or {}
+    if not split:
+        return "-"
+    head = split.get("head_forward", 0.0) + split.get("head_backward", 0.0)
+    parts = [split.get("forward", 0.0), split.get("backward", 0.0), head,
+             split.get("optimizer", 0.0)]  # fmt: skip
+    return " / ".join(f"{x:.3f}" for x in parts)
+
+
+def decode_label(figures: dict[str, Any]) -> str:
+    """An engine benchmark's decode path, with its steps a round when more than one."""
+    steps = figures.get("decode_steps", 1)
+    return f"{figures.get('decode')}" + (f", rounds of {steps}" if steps > 1 else "")

@@ -37,17 +37,17 @@ def prepare_model(model: nn.Module, cfg: LearnerConfig) -> nn.Module:
     ):
         use_packed_attention(model)
     layers = getattr(getattr(model, "model", None), "layers", None)
-    if cfg.activation_checkpointing:
-        if not isinstance(layers, nn.ModuleList):
+    compile_layers = on_gpu if cfg.compile is None else cfg.compile
+    for key, on in (("activation_checkpointing", cfg.activation_checkpointing),
+                    ("compile", compile_layers)):  # fmt: skip
+        if on and not isinstance(layers, nn.ModuleList):
             raise TypeError(
-                "learner.activation_checkpointing needs decoder layers at model.model.layers, "
+                f"learner.{key} needs decoder layers at model.model.layers, "
                 f"{type(model).__name__} has none"
             )
+    if cfg.activation_checkpointing:
         checkpoint_layers(layers, cfg.checkpoint_every, cfg.checkpoint_policy)
-    compile_layers = on_gpu if cfg.compile is None else cfg.compile
     if compile_layers:
-        if not isinstance(layers, nn.ModuleList):
-            raise TypeError(f"learner.compile needs model.model.layers, {type(model).__name__}")
         for layer in layers:
             layer.compile()
     return model

@@ -233,14 +233,20 @@ def test_a_checkpointed_layer_gets_no_kv_cache_and_the_same_gradients(policy: st
     """A training forward that asks for a KV cache (the padded path does not say
     `use_cache=False`): a checkpointed layer gets none, as in transformers' own
     checkpointing, since its recomputation would append its keys to the cache a second
-    time; the gradients equal the unchecked model's, and evaluation keeps its cache."""
+    time; the gradients equal the unchecked model's, and evaluation keeps its cache. (The
+    gradients alone would not show a second append under "full": attention over every key
+    twice, values twice, gives the same output; the cache's length does.)"""
     ids = torch.randint(1, 100, (2, 12), generator=torch.Generator().manual_seed(0))
     plain, checked = tiny_qwen2(dtype=torch.float32), tiny_qwen2(dtype=torch.float32)
     cfg = LearnerConfig(activation_checkpointing=True, checkpoint_policy=policy, packed=False)
     prepare_model(checked, cfg)
     for model in (plain, checked):
         model.train()
-        model(input_ids=ids, use_cache=True).logits.pow(2).mean().backward()
+        out = model(input_ids=ids, use_cache=True)
+        out.logits.pow(2).mean().backward()
+        cache = out.past_key_values
+        cached = 0 if cache is None else cache.get_seq_length()
+        assert cached == (0 if model is checked else ids.shape[1])
     for (name, a), b in zip(checked.named_parameters(), plain.parameters(), strict=True):
         torch.testing.assert_close(a.grad, b.grad, atol=1e-6, rtol=1e-5, msg=name)
     with torch.no_grad():

@@ -38,7 +38,7 @@ from dataclasses import dataclass
 
 import torch
 
-from rstar2.engine.kv_cache import KVCache
+from rstar2.engine.kv_cache import KVCache, token_slot
 from rstar2.engine.request import Request
 from rstar2.engine.sampler import sample_fixed
 from rstar2.engine.shape_graphs import (
@@ -199,7 +199,7 @@ class FixedDecoder(ShapeGraphs[Shape, _Buffers]):
             + zeros
             + pos
             + zeros
-            + [r.blocks[p // bs] * bs + p % bs for r, p in zip(rows, pos, strict=True)]
+            + [token_slot(r.blocks, bs, p) for r, p in zip(rows, pos, strict=True)]
             + [self.cache.scratch_block * bs] * pad
             + [p + 1 for p in pos]
             + [1] * pad

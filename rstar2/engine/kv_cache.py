@@ -21,6 +21,21 @@ from __future__ import annotations
 import torch
 
 
+def token_slot(blocks: list[int], block_size: int, position: int) -> int:
+    """The flat slot of a sequence's token at `position`, given the sequence's block table
+    `blocks`: its block's index times `block_size` plus its offset in the block (the row
+    `KVCache.write_rows` turns into one row per head). A round of decode steps computes the
+    same on the device (`FixedDecoder.decode_round`)."""
+    return blocks[position // block_size] * block_size + position % block_size
+
+
+def token_slots(blocks: list[int], block_size: int, start: int, n: int) -> list[int]:
+    """`token_slot` of positions `start` to `start + n - 1` (the formula inline: a prefill's
+    every token goes through it, one call per request rather than per token)."""
+    bs = block_size
+    return [blocks[p // bs] * bs + p % bs for p in range(start, start + n)]
+
+
 class KVCache:
     def __init__(
         self,

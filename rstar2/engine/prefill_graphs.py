@@ -31,7 +31,7 @@ from dataclasses import dataclass
 
 import torch
 
-from rstar2.engine.kv_cache import KVCache
+from rstar2.engine.kv_cache import KVCache, token_slots
 from rstar2.engine.request import Request
 from rstar2.engine.sampler import sample_fixed
 from rstar2.engine.shape_graphs import (
@@ -160,7 +160,7 @@ class FixedPrefill(ShapeGraphs[PrefillShape, _Buffers]):
             new = req.token_slice(first, first + n)
             ids += new + [new[-1]] * pad
             pos += [*range(first, first + n)] + [first + n - 1] * pad
-            slots += [req.blocks[p // bs] * bs + p % bs for p in range(first, first + n)]
+            slots += token_slots(req.blocks, bs, first, n)
             slots += [scratch] * pad
             last.append(i * slots_per_row + n - 1)
         n, padding = len(rows), shape.rows - len(rows)

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 import torch
 
-from rstar2.engine.kv_cache import KVCache
+from rstar2.engine.kv_cache import KVCache, token_slots
 from rstar2.engine.request import Request
 
 MIN_BUCKET_LEN = 64
@@ -97,7 +97,7 @@ def build_step_batch(scheduled: list[tuple[Request, int]], cache: KVCache) -> St
         start = req.num_computed
         ids.extend(req.token_slice(start, start + n))
         positions.extend(range(start, start + n))
-        slots.extend(req.blocks[p // bs] * bs + p % bs for p in range(start, start + n))
+        slots += token_slots(req.blocks, bs, start, n)
         last.append(len(ids) - 1)
     dev = cache.device
     return StepBatch(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from rstar2.engine.kv_cache import KVCache
+from rstar2.engine.kv_cache import KVCache, token_slot, token_slots
 
 
 def test_written_tokens_come_back_in_position_order_and_padding_is_zero() -> None:
@@ -18,3 +18,12 @@ def test_written_tokens_come_back_in_position_order_and_padding_is_zero() -> Non
     assert torch.equal(got_k[0, :, :3], k.transpose(0, 1))
     assert torch.equal(got_v[0, :, :3], -k.transpose(0, 1))
     assert torch.count_nonzero(got_k[0, :, 3:]) == 0  # unwritten tail and pad block
+
+
+def test_a_tokens_slot_is_its_blocks_row_plus_its_offset() -> None:
+    """Position 5 of a sequence holding blocks [7, 2] of 4 tokens is offset 1 of block 2:
+    slot 9; a prefill's run of slots is the same formula position by position."""
+    assert token_slot([7, 2], 4, 5) == 2 * 4 + 1
+    assert token_slot([7, 2], 4, 3) == 7 * 4 + 3
+    assert token_slots([7, 2], 4, 2, 5) == [token_slot([7, 2], 4, p) for p in range(2, 7)]
+    assert token_slots([7, 2], 4, 2, 5) == [30, 31, 8, 9, 10]

@@ -437,7 +437,13 @@ def engine_figures(steps: list[dict[str, Any]]) -> dict[str, Any]:
     step took, split into the host's own work and its wait for the device, and the
     generated tokens per second of engine steps (the engine's rate when it has work, tool
     waits left out); and, whatever the hardware, the engine steps an RL step's generation
-    took and the tokens each generated (the batch's effect: see `wide_settings`)."""
+    took and the tokens each generated (the batch's effect: see `wide_settings`). Then the
+    event loop's part (`loop_cpu_s`, the CPU seconds of the training process's event-loop
+    thread while a step's rollouts were collected: with `graph.processes = 1` every actor's
+    Python but the engines' and learner's threads): `loop_cpu_s_mean` and `loop_cpu_share`,
+    its share of the rollout phase's wall time. Near 1 the event loop's Python bounds the
+    phase, whatever the GPU does: the engine's host work waits for the same interpreter
+    lock."""
     rows = [r for r in steps if r.get("engine_steps")]
     if not rows:
         return {}
@@ -465,6 +471,19 @@ def engine_figures(steps: list[dict[str, Any]]) -> dict[str, Any]:
         "engine_host_ms": (busy - wait) * 1e3 / count,
         "engine_wait_ms": wait * 1e3 / count,
         "gen_tokens_per_engine_s": tokens / busy if busy > 0 else None,
+        **loop_figures(rows, phase),
+    }
+
+
+def loop_figures(rows: list[dict[str, Any]], phase: float) -> dict[str, Any]:
+    """`loop_cpu_s_mean` and `loop_cpu_share` (see `engine_figures`) from the rows that
+    have `loop_cpu_s`; none without."""
+    cpu = [float(r["loop_cpu_s"]) for r in rows if "loop_cpu_s" in r]
+    if not cpu:
+        return {}
+    return {
+        "loop_cpu_s_mean": statistics.fmean(cpu),
+        "loop_cpu_share": sum(cpu) / phase if phase > 0 and len(cpu) == len(rows) else None,
     }
 
 

@@ -130,7 +130,8 @@ def test_training_figures_from_a_run_directory(tmp_path: Path) -> None:
         {"step": 2, "stage": "rl1", "step_s": 5.0, "time_eval_s": 2.0, "time_gen_s": 2.0,
          "time_tool_s": 0.7, "time_reward_s": 0.3, "gen_tokens": 600.0, "time_learner_s": 0.7, "reward_mean": 0.6, "heldout_accuracy": 0.5,
          "engine_steps": 100.0, "engine_step_s": 1.5, "engine_wait_s": 0.5,
-         "engine_round_steps": 60.0, "engine_prefill_steps": 10.0, "engine_prefill_s": 0.6},
+         "engine_round_steps": 60.0, "engine_prefill_steps": 10.0, "engine_prefill_s": 0.6,
+         "loop_cpu_s": 1.2},
         {"step": 2, "stage": "final", "test_accuracy": 0.45},
     ]  # fmt: skip
     (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
@@ -163,6 +164,9 @@ def test_training_figures_from_a_run_directory(tmp_path: Path) -> None:
     assert got["engine_prefill_share"] == pytest.approx(0.4)
     assert got["engine_prefill_step_ms"] == pytest.approx(60.0)
     assert got["engine_decode_step_ms"] == pytest.approx(10.0)
+    # the event loop ran 1.2 s of the rollout phase's 3.0 s
+    assert got["loop_cpu_s_mean"] == pytest.approx(1.2)
+    assert got["loop_cpu_share"] == pytest.approx(0.4)
     assert (got["validation_sft"], got["validation_last"], got["validation_last_step"]) == (
         0.25, 0.5, 2
     )  # fmt: skip

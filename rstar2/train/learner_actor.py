@@ -15,7 +15,10 @@ stamps of the command's start and end (the step's timings), until `Finish`:
   (`rstar2.weights.push`, ports ``weights`` and ``report``); with `cluster.colocate` the
   engines sleep through the update (`rstar2.train.colocation`, port ``control``);
 - `OpenRun`, `WriteMetrics`, `TraceStep`, `Checkpoint`: the run's files (`RUN/metrics.jsonl`
-  and TensorBoard, `RUN/rollout_trace.jsonl` in the simulator's trace format, `checkpoints/`);
+  and TensorBoard, where an RL step's row also gets `loop_cpu_s`, measured here: the CPU
+  seconds this process's event-loop thread ran while the step's training rollouts were
+  collected, the Python of every actor in the process, the engines' and learner's worker
+  threads apart; `RUN/rollout_trace.jsonl` in the simulator's trace format, `checkpoints/`);
   a `RollOut` or `Update` with a `Recording`: `RUN/trajectories.jsonl` (`run_files.py`);
   `ResetOptimizer`; `EnterPhase`: the profiler's window.
 
@@ -131,6 +134,9 @@ class LearnerActor(Actor):
         """The scope of the rollout in flight that a stop request may abandon."""
         self.reader: RolloutReader
         """Rollouts in flight and their scored trajectories (created in `serve`)."""
+        self.loop_cpu: dict[int, float] = {}
+        """The event-loop thread's CPU seconds while each step's training rollouts were
+        collected, by step, until its metrics row is written (`loop_cpu_s`)."""
 
     async def serve(self, ctx: ActorContext) -> None:
         if self.cfg.graph.learner_threads > 0:
@@ -231,7 +237,10 @@ class LearnerActor(Actor):
                 pushed = (await self.push.push(state, version)).metrics()
                 return controller.weights_pushed(version, pushed, started, time.perf_counter())
             case rc.RollOut(step=step, record=record):
+                cpu = time.thread_time()
                 results = await self.reader.collect(command)
+                if command.kind == "train":
+                    self.loop_cpu[step] = time.thread_time() - cpu
                 if record is not None:
                     self.files.record(step, results, record, None)
                 return controller.rollouts_done(step, results, started, time.perf_counter())
@@ -250,6 +259,8 @@ class LearnerActor(Actor):
             case rc.TraceStep(step=step, results=results, max_response_tokens=budget):
                 self.files.trace_step(step, results, budget)
             case rc.WriteMetrics(row=row, line=line):
+                if row.get("stage") not in ("sft", "final") and row.get("step") in self.loop_cpu:
+                    row = {**row, "loop_cpu_s": self.loop_cpu.pop(row["step"])}
                 self.files.write_metrics(row)
                 if line is not None:
                     log.info(line)

@@ -24,7 +24,7 @@ from rstar2.model import load_model
 from tests.profile.tool_policy import ToolPolicy
 from tests.train.conftest import SMOKE_TOML
 
-TIMING = ("time_", "step_s", "wall_s", "engine_")
+TIMING = ("time_", "step_s", "wall_s", "engine_", "loop_cpu_s")
 """Metrics that measure time, or depend on it: `engine_steps` counts the steps the requests'
 arrival times made, and a resumed run's first step has no engine baseline."""
 REPO = Path(__file__).resolve().parents[2]
@@ -90,6 +90,12 @@ def test_train_writes_metrics_plot_and_checkpoints(reference: tuple[Path, str]) 
     assert summary["extra"]["filter_rl3"]["probed"] == 4
     for key in ("reward_mean", "response_tokens_mean", "tool_error_ratio_correct", "clip_fraction"):
         assert key in rows[1]
+    # the event loop's CPU while each step's rollouts were collected: only RL rows, within
+    # the step's wall time (one thread's CPU cannot exceed it)
+    for r in rows:
+        assert ("loop_cpu_s" in r) == (r["stage"] in ("rl1", "rl3") and "step_s" in r), r
+        if "loop_cpu_s" in r:
+            assert 0.0 < r["loop_cpu_s"] <= r["step_s"]
     assert rows[0]["stage"] == "sft" and "heldout_accuracy" in rows[0]
     assert (run / "curves.png").read_bytes()[:4] == b"\x89PNG"
     assert (run / "checkpoints" / "LATEST").read_text().strip() == "step-000003"

@@ -8,6 +8,7 @@ What it does not do: measure anything, or read files (it formats the results dic
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import Any
 
 
@@ -32,39 +33,14 @@ def markdown(results: dict[str, Any]) -> str:
                   f"{split['step_ms']:.3f} ms a step{prefills}): {shares} ms", ""]  # fmt: skip
     engines = results.get("engine", {})
     if engines:
-        lines += [
-            "| engine benchmark | decode | params | engine tok/s | HF generate tok/s (best batch) "
-            "| ratio | graphs |",
-            "|---|---|---|---|---|---|---|",
-        ]
-        for name, e in engines.items():
-            if "error" in e:
-                lines.append(f"| {name} | failed: {e['error']} | | | | | |")
-                continue
-            lines.append(
-                f"| {name} | {decode_label(e)} | {e['params'] / 1e6:.1f}M | "
-                f"{e['engine_tok_s']:,.0f} | {e['hf_generate_tok_s']:,.0f} "
-                f"({e['hf_best_batch_size']}) | {e['ratio']:.2f} | {graphs_cell(e)} |"
-            )
-        lines.append("")
+        header = ["engine benchmark", "decode", "params", "engine tok/s",
+                  "HF generate tok/s (best batch)", "ratio", "graphs"]  # fmt: skip
+        lines += table(header, engines, 1, engine_cells)
     benches = results.get("bench", {})
     if benches:
-        lines += [
-            "| model | variant | params | tokens/s | MFU | peak MiB (GPU: allocated) | s/update "
-            "| forward / backward / head / optimizer s |",
-            "|---|---|---|---|---|---|---|---|",
-        ]
-        for name, b in benches.items():
-            if "error" in b:
-                lines.append(f"| {name} | | | failed: {b['error']} | | | | |")
-                continue
-            mfu = "-" if b.get("mfu") is None else f"{100 * b['mfu']:.1f}%"
-            lines.append(
-                f"| {b['shape']} | {b['variant']} | {b['model_params'] / 1e6:.1f}M | "
-                f"{b['tokens_per_s']:,.0f} | {mfu} | "
-                f"{b['peak_memory_mb']:,.0f} | {b['step_s']:.3f} | {split_cell(b)} |"
-            )
-        lines.append("")
+        header = ["model", "variant", "params", "tokens/s", "MFU", "peak MiB (GPU: allocated)",
+                  "s/update", "forward / backward / head / optimizer s"]  # fmt: skip
+        lines += table(header, benches, 3, bench_cells)
         lines += [line for name, b in benches.items() if (line := profile_line(name, b))]
         lines += [line for name, b in benches.items() if (line := compile_line(name, b))]
     for key, title in (("train", "training run"), ("train_wide", "wide run (4x rollouts)")):
@@ -74,6 +50,45 @@ def markdown(results: dict[str, Any]) -> str:
             lines += [f"| {k} | {v:.4g} |" if isinstance(v, float) else f"| {k} | {v} |"
                       for k, v in train.items()]  # fmt: skip
     return "\n".join(lines) + "\n"
+
+
+def table(
+    header: list[str],
+    entries: dict[str, dict[str, Any]],
+    error_column: int,
+    cells: Callable[[str, dict[str, Any]], list[str]],
+) -> list[str]:
+    """A Markdown table of `entries` (name -> figures), then an empty line: a row of `cells`
+    each, or for an entry that failed its name and "failed: ERROR" in `error_column`."""
+    rows = []
+    for name, entry in entries.items():
+        if "error" in entry:
+            row = [name] + [""] * (len(header) - 1)
+            row[error_column] = f"failed: {entry['error']}"
+        else:
+            row = cells(name, entry)
+        rows.append(row)
+    return [markdown_row(header), "|" + "---|" * len(header), *map(markdown_row, rows), ""]
+
+
+def markdown_row(cells: list[str]) -> str:
+    """`| a | b |`; an empty cell as `| |`."""
+    return "|" + "".join(f" {cell} |" if cell else " |" for cell in cells)
+
+
+def engine_cells(name: str, e: dict[str, Any]) -> list[str]:
+    """An engine benchmark's row."""
+    return [name, decode_label(e), f"{e['params'] / 1e6:.1f}M", f"{e['engine_tok_s']:,.0f}",
+            f"{e['hf_generate_tok_s']:,.0f} ({e['hf_best_batch_size']})", f"{e['ratio']:.2f}",
+            graphs_cell(e)]  # fmt: skip
+
+
+def bench_cells(name: str, b: dict[str, Any]) -> list[str]:
+    """A learner benchmark's row."""
+    mfu = "-" if b.get("mfu") is None else f"{100 * b['mfu']:.1f}%"
+    return [b["shape"], b["variant"], f"{b['model_params'] / 1e6:.1f}M",
+            f"{b['tokens_per_s']:,.0f}", mfu, f"{b['peak_memory_mb']:,.0f}", f"{b['step_s']:.3f}",
+            split_cell(b)]  # fmt: skip
 
 
 def graphs_cell(e: dict[str, Any]) -> str:

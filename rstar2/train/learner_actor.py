@@ -259,7 +259,7 @@ class LearnerActor(Actor):
             case rc.TraceStep(step=step, results=results, max_response_tokens=budget):
                 self.files.trace_step(step, results, budget)
             case rc.WriteMetrics(row=row, line=line):
-                if row.get("stage") not in ("sft", "final") and row.get("step") in self.loop_cpu:
+                if row.get("step") in self.loop_cpu:  # the step's own row, written once
                     row = {**row, "loop_cpu_s": self.loop_cpu.pop(row["step"])}
                 self.files.write_metrics(row)
                 if line is not None:

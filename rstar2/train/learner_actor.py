@@ -20,7 +20,9 @@ stamps of the command's start and end (the step's timings), until `Finish`:
   collected, the Python of every actor in the process, the engines' and learner's worker
   threads apart; `RUN/rollout_trace.jsonl` in the simulator's trace format, `checkpoints/`);
   a `RollOut` or `Update` with a `Recording`: `RUN/trajectories.jsonl` (`run_files.py`);
-  `ResetOptimizer`; `EnterPhase`: the profiler's window.
+  `ResetOptimizer`; `EnterPhase`: the profiler's window; as the RL steps begin, the process's
+  heap is frozen (`rstar2.heap`: collections then skip the objects of the startup) until the
+  run ends (the summary's `heap_frozen_objects`).
 
 For `rstar2 profile`: the update and the weight push are handle spans (ports "update" and
 "weights"; the workers record their own loading); `rollout_only=True` skips both (the policy
@@ -45,6 +47,7 @@ from typing import Any, ClassVar
 import anyio
 import torch
 
+from rstar2 import heap
 from rstar2.actors import Actor, ActorContext, Port, port
 from rstar2.actors.handling import handling
 from rstar2.train import run_commands as rc
@@ -134,6 +137,9 @@ class LearnerActor(Actor):
         """The scope of the rollout in flight that a stop request may abandon."""
         self.reader: RolloutReader
         """Rollouts in flight and their scored trajectories (created in `serve`)."""
+        self.heap_frozen = 0
+        """The objects this run froze in the process's heap as its RL steps began
+        (`rstar2.heap`; 0: not yet), thawed when the run ends."""
         self.loop_cpu: dict[int, float] = {}
         """The event-loop thread's CPU seconds while each step's training rollouts were
         collected, by step, until its metrics row is written (`loop_cpu_s`)."""
@@ -155,12 +161,15 @@ class LearnerActor(Actor):
                 summary = await self.reader.reading(self._run(ctx, state, controller))
             failed = False
         finally:
+            if self.heap_frozen:
+                heap.thaw()
             shared_policy.withdraw(str(self.run_dir))
             self.files.close()
             state.close(abort=failed)  # blocking but short: a stop message, or kills
         if summary is None:
             raise RuntimeError("the RL controller ran out of commands before finishing")
         summary["wall_s"] = self._wall_s(state)
+        summary["heap_frozen_objects"] = self.heap_frozen
         if self.profile:
             summary["profile"] = {"counters": self.reader.kv_samples, "window": self.rl_window}
         ctx.stop_graph("done", summary)
@@ -267,7 +276,9 @@ class LearnerActor(Actor):
             case rc.Checkpoint(step=step, state=saved):
                 saved = {**saved, "wall_s": self._wall_s(state)}
                 await anyio.to_thread.run_sync(state.save, step, saved)
-            case rc.EnterPhase():
+            case rc.EnterPhase(phase=phase):
+                if phase == "rl" and not self.heap_frozen:
+                    self.heap_frozen = heap.freeze()
                 self.rl_window.append(time.time())
             case rc.Finish():
                 raise ValueError("Finish is the shell's loop's to handle")

@@ -81,6 +81,7 @@ def test_train_writes_metrics_plot_and_checkpoints(reference: tuple[Path, str]) 
     run, stdout = reference
     summary = json.loads(stdout.strip().splitlines()[-1])
     assert summary["steps"] == 3
+    assert summary["heap_frozen_objects"] > 10_000  # the startup's heap, frozen for RL
     rows = read_metrics(run / "metrics.jsonl")
     assert [r["step"] for r in rows if r["stage"] in ("rl1", "rl3")] == [1, 2, 3]
     assert [r["stage"] for r in rows if r["step"] in (2, 3) and "reward_mean" in r] == [

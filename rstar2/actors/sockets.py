@@ -36,6 +36,11 @@ log = logging.getLogger(__name__)
 
 Frames = list[bytes]
 
+# pyzmq's constants are enum members: `&` and `|` on them build a new enum member each time,
+# which costs more than the socket call on this hot path, so the hot path uses plain ints.
+_POLLIN, _POLLOUT = int(zmq.POLLIN), int(zmq.POLLOUT)
+_EVENTS, _NOBLOCK = int(zmq.EVENTS), int(zmq.NOBLOCK)
+
 
 @dataclass(frozen=True)
 class CurveKeys:
@@ -155,7 +160,7 @@ class AsyncSocket:
         self._fd: int = sock.getsockopt(zmq.FD)
         self._fd_scope: anyio.CancelScope | None = None
         self._changed: anyio.Event | None = None
-        self._waiting = {zmq.POLLIN: 0, zmq.POLLOUT: 0}
+        self._waiting = {_POLLIN: 0, _POLLOUT: 0}
         """Tasks in `wait`, by the flag they wait for."""
 
     @property
@@ -167,14 +172,15 @@ class AsyncSocket:
         operation may have taken the FD's edge for it)."""
         if self._fd_scope is None:
             return
-        wanted = (zmq.POLLIN if self._waiting[zmq.POLLIN] else 0) | (
-            zmq.POLLOUT if self._waiting[zmq.POLLOUT] else 0
+        wanted = (_POLLIN if self._waiting[_POLLIN] else 0) | (
+            _POLLOUT if self._waiting[_POLLOUT] else 0
         )
-        if self.sock.getsockopt(zmq.EVENTS) & wanted:
+        if self.sock.getsockopt(_EVENTS) & wanted:
             self._fd_scope.cancel()
 
     async def wait(self, flag: int) -> None:
         """Return once `flag` (zmq.POLLIN or zmq.POLLOUT) is set in the socket's EVENTS."""
+        flag = int(flag)
         self._waiting[flag] += 1
         try:
             await self._wait(flag)
@@ -182,7 +188,7 @@ class AsyncSocket:
             self._waiting[flag] -= 1
 
     async def _wait(self, flag: int) -> None:
-        while not self.sock.getsockopt(zmq.EVENTS) & flag:
+        while not self.sock.getsockopt(_EVENTS) & flag:
             if self._fd_scope is not None:  # another task owns the FD wait: wait for its wake-up
                 if self._changed is None:
                     self._changed = anyio.Event()
@@ -201,7 +207,7 @@ class AsyncSocket:
     def send_nowait(self, frames: Sequence[bytes | memoryview]) -> bool:
         """Send one multipart message if the socket can take it now; False when it is full."""
         try:
-            self.sock.send_multipart(frames, flags=zmq.NOBLOCK, copy=False)
+            self.sock.send_multipart(frames, flags=_NOBLOCK, copy=False)
         except zmq.Again:
             return False
         self._poke()
@@ -219,9 +225,9 @@ class AsyncSocket:
     def recv_nowait(self) -> Frames | None:
         """The next queued message, if there is one."""
         frames = None
-        if self.sock.getsockopt(zmq.EVENTS) & zmq.POLLIN:
+        if self.sock.getsockopt(_EVENTS) & _POLLIN:
             try:
-                frames = self.sock.recv_multipart(flags=zmq.NOBLOCK)
+                frames = self.sock.recv_multipart(flags=_NOBLOCK)
             except zmq.Again:
                 pass
         self._poke()  # reading EVENTS may have taken an edge too

@@ -255,6 +255,7 @@ class AsyncSocket:
         return (await self.recv_batch(1))[0]
 
     def close(self) -> None:
-        self._poke()
+        if self._fd_scope is not None:  # the waiter then finds the socket closed
+            self._fd_scope.cancel()
         if not self.sock.closed:
             self.sock.close(linger=0)

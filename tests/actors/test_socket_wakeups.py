@@ -90,3 +90,26 @@ async def test_an_empty_socket_reads_as_none(
     time.sleep(0.05)
     assert dealer.recv_batch_nowait(8) == [[b"0"], [b"1"], [b"2"]]
     assert dealer.recv_nowait() is None
+
+
+async def test_closing_wakes_the_waiter_even_when_the_zmq_socket_is_gone(
+    pair: tuple[zmq.Socket, AsyncSocket, bytes],
+) -> None:
+    _, dealer, _ = pair
+    failed: list[BaseException] = []
+
+    async def reader() -> None:
+        try:
+            await dealer.recv()
+        except zmq.ZMQError as e:  # the closed socket, read again after the wake-up
+            failed.append(e)
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(reader)
+        await anyio.sleep(0.05)
+        dealer.sock.close(linger=0)  # closed under it (a factory closing its sockets)
+        dealer.close()  # no EVENTS to read now: it wakes the waiter anyway, and does not raise
+        with anyio.fail_after(2):
+            while not failed:
+                await anyio.sleep(0.01)
+    assert dealer.closed

@@ -6,7 +6,7 @@ must wake it when what it waits for is set, and an empty socket reads as None.""
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sized
 
 import anyio
 import pytest
@@ -35,25 +35,30 @@ def pair() -> Iterator[tuple[zmq.Socket, AsyncSocket, bytes]]:
         ctx.term()
 
 
+async def _until_filled(items: Sized) -> None:
+    """Wait (2 s at most) until a task has put something in `items`."""
+    with anyio.fail_after(2):
+        while not items:
+            await anyio.sleep(0.01)
+
+
+async def _recv_into(dealer: AsyncSocket, got: list[list[bytes]]) -> None:
+    got.append(await dealer.recv())
+
+
 async def test_a_send_that_takes_the_waiters_edge_wakes_it(
     pair: tuple[zmq.Socket, AsyncSocket, bytes],
 ) -> None:
     router, dealer, identity = pair
     got: list[list[bytes]] = []
-
-    async def reader() -> None:
-        got.append(await dealer.recv())
-
     async with anyio.create_task_group() as tg:
-        tg.start_soon(reader)
+        tg.start_soon(_recv_into, dealer, got)
         await anyio.sleep(0.05)  # the reader waits on the FD
         assert got == []
         router.send_multipart([identity, b"reply"])
         time.sleep(0.05)  # no await: the reply's signal is on the FD, the reader not yet run
         assert dealer.send_nowait([b"more"])  # takes the FD's edge: only the wake-up is left
-        with anyio.fail_after(2):
-            while not got:
-                await anyio.sleep(0.01)
+        await _until_filled(got)
     assert got == [[b"reply"]]
 
 
@@ -62,21 +67,15 @@ async def test_a_send_leaves_a_waiter_alone_when_nothing_it_waits_for_came(
 ) -> None:
     router, dealer, identity = pair
     got: list[list[bytes]] = []
-
-    async def reader() -> None:
-        got.append(await dealer.recv())
-
     async with anyio.create_task_group() as tg:
-        tg.start_soon(reader)
+        tg.start_soon(_recv_into, dealer, got)
         await anyio.sleep(0.05)
         scope = dealer._fd_scope
         assert scope is not None
         assert dealer.send_nowait([b"more"])  # no reply has come: the reader waits on
         assert dealer._fd_scope is scope and not scope.cancel_called
         router.send_multipart([identity, b"reply"])  # and the FD wakes it
-        with anyio.fail_after(2):
-            while not got:
-                await anyio.sleep(0.01)
+        await _until_filled(got)
     assert got == [[b"reply"]]
 
 
@@ -109,7 +108,5 @@ async def test_closing_wakes_the_waiter_even_when_the_zmq_socket_is_gone(
         await anyio.sleep(0.05)
         dealer.sock.close(linger=0)  # closed under it (a factory closing its sockets)
         dealer.close()  # no EVENTS to read now: it wakes the waiter anyway, and does not raise
-        with anyio.fail_after(2):
-            while not failed:
-                await anyio.sleep(0.01)
+        await _until_filled(failed)
     assert dealer.closed

@@ -98,6 +98,8 @@ def _spawn(graph: RunningGraph, control_ep: str, backend: str) -> None:
         )
         start_child(proc)
         graph.procs[name] = proc
+        actors = ", ".join(i.name for i in graph.plan.in_process(name))
+        log.info("process %s (pid %s): %s", name, proc.pid, actors)
         log.debug("spawned process %s (pid %s)", name, proc.pid)
 
 

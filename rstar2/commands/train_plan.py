@@ -157,7 +157,8 @@ def dry_run_plan(cfg: TrainConfig) -> dict[str, Any]:
         "stages": [{"name": s.name, "steps": s.steps} for s in cfg.stages],
         "engines": cfg.graph.engines,
         "sandboxes": cfg.graph.sandboxes,
-        "processes": cfg.graph.processes,
+        "processes": cfg.graph.process_count(),
+        "placement": cfg.graph.processes_of(),
     }
     if cfg.cluster.gpus == 0:
         out["learner_device"] = cfg.learner.device
@@ -180,7 +181,7 @@ def print_plan(cfg: TrainConfig) -> None:
             f"({ranks} rank{'s, FSDP2' if ranks > 1 else ''}"
             f"{', bf16' if cfg.learner.bf16 else ''}) on {_device(cfg.learner.device)}; "
             f"{cfg.graph.engines} engine(s) on {_device(cfg.engine.device)}, "
-            f"{cfg.graph.sandboxes} sandbox service(s), {cfg.graph.processes} process(es)"
+            f"{cfg.graph.sandboxes} sandbox service(s), {cfg.graph.process_count()} process(es)"
         )
         return
     print(format_plan(memory_plan(cfg), cfg))

@@ -84,12 +84,39 @@ class Placement:
     processes: int = 1
     """1 = every actor in this process (inproc); N > 1 = rollout workers and sandbox services
     spread over N - 1 spawned local processes (ipc)."""
+    services_process: bool = False
+    """Run the scheduler with the sandbox and reward actors: with `processes = 1` the three in a
+    spawned process of their own ("services"), leaving the learner and the rollout workers
+    (with their engines, so `cluster.share_weights` still applies) the main process's event
+    loop; with more processes the scheduler joins the tools' process."""
     backend: Literal["asyncio", "trio"] = "asyncio"
     """Event loop of the graph (asyncio uses uvloop when installed)."""
     engine_threads: int = 0
     """torch threads per rollout engine (0 = torch's default)."""
     learner_threads: int = 0
     """torch threads for the learner (0 = torch's default)."""
+
+    def processes_of(self) -> dict[str, str]:
+        """The process each of the training graph's actors runs in ("main": this one): with
+        `processes` 1 all in "main"; 2 the rollout workers and tools (sandbox, reward) in
+        "engines"; 3 or more the tools in "tools". `services_process` puts the scheduler with the
+        tools, and with `processes` 1 gives them a process of their own, "services"."""
+        workers = "main" if self.processes == 1 else "engines"
+        if self.processes == 1:
+            tools = "services" if self.services_process else "main"
+        else:
+            tools = "engines" if self.processes == 2 else "tools"
+        return {
+            "learner": "main",
+            "scheduler": tools if self.services_process else "main",
+            "rollout": workers,
+            "sandbox": tools,
+            "reward": tools,
+        }
+
+    def process_count(self) -> int:
+        """How many processes the training graph runs in, this one included."""
+        return len(set(self.processes_of().values()))
 
     def validate(self) -> None:
         require(self.engines >= 1, "graph.engines", self.engines, "an integer >= 1")

@@ -236,12 +236,9 @@ def _train_actors(
     checkpoint: Path | None,
     started_at: float,
 ) -> list[dict[str, Any]]:
-    """The graph's actors, the learner first, placed by `graph.processes`: 1 holds them all in
-    the main process, 2 put the engines and tools in one other process, 3 or more give the tools
-    a process of their own."""
+    """The graph's actors, the learner first, each in its process (`Placement.processes_of`)."""
     g = cfg.graph
-    workers = "main" if g.processes == 1 else "engines"
-    tools = "main" if g.processes == 1 else ("engines" if g.processes == 2 else "tools")
+    where = g.processes_of()
     return [
         actor_node(
             "learner",
@@ -259,6 +256,7 @@ def _train_actors(
             "scheduler",
             SchedulerActor,
             SchedulerParams(cfg.scheduler, max_response_tokens=cfg.rollout.max_response_tokens),
+            process=where["scheduler"],
         ),
         actor_node(
             "rollout",
@@ -274,10 +272,12 @@ def _train_actors(
                 shared_policy=str(run_dir) if cfg.cluster.share_weights else "",
             ),
             count=g.engines,
-            process=workers,
+            process=where["rollout"],
         ),
-        actor_node("sandbox", SandboxActor, cfg.sandbox, count=g.sandboxes, process=tools),
-        actor_node("reward", RewardActor, cfg.reward, process=tools),
+        actor_node(
+            "sandbox", SandboxActor, cfg.sandbox, count=g.sandboxes, process=where["sandbox"]
+        ),
+        actor_node("reward", RewardActor, cfg.reward, process=where["reward"]),
     ]
 
 

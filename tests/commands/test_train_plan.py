@@ -11,6 +11,7 @@ import pytest
 from rstar2.commands.train_plan import format_plan, memory_plan
 from rstar2.config import ConfigError, override
 from rstar2.train.config import load_train_config
+from rstar2.train.runner import train_graph
 from sim.config import SimConfig, resolve_cluster
 
 PAPER = Path(__file__).resolve().parents[2] / "configs" / "paper_qwen3_14b_mi300x.toml"
@@ -116,3 +117,28 @@ def test_dry_run_rejects_bad_values(tmp_path: Path) -> None:
 def test_plan_needs_gpus() -> None:
     with pytest.raises(ValueError):
         memory_plan(load_train_config())
+
+
+@pytest.mark.parametrize(
+    ("processes", "services", "want"),
+    [  # learner, scheduler, rollout, sandbox, reward
+        (1, False, ("main", "main", "main", "main", "main")),
+        (1, True, ("main", "services", "main", "services", "services")),
+        (2, False, ("main", "main", "engines", "engines", "engines")),
+        (2, True, ("main", "engines", "engines", "engines", "engines")),
+        (3, False, ("main", "main", "engines", "tools", "tools")),
+        (3, True, ("main", "tools", "engines", "tools", "tools")),
+    ],
+)
+def test_each_actor_runs_in_the_process_the_placement_names(
+    processes: int, services: bool, want: tuple[str, ...]
+) -> None:
+    """`graph.services_process` moves the scheduler to the tools (a process of their own with
+    one process), and the graph `train` runs places each actor where `processes_of` says."""
+    sets = [f"graph.processes={processes}", f"graph.services_process={str(services).lower()}"]
+    cfg = load_train_config(sets=sets)
+    where = cfg.graph.processes_of()
+    assert tuple(where[a] for a in ("learner", "scheduler", "rollout", "sandbox", "reward")) == want
+    assert cfg.graph.process_count() == len(set(want))
+    graph = train_graph(cfg, Path("run"), Path("model"), False, None, 0.0)
+    assert {a.name: a.process for a in graph.actors} == where

@@ -126,6 +126,13 @@ def test_dry_run_json_prints_the_plan_as_json(capsys: pytest.CaptureFixture[str]
     assert main(["train", "--quick", "--dry-run", "--json"]) == 0
     plan = json.loads(capsys.readouterr().out)
     assert plan["valid"] and plan["rl_steps"] == 5 and "plan" not in plan  # CPU: no GPU plan
+    assert plan["processes"] == 1 and set(plan["placement"].values()) == {"main"}
+    assert (
+        main(["train", "--quick", "--dry-run", "--json", "--set", "graph.services_process=true"])
+        == 0
+    )
+    plan = json.loads(capsys.readouterr().out)
+    assert plan["processes"] == 2 and plan["placement"]["scheduler"] == "services"
     assert (
         main(["train", "--config", "configs/paper_qwen3_14b_mi300x.toml", "--dry-run", "--json"])
         == 0

@@ -96,35 +96,47 @@ def test_a_run_with_shared_weights_trains_exactly_as_one_that_copies_them(
 ) -> None:
     """From the SFT'd tool policy (it earns reward, so every step updates the policy), three
     RL steps with the engine computing on the learner's tensors give the copied run's metrics
-    and weights: the engine saw every update. Only the push's own figures differ."""
+    and weights: the engine saw every update. Only the push's own figures differ. So does a
+    shared run with the scheduler, sandbox and reward in a process of their own
+    (`graph.services_process`, as `configs/gpu_20m.toml` runs): the placement changes no
+    result."""
     sets = tool_policy.rl_sets(
         3, "heldout_problems=4", "checkpoint_every=3", "rollout.tool_show_time=false"
     )
     runs = {}
-    for name, extra in (("copied", []), ("shared", [SHARE])):
+    logs = {}
+    apart = [SHARE, "graph.services_process=true"]
+    for name, extra in (("copied", []), ("shared", [SHARE]), ("apart", apart)):
         run = tmp_path / name
         argv = [x for s in [*sets, *extra] for x in ("--set", s)]
-        cmd = [*train_cmd(), "--run-dir", str(run), *argv]
+        cmd = [c for c in train_cmd() if c != "-q"]  # the log says where each actor runs
+        cmd += ["--run-dir", str(run), *argv]
         out = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
         assert out.returncode == 0, out.stderr[-3000:]
+        logs[name] = out.stderr
         runs[name] = [r for r in read_metrics(run / "metrics.jsonl") if r.get("stage") == "rl1"]
-    copied, shared = runs["copied"], runs["shared"]
+    assert "process services" not in logs["shared"]
+    assert "): scheduler.0, sandbox.0, reward.0" in logs["apart"], logs["apart"][-3000:]
+    copied = runs["copied"]
     assert [r["trained_rollouts"] > 0 for r in copied] == [True] * 3, copied
     assert all(r["weights_bus_bytes"] > 100_000 for r in copied)
-    assert all(r["weights_bus_bytes"] < 100 and r["weights_buckets"] == 0 for r in shared)
     # timings, arrival-dependent
     own = ("time_", "step_s", "wall_s", "weights_", "engine_", "loop_cpu_s")
-    for a, b in zip(shared, copied, strict=True):
-        assert a.keys() == b.keys()
-        for key, value in b.items():
-            if key.startswith(own):
-                continue
-            if isinstance(value, float):  # the tolerance of test_train_run's resume check:
-                # two identical runs differ by float noise (weights by 3e-6, the logprob
-                # mismatch's maximum 1.9e-6 against 3.6e-6), a stale engine by 0.06 in reward
-                assert a[key] == pytest.approx(value, rel=1e-3, abs=1e-5), (key, a, b)
-            else:
-                assert a[key] == value, (key, a, b)
-    want, got = (read_policy(tmp_path / n / "checkpoints" / "step-000003") for n in runs)
-    for name, tensor in want["model"].items():
-        torch.testing.assert_close(got["model"][name], tensor, rtol=1e-4, atol=1e-5, msg=name)
+    for shared in (runs["shared"], runs["apart"]):
+        assert all(r["weights_bus_bytes"] < 100 and r["weights_buckets"] == 0 for r in shared)
+        for a, b in zip(shared, copied, strict=True):
+            assert a.keys() == b.keys()
+            for key, value in b.items():
+                if key.startswith(own):
+                    continue
+                if isinstance(value, float):  # the tolerance of test_train_run's resume check:
+                    # two identical runs differ by float noise (weights by 3e-6, the logprob
+                    # mismatch's maximum 1.9e-6 against 3.6e-6), a stale engine by 0.06 in reward
+                    assert a[key] == pytest.approx(value, rel=1e-3, abs=1e-5), (key, a, b)
+                else:
+                    assert a[key] == value, (key, a, b)
+    want = read_policy(tmp_path / "copied" / "checkpoints" / "step-000003")
+    for run in ("shared", "apart"):
+        got = read_policy(tmp_path / run / "checkpoints" / "step-000003")
+        for name, tensor in want["model"].items():
+            torch.testing.assert_close(got["model"][name], tensor, rtol=1e-4, atol=1e-5, msg=name)

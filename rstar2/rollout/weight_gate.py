@@ -33,50 +33,54 @@ UNKNOWN_VERSION = -1
 
 
 class WeightGate:
-    """A readers-writer gate with writer preference: turns are readers, updates writers."""
+    """A readers-writer gate with writer preference: turns are readers, updates writers.
+
+    The state is two plain fields, changed only between awaits (one event loop runs every
+    task that uses a gate), so a turn that finds no update pending enters and leaves without
+    a lock or a checkpoint: that is every turn of synchronous RL, a few microseconds instead
+    of the ~60 us two `anyio.Condition` rounds and a shielded cancel scope cost the training
+    process's event loop per turn. Waiters (turns held back by an update, an update waiting
+    for the turns in flight or for the update before it) sleep on `_change`, an event set and
+    replaced whenever the last turn ends or an update finishes; each re-checks its condition
+    when woken."""
 
     def __init__(self, version: int = UNKNOWN_VERSION) -> None:
         self.version = version
         """The policy version of the weights the engine holds now."""
         self._turns = 0
         self._updating = False
-        self._changed = anyio.Condition()
+        self._change = anyio.Event()
+
+    def _changed(self) -> None:
+        """Wake every waiter (they re-check their conditions)."""
+        event, self._change = self._change, anyio.Event()
+        event.set()
 
     @asynccontextmanager
     async def turn(self) -> AsyncIterator[int]:
         """Generate one turn under the gate; yields the version generating it. Waits while an
         update is loading or waiting to load (writer preference: updates are not starved)."""
-        async with self._changed:
-            while self._updating:
-                await self._changed.wait()
-            self._turns += 1
+        while self._updating:
+            await self._change.wait()
+        self._turns += 1
         try:
             yield self.version
         finally:
-            with anyio.CancelScope(shield=True):
-                async with self._changed:
-                    self._turns -= 1
-                    self._changed.notify_all()
+            self._turns -= 1
+            if not self._turns and self._updating:
+                self._changed()
 
     async def update(self, version: int, load: Callable[[], Awaitable[object]]) -> None:
         """Load version `version` with `load()` once no turn is in flight; new turns wait until
         it is done. `version` becomes the gate's only if `load` returns."""
-        async with self._changed:
-            while self._updating:  # one update at a time
-                await self._changed.wait()
-            self._updating = True
-            try:
-                while self._turns:
-                    await self._changed.wait()
-            except BaseException:
-                self._updating = False
-                self._changed.notify_all()
-                raise
+        while self._updating:  # one update at a time
+            await self._change.wait()
+        self._updating = True
         try:
+            while self._turns:
+                await self._change.wait()
             await load()
             self.version = version
         finally:
-            with anyio.CancelScope(shield=True):
-                async with self._changed:
-                    self._updating = False
-                    self._changed.notify_all()
+            self._updating = False
+            self._changed()

@@ -44,15 +44,16 @@ async def test_an_update_waits_for_the_turns_in_flight_and_holds_new_ones() -> N
         async with gate.turn() as version:
             events.append(f"new turn v{version}")
 
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(old_turn)
-        await turn_started.wait()
-        tg.start_soon(gate.update, 1, load)
-        await anyio.wait_all_tasks_blocked()
-        tg.start_soon(new_turn)  # arrives while the update waits: held back
-        await anyio.wait_all_tasks_blocked()
-        assert events == ["old turn starts v0"]
-        finish_turn.set()
+    with anyio.fail_after(5):  # a gate that never wakes a waiter fails, not hangs
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(old_turn)
+            await turn_started.wait()
+            tg.start_soon(gate.update, 1, load)
+            await anyio.wait_all_tasks_blocked()
+            tg.start_soon(new_turn)  # arrives while the update waits: held back
+            await anyio.wait_all_tasks_blocked()
+            assert events == ["old turn starts v0"]
+            finish_turn.set()
     assert events == ["old turn starts v0", "old turn ends", "load", "new turn v1"]
 
 
@@ -82,9 +83,63 @@ async def test_updates_load_one_at_a_time_in_order() -> None:
 
         return load
 
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(gate.update, 1, loader(1))
-        await anyio.wait_all_tasks_blocked()
-        tg.start_soon(gate.update, 2, loader(2))
+    with anyio.fail_after(5):  # a gate that never wakes a waiter fails, not hangs
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(gate.update, 1, loader(1))
+            await anyio.wait_all_tasks_blocked()
+            tg.start_soon(gate.update, 2, loader(2))
     assert loading == [1, -1, 2, -2]
     assert gate.version == 2
+
+
+async def test_a_turn_with_no_update_pending_neither_waits_nor_yields() -> None:
+    """The fast path every turn of synchronous RL takes: no lock and no checkpoint (a task
+    started beforehand has not run when the turn has entered and left)."""
+    gate = WeightGate(version=2)
+    ran: list[str] = []
+
+    async def other() -> None:
+        ran.append("other task")
+
+    with anyio.fail_after(5):  # a gate that never wakes a waiter fails, not hangs
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(other)
+            async with gate.turn() as version:
+                assert version == 2
+            assert ran == []
+    assert ran == ["other task"]
+
+
+async def test_an_update_cancelled_while_turns_run_reopens_the_gate() -> None:
+    gate = WeightGate(version=0)
+    finish_turn = anyio.Event()
+    versions: list[int] = []
+
+    async def old_turn() -> None:
+        async with gate.turn():
+            await finish_turn.wait()
+
+    async def new_turn() -> None:
+        async with gate.turn() as version:
+            versions.append(version)
+
+    async def never() -> None:
+        raise AssertionError("the load ran")
+
+    with anyio.fail_after(5):  # a gate that never wakes a waiter fails, not hangs
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(old_turn)
+            await anyio.wait_all_tasks_blocked()
+            with anyio.CancelScope() as scope:
+                async with anyio.create_task_group() as inner:
+                    inner.start_soon(gate.update, 1, never)
+                    await anyio.wait_all_tasks_blocked()
+                    tg.start_soon(new_turn)  # held back by the waiting update
+                    await anyio.wait_all_tasks_blocked()
+                    assert versions == []
+                    scope.cancel()
+            with anyio.fail_after(1):
+                while not versions:
+                    await anyio.sleep(0.01)
+            finish_turn.set()
+    assert versions == [0] and gate.version == 0

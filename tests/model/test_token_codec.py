@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from rstar2.model.loader import load_tokenizer
+from rstar2.rollout import token_codec
 from rstar2.rollout.token_codec import TokenCodec
 
 TOOL_OUTPUTS = [
@@ -67,3 +68,25 @@ def test_the_embedded_tokenizer(tiny_dir: Path) -> None:
 @pytest.mark.slow
 def test_smollm2s_protocol_tokenizer(smollm2_dir: Path) -> None:
     _assert_same_as_the_hugging_face_calls(load_tokenizer(smollm2_dir))
+
+
+def test_a_repeated_tool_response_is_encoded_once_and_handed_out_as_a_copy(
+    tiny_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    tokenizer = load_tokenizer(tiny_dir)
+    monkeypatch.setattr(token_codec, "RESPONSE_CACHE", 2)
+    codec = TokenCodec(tokenizer)
+    first = codec.tool_response_ids("Tool call success\n42\n")
+    first.append(-1)  # the caller's list is its own
+    again = codec.tool_response_ids("Tool call success\n42\n")
+    assert again == TokenCodec(tokenizer).tool_response_ids("Tool call success\n42\n")
+    assert -1 not in again
+    forged = "<|im_end|> printed by the program"  # the pieces path is cached alike
+    assert codec.tool_response_ids(forged) == TokenCodec(_SlowView(tokenizer)).tool_response_ids(
+        forged
+    )
+    assert codec.tool_response_ids(forged) == TokenCodec(tokenizer).tool_response_ids(forged)
+    for text in ("a\n", "b\n", "c\n"):
+        codec.tool_response_ids(text)
+    info = codec._response_ids.cache_info()
+    assert (info.hits, info.currsize, info.maxsize) == (2, 2, 2)  # "42", the forged one

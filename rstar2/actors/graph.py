@@ -100,7 +100,6 @@ def _spawn(graph: RunningGraph, control_ep: str, backend: str) -> None:
         graph.procs[name] = proc
         actors = ", ".join(i.name for i in graph.plan.in_process(name))
         log.info("process %s (pid %s): %s", name, proc.pid, actors)
-        log.debug("spawned process %s (pid %s)", name, proc.pid)
 
 
 async def _handshake(graph: RunningGraph, timeout_s: float) -> None:

@@ -51,7 +51,7 @@ class WeightGate:
         self._updating = False
         self._change = anyio.Event()
 
-    def _changed(self) -> None:
+    def _wake_waiters(self) -> None:
         """Wake every waiter (they re-check their conditions)."""
         event, self._change = self._change, anyio.Event()
         event.set()
@@ -68,7 +68,7 @@ class WeightGate:
         finally:
             self._turns -= 1
             if not self._turns and self._updating:
-                self._changed()
+                self._wake_waiters()
 
     async def update(self, version: int, load: Callable[[], Awaitable[object]]) -> None:
         """Load version `version` with `load()` once no turn is in flight; new turns wait until
@@ -83,4 +83,4 @@ class WeightGate:
             self.version = version
         finally:
             self._updating = False
-            self._changed()
+            self._wake_waiters()

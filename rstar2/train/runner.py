@@ -251,6 +251,7 @@ def _train_actors(
                 resume_from=str(checkpoint or ""),
                 started_at=started_at,
             ),
+            process=where["learner"],
         ),
         actor_node(
             "scheduler",

@@ -101,7 +101,7 @@ async def test_a_turn_with_no_update_pending_neither_waits_nor_yields() -> None:
     async def other() -> None:
         ran.append("other task")
 
-    with anyio.fail_after(5):  # a gate that never wakes a waiter fails, not hangs
+    with anyio.fail_after(5):  # bounded like the others, though nothing here waits
         async with anyio.create_task_group() as tg:
             tg.start_soon(other)
             async with gate.turn() as version:

@@ -190,7 +190,7 @@ class AsyncEngine:
         for op in inbox:
             if isinstance(op, _Add):
                 try:
-                    self.core.add_request(op.request_id, op.prompt_ids, op.params)
+                    self.core.add_request(op.request_id, op.prompt_ids, op.params, checked=True)
                 except (TypeError, ValueError) as e:
                     result.errors.append((op.request_id, op.waiter, e))
                 else:

@@ -135,6 +135,26 @@ async def test_bad_requests_fail_fast_and_closed_engine_refuses(qwen2: Qwen2ForC
         await engine.generate("y", [1], GREEDY)
 
 
+async def test_a_request_is_checked_once_on_the_event_loop(
+    qwen2: Qwen2ForCausalLM, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The whole trajectory is a turn's prompt: `generate` checks it where the caller can get
+    the error, and the worker thread does not check it again (it holds the GIL while it does)."""
+    checked: list[str] = []
+    check = EngineCore.check_request
+
+    def counted(core: EngineCore, request_id: str, *args: object) -> None:
+        checked.append(request_id)
+        check(core, request_id, *args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(EngineCore, "check_request", counted)
+    async with open_engine(qwen2) as engine:
+        out = await engine.generate("a", [1, 2, 3], SamplingParams(3, 0.0))
+        with pytest.raises(TypeError, match="must be ints"):
+            await engine.generate("b", [1, True], GREEDY)
+    assert len(out.token_ids) == 3 and checked == ["a", "b"]
+
+
 async def test_a_hop_runs_steps_until_a_request_finishes(
     qwen2: Qwen2ForCausalLM, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -178,7 +178,13 @@ def test_output_stops_at_max_model_len(qwen2: Qwen2ForCausalLM) -> None:
 
 @pytest.mark.parametrize(
     ("prompt", "error"),
-    [([], ValueError), ([1, VOCAB], ValueError), ([1, -1], ValueError), ([1, 2.0], TypeError), ([1, True], TypeError)],
+    [
+        ([], ValueError),
+        ([1, VOCAB], ValueError),
+        ([1, -1], ValueError),
+        ([1, 2.0], TypeError),
+        ([1, True], TypeError),
+    ],
 )
 def test_bad_prompts_are_rejected(qwen2: Qwen2ForCausalLM, prompt: list, error: type) -> None:
     with pytest.raises(error):

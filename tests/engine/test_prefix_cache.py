@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import random
+
 import pytest
 import torch
 from transformers import Qwen2ForCausalLM
 
+from rstar2.engine import prefix_cache
 from rstar2.engine.config import EngineConfig
 from rstar2.engine.core import EngineCore
 from rstar2.engine.prefix_cache import PrefixCache
@@ -22,6 +25,47 @@ def test_take_returns_the_longest_strict_prefix_and_removes_it() -> None:
     assert entry is not None and entry.blocks == [11, 12]
     assert cache.take([9, 9, 9]) is None
     assert len(cache) == 2 and cache.num_blocks == 2
+
+
+def _reference_take(parked: list[list[int]], prompt: list[int]) -> int | None:
+    """The index of the longest parked sequence that is a strict prefix of `prompt` (the first
+    parked of equal lengths): what `take` must find, by a scan of every entry."""
+    best, best_len = None, 0
+    for i, tokens in enumerate(parked):
+        if best_len < len(tokens) < len(prompt) and prompt[: len(tokens)] == tokens:
+            best, best_len = i, len(tokens)
+    return best
+
+
+@pytest.mark.parametrize("collide", [False, True])
+def test_take_finds_what_a_scan_of_every_entry_finds(
+    collide: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Random parked sequences sharing prompts, lengths on and off the stride's boundaries,
+    ties of equal length; `collide` makes every chain hash equal, so only the comparison of
+    the tokens tells entries apart."""
+    if collide:
+        monkeypatch.setattr(prefix_cache, "hash", lambda _: 0, raising=False)
+    rng = random.Random(7)
+    stride = prefix_cache.STRIDE
+    roots = [[rng.randrange(5) for _ in range(rng.randint(1, 3 * stride))] for _ in range(4)]
+    for _ in range(300):
+        cache, parked = PrefixCache(max_entries=64), []
+        for _ in range(rng.randint(0, 12)):
+            base = rng.choice(roots + parked) if parked else rng.choice(roots)
+            tokens = base[: rng.randint(1, len(base))] + [
+                rng.randrange(5) for _ in range(rng.randint(0, 2 * stride))
+            ]
+            if parked and rng.random() < 0.2:
+                tokens = list(rng.choice(parked))  # a tie: the same tokens parked again
+            cache.put(tokens, [len(parked)])
+            parked.append(tokens)
+        base = rng.choice(roots + parked)
+        prompt = base + [rng.randrange(5) for _ in range(rng.randint(0, stride + 1))]
+        expected = _reference_take(parked, prompt)
+        entry = cache.take(prompt)
+        assert (entry.blocks[0] if entry is not None else None) == expected
+        assert len(cache) == len(parked) - (expected is not None)
 
 
 def test_oldest_entries_are_evicted_first() -> None:

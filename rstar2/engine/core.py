@@ -196,18 +196,21 @@ class EngineCore:
         checked: bool = False,
     ) -> None:
         """Queue a request; `checked` when the caller ran `check_request` on these very
-        arguments already (`AsyncEngine` does, on the event loop, and hands over a copy)."""
+        arguments already and hands over a list no one else holds (`AsyncEngine` checks on the
+        event loop and passes a copy), else the core checks and copies."""
         if not checked:
             self.check_request(request_id, prompt_ids, params)
         if request_id in self._requests:
             raise ValueError(f"request id {request_id!r} is already in the engine")
         generator = None
-        if params.seed is not None:
+        if params.seed is not None and self.fixed is None:
             # on the engine's device: a seed gives the same draws on every run of one device
-            # type, not the same draws on CPU and CUDA (their generators differ)
+            # type, not the same draws on CPU and CUDA (their generators differ); the fixed
+            # path draws from the seed itself (`sample_fixed`)
             generator = torch.Generator(self.device).manual_seed(params.seed)
         seed = params.seed if params.seed is not None else self._seeds.getrandbits(63)
-        req = Request(request_id, list(prompt_ids), params, self._arrivals, generator, seed)
+        ids = prompt_ids if checked else list(prompt_ids)
+        req = Request(request_id, ids, params, self._arrivals, generator, seed)
         self._arrivals += 1
         self._requests[request_id] = req
         self.scheduler.add(req)

@@ -197,11 +197,28 @@ class Scheduler:
         `counts[i]` steps, `reserve`'s counts) up to each row's finish, as `update` would have
         step by step; the requests that finished."""
         finished = []
-        for i, req in enumerate(rows):
-            for j in range(counts[i]):
-                if self._record(req, 1, int(tokens[j][i]), logprobs[j][i]):
-                    finished.append(req)
-                    break
+        columns = zip(*tokens, strict=True)  # row i's draws, step by step
+        lp_columns = zip(*logprobs, strict=True)
+        for req, count, drawn_f, drawn_lp in zip(rows, counts, columns, lp_columns, strict=True):
+            # a row's tokens at once, not one `_record` each (on a GPU the engine thread's
+            # Python is the step's time): up to its first stop token, max_tokens or
+            # max_model_len, whichever comes first
+            kept = min(count, remaining_tokens(req, self.max_model_len))
+            if kept <= 0:
+                continue
+            drawn = list(map(int, drawn_f[:kept]))
+            for stop in req.params.stop_token_ids:
+                if stop in drawn:
+                    kept = min(kept, drawn.index(stop) + 1)
+            del drawn[kept:]
+            req.num_computed += kept
+            req.output_ids += drawn
+            req.logprobs += drawn_lp[:kept]
+            self.generated_tokens += kept
+            reason = finish_reason(req, self.max_model_len)
+            if reason is not None:
+                self._finish(req, reason)
+                finished.append(req)
         return finished
 
     def _record(self, req: Request, num_new: int, token: int, logprob: float) -> bool:
@@ -213,6 +230,11 @@ class Scheduler:
         reason = finish_reason(req, self.max_model_len)
         if reason is None:
             return False
+        self._finish(req, reason)
+        return True
+
+    def _finish(self, req: Request, reason: str) -> None:
+        """`req` ends for `reason`: out of the running batch, its computed blocks parked."""
         req.finish_reason = reason
         self.running.remove(req)
         # a round may have reserved blocks past the finish: they hold nothing of the request
@@ -221,7 +243,6 @@ class Scheduler:
         tokens = req.token_slice(0, req.num_computed)
         self.pool.free(self.prefix_cache.put(tokens, req.blocks[:keep]))
         req.blocks = []
-        return True
 
     def abort(self, request_id: str) -> Request | None:
         """Remove a request wherever it is; None if it is not here."""

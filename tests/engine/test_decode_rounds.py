@@ -3,6 +3,8 @@ as one step at a time, the scheduler's reservation and bookkeeping, the config's
 
 from __future__ import annotations
 
+import random
+
 import pytest
 import torch
 from transformers import Qwen2ForCausalLM
@@ -177,6 +179,54 @@ def test_update_round_keeps_what_single_steps_would_and_frees_the_rest() -> None
     assert entry.tokens == [0, 1, 1, 21] and len(entry.blocks) == 1
     assert sched.pool.num_free == 10 - 3 - 1
     assert sched.running == [a] and sched.generated_tokens == 2 + 8 + 2
+
+
+def _state(sched: Scheduler, rows: list[Request]) -> list[object]:
+    """Everything `update_round` may change, comparable across two schedulers (the parked
+    entries in any order: a round parks its finished rows in row order, steps in step order)."""
+    entries = sorted((e.tokens, len(e.blocks)) for e in sched.prefix_cache._entries.values())
+    per_row = [
+        (r.output_ids, r.logprobs, r.num_computed, r.finish_reason, len(r.blocks)) for r in rows
+    ]
+    running = [r.request_id for r in sched.running]
+    return [per_row, running, entries, sched.pool.num_free, sched.generated_tokens]
+
+
+def test_update_round_equals_update_step_by_step() -> None:
+    """Random rounds (stop tokens anywhere, several stop ids, rows at their max_tokens or
+    max_model_len): recording a round at once leaves the scheduler exactly as recording it
+    one step at a time with `update` would."""
+    rng = random.Random(5)
+    for _ in range(200):
+        max_model_len, steps = rng.randint(6, 30), rng.randint(1, 8)
+        specs = [
+            (rng.randint(1, max_model_len - 2), rng.randint(2, 12))
+            for _ in range(rng.randint(1, 6))
+        ]
+        twins = []
+        for _ in range(2):
+            sched = Scheduler(64, 4, 8, 1000, max_model_len=max_model_len, prefix_entries=8)
+            rows = [
+                Request(f"r{i}", list(range(n)), SamplingParams(m, 0.0, stop_token_ids=(9, 7)), i)
+                for i, (n, m) in enumerate(specs)
+            ]
+            twins.append((sched, decoding(sched, *rows)))
+        (a, rows_a), (b, rows_b) = twins
+        counts = a.reserve(rows_a, steps)
+        assert counts is not None and b.reserve(rows_b, steps) == counts
+        tokens = [[rng.choice((7, 9, 3, 4, 5)) for _ in rows_a] for _ in range(max(counts))]
+        logprobs = [[-rng.random() for _ in rows_a] for _ in range(max(counts))]
+        finished_a = a.update_round(rows_a, counts, tokens, logprobs)
+        finished_b = []
+        for j in range(max(counts)):
+            live = [(i, r) for i, r in enumerate(rows_b) if j < counts[i] and not r.finish_reason]
+            finished_b += b.update(
+                [(r, 1) for _, r in live],
+                [tokens[j][i] for i, _ in live],
+                [logprobs[j][i] for i, _ in live],
+            )
+        assert sorted(r.request_id for r in finished_a) == sorted(r.request_id for r in finished_b)
+        assert _state(a, rows_a) == _state(b, rows_b)
 
 
 def test_decode_steps_is_checked() -> None:

@@ -9,10 +9,11 @@ least recently parked entry whenever the pool runs short, before preempting anyo
 
 Finding the entry is a lookup, not a scan of every entry (the engine thread ran it for each
 new turn, up to 256 entries each time: 10% of its Python in a tool-calling run): each entry is
-indexed by a chain of hashes over its tokens, `STRIDE` at a time, up to its last whole stride,
-and a prompt's chain is computed once per lookup, so the work grows with the prompt's length
-over `STRIDE`, not with the number of entries. A candidate is then compared token by token,
-so a hash collision costs a comparison, never a wrong match.
+indexed by how many whole `STRIDE`-token strides its tokens have and the hash of the last
+of them, and a lookup hashes the prompt's strides once and looks up one bucket per stride,
+so its work grows with the prompt's length over `STRIDE`, not with the number of entries.
+The index only narrows the search: a candidate is compared token by token, so entries that
+share a stride, or a hash collision, cost a comparison, never a wrong match.
 
 What it does not do: share blocks between live requests (an entry is taken whole by one
 request), or match anything but a whole parked sequence as a prompt prefix.
@@ -38,8 +39,8 @@ class PrefixCache:
         self.max_entries = max_entries
         self._entries: OrderedDict[int, PrefixEntry] = OrderedDict()
         self._index: dict[tuple[int, int], dict[int, None]] = {}
-        """(whole strides m, chain hash of the first m strides) -> the keys of the entries
-        whose tokens have m whole strides, with that hash, in the order they were parked."""
+        """(whole strides m, hash of the m-th stride) -> the keys of the entries whose tokens
+        have m whole strides, the last with that hash, in the order they were parked."""
         self._where: dict[int, tuple[int, int]] = {}
         """Each entry's key in `_index`."""
         self._next_key = 0
@@ -73,9 +74,9 @@ class PrefixCache:
             return None
         limit = len(prompt)
         top = (limit - 1) // STRIDE  # a strict prefix has at most this many whole strides
-        chain = chain_hashes(prompt, top)
+        hashes = stride_hashes(prompt, top)
         for m in range(top, -1, -1):  # longer prefixes have more whole strides
-            bucket = self._index.get((m, chain[m - 1] if m else 0))
+            bucket = self._index.get((m, hashes[m - 1] if m else 0))
             if bucket is None:
                 continue
             best_key, best_len = None, 0
@@ -109,21 +110,18 @@ class PrefixCache:
 
 
 STRIDE = 16
-"""Tokens per link of the hash chain: a lookup hashes the prompt's whole strides once and
-then looks up one bucket per stride, longest first."""
+"""Tokens per stride of the index: a lookup hashes the prompt's whole strides once and then
+looks up one bucket per stride, longest first."""
 
 
-def chain_hashes(tokens: list[int], count: int) -> list[int]:
-    """The chain hash of `tokens`' first 1, 2, ..., `count` whole strides, each from the one
-    before it."""
-    hashes, h = [], 0
-    for start in range(0, count * STRIDE, STRIDE):
-        h = hash((h, *tokens[start : start + STRIDE]))
-        hashes.append(h)
-    return hashes
+def stride_hashes(tokens: list[int], count: int) -> list[int]:
+    """The hashes of `tokens`' first `count` whole strides, each on its own."""
+    return [
+        hash(tuple(tokens[start : start + STRIDE])) for start in range(0, count * STRIDE, STRIDE)
+    ]
 
 
 def _index_key(tokens: list[int]) -> tuple[int, int]:
-    """Where an entry of `tokens` is indexed: its whole strides and their chain hash."""
+    """Where an entry of `tokens` is indexed: its whole strides and the hash of the last one."""
     m = len(tokens) // STRIDE
-    return m, chain_hashes(tokens, m)[-1] if m else 0
+    return m, hash(tuple(tokens[(m - 1) * STRIDE : m * STRIDE])) if m else 0

@@ -27,13 +27,13 @@ def test_take_returns_the_longest_strict_prefix_and_removes_it() -> None:
     assert len(cache) == 2 and cache.num_blocks == 2
 
 
-def _reference_take(parked: list[list[int]], prompt: list[int]) -> int | None:
-    """The index of the longest parked sequence that is a strict prefix of `prompt` (the first
+def _reference_take(parked: list[tuple[int, list[int]]], prompt: list[int]) -> int | None:
+    """The id of the longest parked sequence that is a strict prefix of `prompt` (the first
     parked of equal lengths): what `take` must find, by a scan of every entry."""
     best, best_len = None, 0
-    for i, tokens in enumerate(parked):
+    for block, tokens in parked:
         if best_len < len(tokens) < len(prompt) and prompt[: len(tokens)] == tokens:
-            best, best_len = i, len(tokens)
+            best, best_len = block, len(tokens)
     return best
 
 
@@ -42,30 +42,37 @@ def test_take_finds_what_a_scan_of_every_entry_finds(
     collide: bool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Random parked sequences sharing prompts, lengths on and off the stride's boundaries,
-    ties of equal length; `collide` makes every chain hash equal, so only the comparison of
-    the tokens tells entries apart."""
+    ties of equal length, the oldest evicted past `max_entries`; `collide` makes every stride
+    hash equal, so only the comparison of the tokens tells entries apart."""
     if collide:
         monkeypatch.setattr(prefix_cache, "hash", lambda _: 0, raising=False)
     rng = random.Random(7)
     stride = prefix_cache.STRIDE
     roots = [[rng.randrange(5) for _ in range(rng.randint(1, 3 * stride))] for _ in range(4)]
     for _ in range(300):
-        cache, parked = PrefixCache(max_entries=64), []
-        for _ in range(rng.randint(0, 12)):
-            base = rng.choice(roots + parked) if parked else rng.choice(roots)
+        cache = PrefixCache(max_entries=rng.randint(1, 10))
+        parked: list[tuple[int, list[int]]] = []  # (its one block, its tokens), oldest first
+        for block in range(rng.randint(0, 12)):
+            bases = roots + [t for _, t in parked]
+            base = rng.choice(bases)
             tokens = base[: rng.randint(1, len(base))] + [
                 rng.randrange(5) for _ in range(rng.randint(0, 2 * stride))
             ]
             if parked and rng.random() < 0.2:
-                tokens = list(rng.choice(parked))  # a tie: the same tokens parked again
-            cache.put(tokens, [len(parked)])
-            parked.append(tokens)
-        base = rng.choice(roots + parked)
-        prompt = base + [rng.randrange(5) for _ in range(rng.randint(0, stride + 1))]
+                tokens = list(rng.choice(parked)[1])  # a tie: the same tokens parked again
+            evicted = cache.put(tokens, [block])
+            parked.append((block, tokens))
+            expected_evicted = [b for b, _ in parked[: -cache.max_entries]]
+            del parked[: -cache.max_entries]
+            assert evicted == expected_evicted
+        prompt = rng.choice(roots + [t for _, t in parked])
+        prompt = prompt + [rng.randrange(5) for _ in range(rng.randint(0, stride + 1))]
         expected = _reference_take(parked, prompt)
         entry = cache.take(prompt)
         assert (entry.blocks[0] if entry is not None else None) == expected
         assert len(cache) == len(parked) - (expected is not None)
+        left = [b for b, _ in parked if b != expected]
+        assert [cache.evict() for _ in left] == [[b] for b in left] and len(cache) == 0
 
 
 def test_oldest_entries_are_evicted_first() -> None:

@@ -2,17 +2,14 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 
 import pytest
 
-SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "accuracy_by_kind.py"
-spec = importlib.util.spec_from_file_location("accuracy_by_kind", SCRIPT)
-assert spec is not None and spec.loader is not None
-by_kind = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(by_kind)
+from tests.script_module import load_script
+
+by_kind = load_script("accuracy_by_kind")
 
 PACKS = "Ben buys 12 packs of {} pens. How many pens does Ben have now?"
 SHARED = "84 apples are shared equally among {} friends, and Ana gets one share. Then Ana " \

@@ -2,19 +2,15 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 
 import pytest
 
 from rstar2.train.config import Placement
+from tests.script_module import load_script
 
-SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "call_times.py"
-spec = importlib.util.spec_from_file_location("call_times", SCRIPT)
-assert spec is not None and spec.loader is not None
-call_times = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(call_times)
+call_times = load_script("call_times")
 
 TARGET = "rstar2.train.config:Placement.processes_of"
 

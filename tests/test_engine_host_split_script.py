@@ -2,17 +2,13 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
-from pathlib import Path
 
 import pytest
 
-SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "engine_host_split.py"
-spec = importlib.util.spec_from_file_location("engine_host_split", SCRIPT)
-assert spec is not None and spec.loader is not None
-split = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(split)
+from tests.script_module import load_script
+
+split = load_script("engine_host_split")
 
 
 @pytest.mark.parametrize("decode", ["fixed", "dynamic"])

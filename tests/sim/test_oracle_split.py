@@ -3,21 +3,16 @@ and that the run it simulates respects the bounds."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
-from pathlib import Path
 
 import pytest
 
 from sim.bound import sticky_bound
 from sim.cost import CostModel
 from sim.workload import TrajectorySpec, Turn
+from tests.script_module import load_script
 
-SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "sim_oracle_split.py"
-spec = importlib.util.spec_from_file_location("sim_oracle_split", SCRIPT)
-assert spec is not None and spec.loader is not None
-oracle = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(oracle)
+oracle = load_script("sim_oracle_split")
 
 
 def traj(i: int, tokens: int) -> TrajectorySpec:

@@ -2,17 +2,14 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 
 import pytest
 
-SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "async_compare.py"
-spec = importlib.util.spec_from_file_location("async_compare", SCRIPT)
-assert spec is not None and spec.loader is not None
-compare = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(compare)
+from tests.script_module import load_script
+
+compare = load_script("async_compare")
 
 
 def fake_run(path: Path) -> Path:

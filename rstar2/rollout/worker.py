@@ -43,6 +43,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import time
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any, ClassVar
@@ -63,6 +64,7 @@ from rstar2.rollout.token_codec import TokenCodec
 from rstar2.rollout.traced_engine import TracedEngine
 from rstar2.rollout.turn_router import RoutedEngine, engine_report, peer_params
 from rstar2.rollout.weight_gate import WeightGate
+from rstar2.switch_interval import switch_interval
 from rstar2.weights.engine_loader import EngineLoader
 from rstar2.wire import (
     ENGINE_CONTROL,
@@ -132,6 +134,9 @@ class RolloutWorkerParams:
     """vLLM options over the ones derived from `engine` (`vllm_fields`)."""
     move_turns: bool = False
     """Ask the scheduler where each later turn runs (`scheduler.move_turns`)."""
+    switch_interval_ms: float = 5.0
+    """The interpreter's thread switch interval while the embedded engine runs
+    (`graph.switch_interval_ms`, `rstar2.switch_interval`); 5.0 is Python's default."""
     shared_policy: str = ""
     """The key under which the learner of this process shares its policy module
     (`cluster.share_weights`, `rstar2.weights.shared_policy`): the embedded engine computes
@@ -145,6 +150,7 @@ class RolloutWorkerParams:
             "one of " + ", ".join(ENGINE_BACKENDS),
         )
         require(self.threads >= 0, "threads", self.threads, ">= 0")
+        require(self.switch_interval_ms > 0, "switch_interval_ms", self.switch_interval_ms, "> 0")
 
 
 class RolloutWorker(Actor):
@@ -175,6 +181,7 @@ class RolloutWorker(Actor):
         self.vllm_options = dict(params.vllm)
         self.move_turns = params.move_turns
         self.shared_policy = params.shared_policy
+        self.switch_interval_s = params.switch_interval_ms / 1e3
         self.gate: WeightGate
         """Turns and weight loads (created in `serve`, on the event loop)."""
 
@@ -191,8 +198,11 @@ class RolloutWorker(Actor):
             self.index,
             shared=self.shared_policy,
         )
-        async with opened as (engine, codec, max_model_len):
-            await self._serve_engine(ctx, engine, codec, tools, max_model_len)
+        with ExitStack() as interval:
+            if self.engine_backend == "embedded":  # its thread shares this process's lock
+                interval.enter_context(switch_interval(self.switch_interval_s))
+            async with opened as (engine, codec, max_model_len):
+                await self._serve_engine(ctx, engine, codec, tools, max_model_len)
 
     async def _serve_engine(
         self,

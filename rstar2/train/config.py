@@ -95,6 +95,12 @@ class Placement:
     """torch threads per rollout engine (0 = torch's default)."""
     learner_threads: int = 0
     """torch threads for the learner (0 = torch's default)."""
+    switch_interval_ms: float = 5.0
+    """The interpreter's thread switch interval (`sys.setswitchinterval`) in each process that
+    runs a rollout worker with the embedded engine, while it runs: how long the event loop,
+    which gives the interpreter lock away in every bus send and receive, may wait to get it
+    back from the engine's thread (`rstar2.switch_interval`). 5.0 is Python's default; a GPU
+    engine, whose thread runs Python most of the time, wants less (`configs/gpu_20m.toml`)."""
 
     def processes_of(self) -> dict[str, str]:
         """The process each of the training graph's actors runs in ("main": this one): with
@@ -122,6 +128,12 @@ class Placement:
         require(self.engines >= 1, "graph.engines", self.engines, "an integer >= 1")
         require(self.sandboxes >= 1, "graph.sandboxes", self.sandboxes, "an integer >= 1")
         require(self.processes >= 1, "graph.processes", self.processes, "an integer >= 1")
+        require(
+            self.switch_interval_ms > 0,
+            "graph.switch_interval_ms",
+            self.switch_interval_ms,
+            "a number > 0",
+        )
 
 
 @dataclass

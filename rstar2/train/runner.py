@@ -267,6 +267,7 @@ def _train_actors(
                 engine=cfg.engine,
                 rollout=cfg.rollout,
                 threads=g.engine_threads,
+                switch_interval_ms=g.switch_interval_ms,
                 engine_backend=cfg.cluster.engine_backend,
                 vllm=vllm_options(cfg.cluster),
                 move_turns=cfg.scheduler.move_turns,

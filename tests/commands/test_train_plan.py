@@ -142,3 +142,13 @@ def test_each_actor_runs_in_the_process_the_placement_names(
     assert cfg.graph.process_count() == len(set(want))
     graph = train_graph(cfg, Path("run"), Path("model"), False, None, 0.0)
     assert {a.name: a.process for a in graph.actors} == where
+
+
+def test_the_rollout_workers_get_the_graphs_switch_interval() -> None:
+    """`graph.switch_interval_ms` reaches the rollout workers, which hold it while their
+    embedded engines run (`tests/test_switch_interval.py`); `gpu_20m` shortens it."""
+    for sets, want in (([], 5.0), (["graph.switch_interval_ms=0.5"], 0.5)):
+        graph = train_graph(load_train_config(sets=sets), Path("run"), Path("m"), False, None, 0.0)
+        (rollout,) = [a for a in graph.actors if a.name == "rollout"]
+        assert rollout.params["switch_interval_ms"] == want
+    assert load_train_config("configs/gpu_20m.toml").graph.switch_interval_ms == 0.5

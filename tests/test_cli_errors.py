@@ -104,6 +104,8 @@ CASES: list[tuple[str, int]] = [
     ("bench", 2),
     ("bench bus --messages 1", 2),
     ("bench bus --transports carrier-pigeon", 2),
+    ("bench bus --busy-thread --switch-intervals-ms 5,0", 2),
+    ("bench bus --busy-thread --switch-intervals-ms fast", 2),
     ("bench engine --model {dir}", 2),
     ("bench engine --requests 0", 2),
     ("bench engine --batch-sizes a", 2),

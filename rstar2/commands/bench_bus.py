@@ -14,6 +14,11 @@ For each transport (inproc, ipc, tcp on loopback) and 1 KB messages (`wire.Item`
   with raw, `batched_ratio` with raw batched; each side's CPU per message is reported too;
 - round trip p50/p99: runtime = `Pinger` -> `Echo` over request/reply ports; raw = a blocking
   DEALER -> ROUTER echo.
+- `--busy-thread`, instead of the above: in-process round trips (runtime only) alone and beside a
+  thread that runs nothing but Python, as an embedded engine's thread does on a GPU, at each
+  of `--switch-intervals-ms` (`rstar2.switch_interval`): the event loop gives the interpreter
+  lock away in every socket call and waits up to the switch interval to get it back. Also
+  the thread's loops per second, alone and beside the bus (over the graph's whole run).
 inproc pairs run in one process (raw: a sender thread); ipc and tcp put the sender (or the
 echo service) in a spawned process. The runtime side runs on asyncio (+uvloop) by default.
 Each throughput figure is the median of `--repeats` runs, runtime, raw and raw batched in
@@ -44,6 +49,7 @@ from rstar2.actors.graph_config import GraphConfig, graph_config
 from rstar2.actors.outbox import PACK_BYTES
 from rstar2.commands.arguments import nonnegative_int, positive_int
 from rstar2.config import UsageError
+from rstar2.switch_interval import switch_interval
 from rstar2.wire import Item
 
 TRANSPORTS = ("inproc", "ipc", "tcp")
@@ -69,6 +75,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--backend", choices=BACKENDS, default="asyncio")
     parser.add_argument("--transports", default=",".join(TRANSPORTS), help="comma-separated subset")
+    parser.add_argument(
+        "--busy-thread",
+        action="store_true",
+        help="instead: in-process round trips alone and beside a thread that only runs Python, "
+        "at each --switch-intervals-ms",
+    )
+    parser.add_argument(
+        "--switch-intervals-ms",
+        default="5,0.5,0.1",
+        help="with --busy-thread: the interpreter switch intervals to measure (comma-separated)",
+    )
 
 
 # --- runtime side ---------------------------------------------------------------------------
@@ -148,6 +165,94 @@ def runtime_rtts(transport: str, n: int, size: int, backend: str) -> list[float]
     if result.reason != "stopped":
         raise RuntimeError(f"bench graph {transport} ended with {result.reason}: {result.failures}")
     return list(result.result["rtt_s"])
+
+
+class BusyThread:
+    """A daemon thread that only runs Python (the interpreter lock held but at its switch
+    points), counting its loops of 1,000 additions."""
+
+    def __init__(self) -> None:
+        self.loops = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._spin, name="busy", daemon=True)
+
+    def _spin(self) -> None:
+        while not self._stop.is_set():
+            x = 0
+            for _ in range(1000):
+                x += 1
+            self.loops += 1
+
+    def __enter__(self) -> BusyThread:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+def loops_per_s(busy: BusyThread, seconds: float) -> float:
+    """The thread's loops per second over the next `seconds`."""
+    start = busy.loops
+    time.sleep(seconds)
+    return (busy.loops - start) / seconds
+
+
+def busy_thread_rtts(
+    intervals_ms: list[float], n: int, size: int, backend: str
+) -> list[dict[str, Any]]:
+    """Per switch interval: in-process round trips alone and beside a `BusyThread`, and the
+    thread's loops per second alone and beside them."""
+    rows = []
+    for ms in intervals_ms:
+        with switch_interval(ms / 1e3):
+            alone = runtime_rtts("inproc", n, size, backend)
+            with BusyThread() as busy:
+                by_itself = loops_per_s(busy, 1.0)
+                start, began = busy.loops, time.perf_counter()
+                beside = runtime_rtts("inproc", n, size, backend)
+                during = (busy.loops - start) / (time.perf_counter() - began)
+        rows.append(
+            {
+                "switch_interval_ms": ms,
+                "rtt_p50_ms": round(percentile(alone, 0.5) * 1e3, 3),
+                "busy_rtt_p50_ms": round(percentile(beside, 0.5) * 1e3, 3),
+                "busy_rtt_p99_ms": round(percentile(beside, 0.99) * 1e3, 3),
+                "thread_loops_per_s": round(by_itself),
+                "busy_thread_loops_per_s": round(during),
+            }
+        )
+    return rows
+
+
+def run_busy_thread(args: argparse.Namespace) -> int:
+    """`--busy-thread`: the table (or JSON list) of `busy_thread_rtts`."""
+    try:
+        intervals = [float(v) for v in args.switch_intervals_ms.split(",") if v.strip()]
+    except ValueError:
+        intervals = []
+    if not intervals or min(intervals) <= 0:
+        raise UsageError(
+            f"--switch-intervals-ms: got {args.switch_intervals_ms!r}, expected numbers > 0 "
+            "separated by commas"
+        )
+    rows = busy_thread_rtts(intervals, args.round_trips, args.size, args.backend)
+    if args.json:
+        print(json.dumps(rows))
+        return 0
+    print(
+        f"{args.size}-byte in-process round trips ({args.round_trips} each) on {args.backend}, "
+        "alone and beside a thread that only runs Python"
+    )
+    print("switch ms   rtt p50 alone   beside p50     p99   thread loops/s alone  beside")
+    for r in rows:
+        print(
+            f"{r['switch_interval_ms']:>9g} {r['rtt_p50_ms']:>13.3f}ms {r['busy_rtt_p50_ms']:>10.3f}ms"
+            f" {r['busy_rtt_p99_ms']:>7.3f}ms {r['thread_loops_per_s']:>20,} "
+            f"{r['busy_thread_loops_per_s']:>7,}"
+        )
+    return 0
 
 
 # --- bare pyzmq + msgpack ------------------------------------------------------------------
@@ -382,6 +487,10 @@ def measure(transport: str, args: argparse.Namespace, tmp: str) -> dict[str, Any
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.busy_thread:
+        if args.round_trips < 1:
+            raise UsageError("bad arguments: --round-trips >= 1 is needed")
+        return run_busy_thread(args)
     transports = [t.strip() for t in args.transports.split(",") if t.strip()]
     bad = [t for t in transports if t not in TRANSPORTS]
     if bad or not transports:

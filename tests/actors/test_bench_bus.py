@@ -54,3 +54,23 @@ def test_run_adds_both_ends_and_percentile_is_nearest_rank() -> None:
 def test_bad_arguments_exit_with_a_message(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["-q", "bench", "bus", "--transports", "carrier-pigeon"]) == 2
     assert "--transports" in capsys.readouterr().err
+
+
+def test_bench_bus_busy_thread_reports_each_switch_interval(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """`--busy-thread`: round trips alone and beside a Python-bound thread at each interval
+    (the figures are measurements, printed; here only their shape), and the process's own
+    switch interval back as it was."""
+    before = sys.getswitchinterval()
+    argv = ["-q", "bench", "bus", "--busy-thread", "--round-trips", "5", "--json"]
+    assert main([*argv, "--switch-intervals-ms", "2,0.2"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert [r["switch_interval_ms"] for r in rows] == [2.0, 0.2]
+    for r in rows:
+        assert 0 < r["busy_rtt_p50_ms"] <= r["busy_rtt_p99_ms"] and r["rtt_p50_ms"] > 0
+        assert r["thread_loops_per_s"] > 0 and r["busy_thread_loops_per_s"] > 0
+    assert sys.getswitchinterval() == before
+    assert main(["-q", "bench", "bus", "--busy-thread", "--round-trips", "3"]) == 0
+    out = capsys.readouterr().out
+    assert "beside a thread that only runs Python" in out and len(out.splitlines()) == 5

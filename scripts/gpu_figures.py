@@ -39,7 +39,11 @@ cut short keeps what it measured. Parts (`all`: engine, train, bench, in that or
   every second). The run's metrics.jsonl and summary.json are copied into DIR. `--train-set
   KEY=VALUE` (repeatable) passes a setting to the run (e.g. `engine.decode_steps=1`). Then a
   wide run (`--wide-steps`, default 8; 0: none): RL only from the run's SFT model with 4x the
-  rollouts at once (`wide_settings`), for what the batch does to generated tokens/s.
+  rollouts at once (`wide_settings`), for what the batch does to generated tokens/s. Then each
+  `--variant NAME:KEY=VALUE[,...]`: RL only from the SFT model at the run's own batch with
+  those settings (an A/B of a setting, e.g. `graph.switch_interval_ms=5`).
+- `variants`: only the `--variant` runs, from the SFT model an earlier `--part train` left in
+  `--work`.
 
 `--smoke` runs both parts at toy size on whatever torch finds (the tiny shape, small batches,
 `train --quick`): the check, where no GPU is, that the script itself works. Prints a Markdown
@@ -420,10 +424,29 @@ def wide_settings(sft: Path, steps: int, cfg: Any) -> list[str]:
     base = {"prompts_per_step": cfg.prompts_per_step, "engine.max_num_seqs": cfg.engine.max_num_seqs,
             "engine.kv_budget_tokens": cfg.engine.kv_budget_tokens,
             "sandbox.concurrency": cfg.sandbox.concurrency}  # fmt: skip
-    out = [f"model.path={sft}", "sft.steps=0", "heldout_problems=0", "test_problems=0",
-           "eval_every=0", f"checkpoint_every={steps + 1}",
-           f'stages=[{{"name": "rl1", "steps": {steps}, "max_response_tokens": 160}}]']  # fmt: skip
-    return out + [f"{key}={value * WIDE[key]}" for key, value in base.items()]
+    wide = [f"{key}={value * WIDE[key]}" for key, value in base.items()]
+    return rl_only_settings(sft, steps) + wide
+
+
+def rl_only_settings(sft: Path, steps: int) -> list[str]:
+    """RL only, from the training run's SFT model, `steps` steps of up to 160 response
+    tokens, no evaluation (the wide run's and the variants' common settings)."""
+    return [f"model.path={sft}", "sft.steps=0", "heldout_problems=0", "test_problems=0",
+            "eval_every=0", f"checkpoint_every={steps + 1}",
+            f'stages=[{{"name": "rl1", "steps": {steps}, "max_response_tokens": 160}}]']  # fmt: skip
+
+
+def parse_variant(text: str) -> tuple[str, list[str]]:
+    """`NAME:KEY=VALUE[,KEY=VALUE...]` (nothing after the colon: the config as it is) as the
+    variant's name and its settings; `ValueError` for anything else."""
+    name, colon, rest = text.partition(":")
+    settings = [item.strip() for item in rest.split(",") if item.strip()]
+    if not colon or not name.strip() or any("=" not in item for item in settings):
+        raise ValueError(
+            f"--variant {text!r}: expected NAME:KEY=VALUE[,KEY=VALUE...] (or NAME: for the "
+            "config as it is)"
+        )
+    return name.strip(), settings
 
 
 def engine_figures(steps: list[dict[str, Any]]) -> dict[str, Any]:
@@ -639,7 +662,7 @@ def environment() -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--out", type=Path, help="directory for the results (required)")
-    p.add_argument("--part", choices=("engine", "bench", "train", "all"), default="all")
+    p.add_argument("--part", choices=("engine", "bench", "train", "variants", "all"), default="all")
     p.add_argument("--smoke", action="store_true", help="toy sizes: check the script itself")
     p.add_argument("--bench-timeout", type=float, default=150.0, help="seconds per benchmark")
     p.add_argument(
@@ -665,6 +688,19 @@ def main(argv: list[str] | None = None) -> int:
         "rollouts at once (0: none)",
     )
     p.add_argument("--wide-timeout", type=float, default=150.0, help="seconds for the wide run")
+    p.add_argument(
+        "--variant",
+        action="append",
+        default=[],
+        metavar="NAME:KEY=VALUE[,KEY=VALUE...]",
+        help="after the training run (and the wide run), an RL-only run from its SFT model at "
+        "its batch with these settings (NAME: alone, the config as it is; repeatable); "
+        "`--part variants` runs only these, from an earlier `--part train` in the same --work",
+    )
+    p.add_argument("--variant-steps", type=int, default=6, help="RL steps of each variant run")
+    p.add_argument(
+        "--variant-timeout", type=float, default=90.0, help="seconds for each variant run"
+    )
     p.add_argument(
         "--work",
         type=Path,
@@ -706,6 +742,14 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.out is None:
         p.error("--out is required")
+    try:
+        variants = [parse_variant(v) for v in args.variant]
+    except ValueError as e:
+        p.error(str(e))
+    if args.part == "variants" and not variants:
+        p.error("--part variants needs at least one --variant")
+    if args.variant_steps < 1:
+        p.error("--variant-steps must be >= 1")
     missing = missing_modules()
     if missing:
         print(f"missing Python modules: {', '.join(missing)} (carry them as wheels: "
@@ -789,6 +833,25 @@ def main(argv: list[str] | None = None) -> int:
                 work / "wide", wide_args, args.wide_timeout, log, [*args.train_set, *wide]
             )
             print(f"train, wide: exit {results['train_wide']['exit']}", flush=True)
+            save()
+    if args.part in ("train", "variants", "all") and variants:
+        run_dir = work / "run"
+        sft = run_dir / "model-sft"
+        cmd = ["--quick"] if args.smoke else ["--config", "configs/gpu_20m.toml"]
+        for setting in args.train_set:
+            cmd += ["--set", setting]
+        runs = results.setdefault("train_variants", {})
+        for name, settings in variants:
+            if not (sft / "config.json").is_file():
+                runs[name] = {"error": f"no SFT model at {sft}: run --part train first"}
+                save()
+                continue
+            every = [*rl_only_settings(sft, args.variant_steps), *settings]
+            variant_args = [*cmd, *(arg for setting in every for arg in ("--set", setting))]
+            runs[name] = {"variant": settings,
+                          **training_run(work / f"variant-{name}", variant_args,
+                                         args.variant_timeout, log, [*args.train_set, *every])}  # fmt: skip
+            print(f"train, variant {name}: exit {runs[name]['exit']}", flush=True)
             save()
     if args.part in ("bench", "all"):
         bench = results.setdefault("bench", {})

@@ -49,7 +49,24 @@ def markdown(results: dict[str, Any]) -> str:
             lines += ["", f"| {title} figure | value |", "|---|---|"]
             lines += [f"| {k} | {v:.4g} |" if isinstance(v, float) else f"| {k} | {v} |"
                       for k, v in train.items()]  # fmt: skip
+    variants = results.get("train_variants", {})
+    if variants:
+        header = ["variant run", "settings", "exit", *VARIANT_FIGURES]
+        lines += ["", *table(header, variants, 1, variant_cells)]
     return "\n".join(lines) + "\n"
+
+
+VARIANT_FIGURES = ("rl_steps", "gen_tokens_per_s", "step_s_mean", "time_gen_s_mean",
+                   "loop_cpu_share", "engine_step_ms", "engine_busy_share")  # fmt: skip
+"""The figures the variant runs' table compares (`train_figures`' keys)."""
+
+
+def variant_cells(name: str, run: dict[str, Any]) -> list[str]:
+    """A variant run's row: its own settings, exit status and `VARIANT_FIGURES`."""
+    values = [run.get(k) for k in VARIANT_FIGURES]
+    return [name, ", ".join(run.get("variant", [])) or "(as configured)", str(run.get("exit")),
+            *(f"{v:.4g}" if isinstance(v, float) else "" if v is None else str(v)
+              for v in values)]  # fmt: skip
 
 
 def table(

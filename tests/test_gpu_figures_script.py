@@ -470,3 +470,48 @@ def test_the_packed_check_takes_the_updates_attention_path_and_reports_it(
     assert asked == [("cpu", torch.bfloat16)]
     assert got["attention"] == ["sdpa-per-sequence"]
     assert got["logprob_max_abs_diff"] < 0.05 and got["grad_relative_diff"] < 0.05
+
+
+def test_variant_runs_start_from_the_sft_model_with_their_own_settings(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from rstar2.train.config import load_train_config
+
+    ran: list[tuple[str, list[str]]] = []
+
+    def fake_run(run_dir: Path, args: list[str], timeout: float, log: Path, settings: list[str]):
+        ran.append((run_dir.name, args))
+        return {"exit": 0, "rl_steps": 3, "gen_tokens_per_s": 1234.5, "set": settings}
+
+    monkeypatch.setattr(gpu, "training_run", fake_run)
+    monkeypatch.setattr(gpu, "missing_modules", lambda: [])
+    out, work = tmp_path / "out", tmp_path / "w"
+    argv = ["--out", str(out), "--work", str(work), "--part", "variants", "--variant-steps", "3"]
+    variants = ["--variant", "as-is:", "--variant", "python-5ms:graph.switch_interval_ms=5"]
+    assert gpu.main([*argv, *variants]) == 0  # no SFT model yet: each variant says so
+    got = json.loads((out / "gpu_figures.json").read_text())["train_variants"]
+    assert ran == [] and all("run --part train first" in v["error"] for v in got.values())
+    sft = work / "run" / "model-sft"
+    sft.mkdir(parents=True)
+    (sft / "config.json").write_text("{}")
+    assert gpu.main([*argv, *variants, "--train-set", "engine.decode_steps=1"]) == 0
+    assert [name for name, _ in ran] == ["variant-as-is", "variant-python-5ms"]
+    sets = [a for _, args in ran for a in args[args.index("--config") :] if a != "--set"]
+    assert sets[:3] == ["--config", "configs/gpu_20m.toml", "engine.decode_steps=1"]
+    (_, five), (_, as_is) = ran[1], ran[0]
+    assert five[-1] == "graph.switch_interval_ms=5" and as_is[-1].startswith("stages=")
+    cfg = load_train_config("configs/gpu_20m.toml", sets=[a for a in five[3:] if a != "--set"])
+    assert (cfg.graph.switch_interval_ms, cfg.sft.steps, [s.steps for s in cfg.stages]) == (
+        5.0,
+        0,
+        [3],
+    )
+    assert cfg.model.path == str(sft) and cfg.prompts_per_step == 16  # the run's own batch
+    got = json.loads((out / "gpu_figures.json").read_text())["train_variants"]
+    assert got["python-5ms"]["variant"] == ["graph.switch_interval_ms=5"]
+    table = (out / "gpu_figures.md").read_text()
+    assert "| python-5ms | graph.switch_interval_ms=5 | 0 | 3 | 1234 |" in table
+    assert "| as-is | (as configured) | 0 |" in table
+    for bad in (["--variant", "no-colon"], ["--variant", "x:novalue"], []):
+        with pytest.raises(SystemExit):
+            gpu.main([*argv, *bad])

@@ -8,10 +8,12 @@ it in every send and receive, so a bus round trip lets go of it about four times
 embedded engine whose thread runs Python most of the time (on a GPU a CUDA graph's replay
 returns at once and the engine's step is its host bookkeeping), each of those releases can
 cost the loop up to the whole interval: measured on this project's 2-core CPU (`rstar2 bench
-bus --busy-thread`, a thread that only runs Python beside the bus), an in-process round trip
-took 0.25 ms alone and 17 ms beside it at 5 ms, 1.8 ms at 0.5 ms, 1.0 ms at 0.1 ms. A shorter
-interval costs the engine's thread more hand-overs of the lock, only while the loop waits
-for it.
+bus --busy-thread --round-trips 300`, a thread that only runs Python beside the bus), an
+in-process round trip's p50 was 0.24 ms alone and 11.9 ms beside it at 5 ms, 1.9 ms at
+0.5 ms, 1.2 ms at 0.1 ms. A shorter interval costs the engine's thread more hand-overs of the
+lock, only while the loop waits for it. On that CPU, where the engine mostly computes in torch
+(which lets go of the lock), a training run's generation did not measurably change
+(docs/production.md, "The interpreter lock"); on a GPU it is to be measured.
 
 - `switch_interval(seconds)`: set the interval for the duration of a `with` block, process
   wide; the value from before the first holder comes back when the last one leaves (the

@@ -4,7 +4,8 @@ with the event loop.
 CPython lets one thread run Python at a time. A thread that wants the interpreter lock while
 another holds it waits for the switch interval (`sys.setswitchinterval`, 5 ms by default)
 before it asks the holder to let go. The event loop gives the lock away often: pyzmq releases
-it in every send and receive, so a bus round trip lets go of it about four times. Beside an
+it around every frame it sends or receives, so a request and its reply (two frames each way)
+cost the requesting side four releases, more when both ends share the loop. Beside an
 embedded engine whose thread runs Python most of the time (on a GPU a CUDA graph's replay
 returns at once and the engine's step is its host bookkeeping), each of those releases can
 cost the loop up to the whole interval: measured on this project's 2-core CPU (`rstar2 bench

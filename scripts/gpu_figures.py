@@ -58,6 +58,7 @@ import importlib.util
 import json
 import os
 import queue
+import re
 import shutil
 import statistics
 import subprocess
@@ -440,13 +441,18 @@ def parse_variant(text: str) -> tuple[str, list[str]]:
     """`NAME:KEY=VALUE[,KEY=VALUE...]` (nothing after the colon: the config as it is) as the
     variant's name and its settings; `ValueError` for anything else."""
     name, colon, rest = text.partition(":")
+    name = name.strip()
     settings = [item.strip() for item in rest.split(",") if item.strip()]
-    if not colon or not name.strip() or any("=" not in item for item in settings):
+    if not colon or not VARIANT_NAME.fullmatch(name) or any("=" not in i for i in settings):
         raise ValueError(
             f"--variant {text!r}: expected NAME:KEY=VALUE[,KEY=VALUE...] (or NAME: for the "
-            "config as it is)"
+            "config as it is), NAME of letters, digits, '.', '-' and '_'"
         )
-    return name.strip(), settings
+    return name, settings
+
+
+VARIANT_NAME = re.compile(r"[A-Za-z0-9._-]+")
+"""A variant's name: also the name of its run directory (`WORK/variant-NAME`)."""
 
 
 def engine_figures(steps: list[dict[str, Any]]) -> dict[str, Any]:
@@ -746,6 +752,9 @@ def main(argv: list[str] | None = None) -> int:
         variants = [parse_variant(v) for v in args.variant]
     except ValueError as e:
         p.error(str(e))
+    names = [name for name, _ in variants]
+    if len(set(names)) < len(names):
+        p.error(f"--variant: each name once, got {', '.join(names)}")
     if args.part == "variants" and not variants:
         p.error("--part variants needs at least one --variant")
     if args.variant_steps < 1:

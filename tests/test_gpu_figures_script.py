@@ -512,6 +512,8 @@ def test_variant_runs_start_from_the_sft_model_with_their_own_settings(
     table = (out / "gpu_figures.md").read_text()
     assert "| python-5ms | graph.switch_interval_ms=5 | 0 | 3 | 1234 |" in table
     assert "| as-is | (as configured) | 0 |" in table
-    for bad in (["--variant", "no-colon"], ["--variant", "x:novalue"], []):
+    twice = ["--variant", "a:", "--variant", "a:graph.switch_interval_ms=1"]
+    for bad in (["--variant", "no-colon"], ["--variant", "x:novalue"], ["--variant", "../x:"],
+                twice, []):  # fmt: skip
         with pytest.raises(SystemExit):
             gpu.main([*argv, *bad])

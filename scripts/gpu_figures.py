@@ -429,6 +429,13 @@ def wide_settings(sft: Path, steps: int, cfg: Any) -> list[str]:
     return rl_only_settings(sft, steps) + wide
 
 
+def train_args(smoke: bool, settings: list[str]) -> list[str]:
+    """`rstar2 train`'s arguments for this script's runs: `configs/gpu_20m.toml` (`--quick`
+    with `--smoke`), then each of `settings` as a `--set`."""
+    base = ["--quick"] if smoke else ["--config", "configs/gpu_20m.toml"]
+    return [*base, *(arg for setting in settings for arg in ("--set", setting))]
+
+
 def rl_only_settings(sft: Path, steps: int) -> list[str]:
     """RL only, from the training run's SFT model, `steps` steps of up to 160 response
     tokens, no evaluation (the wide run's and the variants' common settings)."""
@@ -818,11 +825,10 @@ def main(argv: list[str] | None = None) -> int:
             print(f"engine {name}: {secs:.0f}s {json.dumps(reply)}", flush=True)
             save()
         engine_runner.close()
+    run_dir = work / "run"  # the training run's; the wide run and the variants start from
+    sft = run_dir / "model-sft"  # its SFT model
     if args.part in ("train", "all"):
-        run_dir = work / "run"
-        cmd = ["--quick"] if args.smoke else ["--config", "configs/gpu_20m.toml"]
-        for setting in args.train_set:
-            cmd += ["--set", setting]
+        cmd = train_args(args.smoke, args.train_set)
         results["train"] = training_run(run_dir, cmd, args.train_timeout, log, args.train_set)
         for name in ("metrics.jsonl", "summary.json"):
             if (run_dir / name).is_file():
@@ -830,25 +836,19 @@ def main(argv: list[str] | None = None) -> int:
         print(f"train: exit {results['train']['exit']} in {results['train']['seconds']:.0f}s",
               flush=True)  # fmt: skip
         save()
-        sft = run_dir / "model-sft"
         if args.wide_steps > 0 and (sft / "config.json").is_file():
             from rstar2.train.config import load_train_config
 
             ran = load_train_config(None if args.smoke else "configs/gpu_20m.toml",
                                     quick=args.smoke, sets=args.train_set)  # fmt: skip
             wide = wide_settings(sft, args.wide_steps, ran)
-            wide_args = [*cmd, *(arg for setting in wide for arg in ("--set", setting))]
+            wide_args = train_args(args.smoke, [*args.train_set, *wide])
             results["train_wide"] = training_run(
                 work / "wide", wide_args, args.wide_timeout, log, [*args.train_set, *wide]
             )
             print(f"train, wide: exit {results['train_wide']['exit']}", flush=True)
             save()
     if args.part in ("train", "variants", "all") and variants:
-        run_dir = work / "run"
-        sft = run_dir / "model-sft"
-        cmd = ["--quick"] if args.smoke else ["--config", "configs/gpu_20m.toml"]
-        for setting in args.train_set:
-            cmd += ["--set", setting]
         runs = results.setdefault("train_variants", {})
         for name, settings in variants:
             if not (sft / "config.json").is_file():
@@ -856,7 +856,7 @@ def main(argv: list[str] | None = None) -> int:
                 save()
                 continue
             every = [*rl_only_settings(sft, args.variant_steps), *settings]
-            variant_args = [*cmd, *(arg for setting in every for arg in ("--set", setting))]
+            variant_args = train_args(args.smoke, [*args.train_set, *every])
             runs[name] = {"variant": settings,
                           **training_run(work / f"variant-{name}", variant_args,
                                          args.variant_timeout, log, [*args.train_set, *every])}  # fmt: skip

@@ -144,6 +144,19 @@ def build_parser(selected: str | None = None) -> argparse.ArgumentParser:
     return parser
 
 
+def chosen_parser(
+    parser: argparse.ArgumentParser, args: argparse.Namespace
+) -> argparse.ArgumentParser:
+    """The innermost (sub)command parser `args` went through: `rstar2 sim compare`'s for
+    `rstar2 sim compare ...`, the top-level one when no command was chosen."""
+    while True:
+        subs = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+        name = getattr(args, subs[0].dest, None) if subs else None
+        if name not in (subs[0].choices if subs else {}):
+            return parser
+        parser = subs[0].choices[name]
+
+
 def bound_openmp_spin() -> None:
     """Bound how long torch's OpenMP threads spin, unless the user chose a policy.
 
@@ -182,7 +195,9 @@ def parse_and_run(argv: list[str]) -> int:
     # parsing): seconds for torch's
     try:
         parser = build_parser(selected if selected in _available() else None)
-        args = parser.parse_args(argv)
+        args, extra = parser.parse_known_args(argv)
+        if extra:  # named by the (sub)command they were given to, whose --help lists its flags
+            chosen_parser(parser, args).error(f"unrecognized arguments: {' '.join(extra)}")
     except KeyboardInterrupt:
         print(f"{'rstar2 ' + selected if selected else 'rstar2'}: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED

@@ -9,13 +9,17 @@ RL policy, linked from the last checkpoint's `model/`).
 `model_dir_of(path)` resolves what users pass as `--model`: a model directory (as is), a
 checkpoint directory (its `model/`), a run's `checkpoints/` (the latest one's) or a run
 directory (its `model-rl/`, else its latest checkpoint's, else `model-sft/`, else
-`model-init/`). Plain file-system checks, no torch: the CLI's argument types use it.
+`model-init/`). `model_files_problem(dir)` says what a model directory lacks that every
+loader needs (a `config.json` that parses, a weights file, a tokenizer), so that a bad `--model`
+or `model.path` is one line before any work, not a traceback from an actor mid-run. Plain
+file-system checks, no torch: the CLI's argument types use them.
 
 What it does not do: write any of these (`rstar2.learner.checkpoint`, `rstar2.train.runner`).
 """
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 LATEST = "LATEST"
@@ -26,6 +30,10 @@ FINAL_POLICY = "model-rl"
 """The run directory's final RL policy (links to the last checkpoint's `model/`)."""
 STARTING_POLICIES = ("model-sft", "model-init")
 """A run directory's policies before RL, the later first."""
+WEIGHT_FILES = ("*.safetensors", "*.safetensors.index.json", "pytorch_model*.bin")
+"""The weights of a Hugging Face model directory, as `from_pretrained` finds them."""
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json", "tokenizer_config.json")
+"""Any of these makes a tokenizer `AutoTokenizer` can load from the directory."""
 
 
 def is_checkpoint(path: str | Path) -> bool:
@@ -35,6 +43,26 @@ def is_checkpoint(path: str | Path) -> bool:
 def is_run_dir(path: str | Path) -> bool:
     path = Path(path)
     return (path / "checkpoints").is_dir() or any((path / n).is_dir() for n in STARTING_POLICIES)
+
+
+def model_files_problem(path: str | Path) -> str | None:
+    """What model directory `path` lacks that loading it needs (its `config.json` readable,
+    a weights file, a tokenizer), None when nothing. It does not read the weights: a corrupt
+    file still fails when loaded, as one line naming the directory (`ModelFileError`)."""
+    path = Path(path)
+    if not path.is_dir():
+        return f"{path} is not a directory" if path.exists() else f"{path} does not exist"
+    try:
+        json.loads((path / "config.json").read_text())
+    except FileNotFoundError:
+        return f"{path} has no config.json: not a Hugging Face model directory"
+    except (OSError, ValueError) as e:
+        return f"{path}/config.json does not read as JSON ({e})"
+    if not any(next(path.glob(pattern), None) for pattern in WEIGHT_FILES):
+        return f"{path} has no weights file (model.safetensors or pytorch_model.bin)"
+    if not any((path / name).is_file() for name in TOKENIZER_FILES):
+        return f"{path} has no tokenizer (tokenizer.json or tokenizer_config.json)"
+    return None
 
 
 def model_dir_of(path: str | Path) -> Path:

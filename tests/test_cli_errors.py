@@ -24,7 +24,8 @@ from rstar2.train.runner import TrainingInterrupted
 
 # placeholders in argv: {missing} a path that does not exist, {dir} an empty directory, {file} a
 # text file, {bad_yaml}/{bad_toml}/{bad_jsonl}/{bad_json} files that do not parse, {q_jsonl}
-# problems under fields no default names, {model} a directory with a config.json only,
+# problems under fields no default names, {model} a directory with a model's files that do not load,
+# {config_only} one with a config.json only,
 # {empty_graph} a launch file with an empty [graph] table
 CASES: list[tuple[str, int]] = [
     ("--bogus", 2),
@@ -43,6 +44,9 @@ CASES: list[tuple[str, int]] = [
     ("train --set nope=1", 2),
     ("train --quick --dry-run --set data={q_jsonl}", 2),  # issue 34 row 3
     ("train --quick --run-dir {dir}/never --set data={q_jsonl}", 2),
+    ("train --quick --run-dir {full}", 2),
+    ("train --quick --set model.path={config_only}", 2),
+    ("train --quick --dry-run --set model.path={config_only}", 2),
     # eval, chat
     ("eval --data {file}", 2),
     ("eval --model {dir} --data {file} --samples x", 2),
@@ -52,7 +56,7 @@ CASES: list[tuple[str, int]] = [
     ("eval --model {model} --data {q_jsonl}", 2),
     ("eval --model {model} --data {dir}", 2),  # issue 34 row 10
     ("eval --model {model} --data {q_jsonl} --problem-field q --answer-field sol", 2),  # row 6
-    ("chat --model {model} hi", 2),  # a config.json only (tests/model/test_loader.py: the rest)
+    ("chat --model {model} hi", 2),  # files that do not load (tests/model/test_loader.py: more)
     # analyze
     ("analyze {file}", 2),
     ("analyze {file} --model {dir}", 2),
@@ -120,6 +124,10 @@ CASES: list[tuple[str, int]] = [
     ("profile --graph {missing}.toml", 2),
     ("profile --config {bad_toml}", 2),
     ("profile --model {dir}", 2),
+    ("profile --model {config_only}", 2),
+    ("bench train --model {config_only}", 2),
+    ("bench learner --model {config_only}", 2),
+    ("bench engine --model {config_only}", 2),
     ("profile --synthetic reward --sft", 2),
     # top, launch
     ("top --interval 0 --once", 2),
@@ -147,11 +155,26 @@ def paths(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     }
     for name, text in files.items():
         (root / name).write_text(text)
-    (root / "model").mkdir()
-    (root / "model" / "config.json").write_text("{}")
+    (root / "model").mkdir()  # every file a model needs, none that loads
+    for name in ("config.json", "tokenizer.json"):
+        (root / "model" / name).write_text("{}")
+    (root / "model" / "model.safetensors").write_text("")
+    (root / "config_only").mkdir()
+    (root / "config_only" / "config.json").write_text("{}")
+    (root / "no_tokenizer").mkdir()
+    (root / "no_tokenizer" / "config.json").write_text("{}")
+    (root / "no_tokenizer" / "model.safetensors").write_text("")
+    (root / "bad_config").mkdir()
+    (root / "bad_config" / "config.json").write_text("{not json")
+    (root / "full").mkdir()
+    (root / "full" / "notes.txt").write_text("mine\n")
     return {
         "q_jsonl": str(root / "q.jsonl"),
         "model": str(root / "model"),
+        "config_only": str(root / "config_only"),
+        "no_tokenizer": str(root / "no_tokenizer"),
+        "bad_config": str(root / "bad_config"),
+        "full": str(root / "full"),
         "empty_graph": str(root / "empty_graph.toml"),
         "missing": str(root / "missing"),
         "dir": str(root / "dir"),
@@ -196,6 +219,18 @@ WORDING: list[tuple[str, list[str]]] = [
     ("sim compare --out-dir {file}", ["argument --out-dir: not a directory"]),  # row 9
     ("sim compare-staleness --out-dir {file}/x", ["argument --out-dir: cannot write"]),
     ("sim compare --out-dir /sys/rstar2-sim", ["argument --out-dir: cannot write"]),  # row 8
+    # the flags of the (sub)command they were given to, whose --help lists them
+    ("train --bogus", ["rstar2 train: error: unrecognized arguments: --bogus",
+                       "(see rstar2 train --help)"]),
+    ("sim compare --bogus 1", ["rstar2 sim compare: error: unrecognized arguments: --bogus 1",
+                               "(see rstar2 sim compare --help)"]),
+    ("--bogus", ["rstar2: error: unrecognized arguments: --bogus (see rstar2 --help)"]),
+    # a model directory without what loading it needs: named before any work
+    ("chat --model {config_only} hi", ["argument --model:", "has no weights file"]),
+    ("eval --model {no_tokenizer} --data {q_jsonl}", ["argument --model:", "has no tokenizer"]),
+    ("analyze {file} --model {bad_config}", ["argument --model:", "config.json does not read"]),
+    ("train --quick --set model.path={config_only}", ["config key 'model.path'", "no weights file"]),
+    ("train --quick --run-dir {full}", ["argument --run-dir", "a new or empty directory"]),
 ]  # fmt: skip
 
 
@@ -219,6 +254,24 @@ def test_a_bad_training_file_leaves_no_run_directory(
         == 2
     )
     assert not os.path.exists(run_dir)
+
+
+def test_a_model_path_that_cannot_load_leaves_no_run_directory(
+    paths: dict[str, str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    run_dir = f"{paths['dir']}/never-model"
+    argv = [
+        "-q",
+        "train",
+        "--quick",
+        "--run-dir",
+        run_dir,
+        "--set",
+        f"model.path={paths['config_only']}",
+    ]
+    assert _run(argv) == 2
+    assert not os.path.exists(run_dir)  # before: its config.json, which then refused a rerun
+    assert sorted(os.listdir(paths["full"])) == ["notes.txt"]
 
 
 def test_sim_checks_its_out_dir_before_simulating(

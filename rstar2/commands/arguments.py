@@ -18,7 +18,7 @@ import argparse
 from collections.abc import Callable
 from typing import NoReturn
 
-from rstar2.run_layout import model_dir_of
+from rstar2.run_layout import model_dir_of, model_files_problem
 
 EXIT_USAGE = 2
 """Exit code of bad input: a flag, a path or a file the command cannot use."""
@@ -94,6 +94,9 @@ def model_directory(text: str) -> str:
         raise argparse.ArgumentTypeError(
             f"{text} is not a model, checkpoint or run directory (no config.json)"
         )
+    problem = model_files_problem(path)
+    if problem is not None:
+        raise argparse.ArgumentTypeError(problem)
     return str(path)
 
 

@@ -160,4 +160,8 @@ def run(args: argparse.Namespace) -> int:
         for f in result.failures:
             print(f"FAILED {f.actor}:\n{f.traceback}", file=sys.stderr)
         log.warning("graph ended with %r: the report covers the run until then", result.reason)
-    return _write(rec, Path(args.out), args.json)
+    code = _write(rec, Path(args.out), args.json)
+    if result.reason == "failed":  # an actor failed: the report is partial, the run is not ok
+        log.error("an actor failed (its traceback above): exit code 1")
+        return 1
+    return code

@@ -46,7 +46,7 @@ from rstar2.commands.sandbox_exec import run_exec
 from rstar2.config import ConfigError, UsageError, from_dict, load_file, override, to_dict
 from rstar2.sandbox.bench import WORKLOADS, run_bench
 from rstar2.sandbox.config import SandboxConfig
-from rstar2.sandbox.http_bench import APIS, run_http_bench
+from rstar2.sandbox.http_bench import APIS, all_failed, run_http_bench
 from rstar2.sandbox.http_front import HttpConfig
 from rstar2.sandbox.http_gate import bind_socket, load_token
 from rstar2.sandbox.http_server import Shutdown, serve_http
@@ -289,6 +289,9 @@ def _bench(args: argparse.Namespace, cfg: SandboxConfig) -> int:
         _print_bench(out)
     else:
         _print_http_bench(out)
+    if args.http is not None and all_failed(out):
+        log.error("every request failed: the service at the URL did not run the code")
+        return 1
     return 0
 
 

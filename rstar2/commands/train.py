@@ -28,7 +28,13 @@ from rstar2.learner.checkpoint import load_checkpoint, load_latest
 from rstar2.redaction import redact
 from rstar2.train.config import TrainConfig, config_dict, load_train_config
 from rstar2.train.resumption import locate, resumed_config
-from rstar2.train.runner import TrainingFailed, TrainingInterrupted, check_splits, run_training
+from rstar2.train.runner import (
+    TrainingFailed,
+    TrainingInterrupted,
+    check_model_path,
+    check_splits,
+    run_training,
+)
 
 log = logging.getLogger(__name__)
 
@@ -107,6 +113,8 @@ def resolve(args: argparse.Namespace) -> Plan:
         raise ConfigError("--run-dir", str(run_dir), "a directory (that path is a file)")
     if (run_dir / "config.json").exists():
         raise ConfigError("--run-dir", str(run_dir), "a new directory (use --resume to continue)")
+    if run_dir.is_dir() and any(run_dir.iterdir()):  # a run would mix its files with these
+        raise ConfigError("--run-dir", str(run_dir), "a new or empty directory (it holds files)")
     return Plan(cfg, run_dir)
 
 
@@ -143,6 +151,8 @@ def run(args: argparse.Namespace) -> int:
     plan = resolve(args)
     cfg, run_dir = plan.cfg, plan.run_dir
     _check_problem_files(cfg, args.dry_run)
+    if not plan.resume:  # a resumed run starts from its checkpoint, not model.path
+        _check_model_path(cfg, args.dry_run)
     if args.dry_run:
         if args.json:
             print(json.dumps(dry_run_plan(cfg)))
@@ -232,6 +242,16 @@ def _check_problem_files(cfg: TrainConfig, dry_run: bool) -> None:
         log.warning("problem files not checked: not on this machine: %s", ", ".join(absent))
         return
     check_splits(cfg)
+
+
+def _check_model_path(cfg: TrainConfig, dry_run: bool) -> None:
+    """A `model.path` that cannot load is one line before the run directory is made; a dry
+    run names one that is not on this machine in a warning, as it does problem files."""
+    path = cfg.model.path
+    if dry_run and path and not Path(path).exists():
+        log.warning("model.path not checked: not on this machine: %s", path)
+        return
+    check_model_path(cfg)
 
 
 def _check_writable(run_dir: Path) -> None:

@@ -73,7 +73,7 @@ def load_model(
         if not getattr(tokenizer, "is_fast", False):
             raise TypeError(f"{path}: expected a fast tokenizer, got {type(tokenizer).__name__}")
         model = AutoModelForCausalLM.from_pretrained(path, local_files_only=True, dtype=dtype)
-    except (OSError, ValueError, SafetensorError) as e:  # what transformers/safetensors raise
+    except (OSError, ValueError, KeyError, SafetensorError) as e:  # transformers/safetensors
         reason = " ".join(str(e).split()) or type(e).__name__
         raise ModelFileError(f"{path}: the model does not load ({reason})") from e
     model.eval()

@@ -24,6 +24,7 @@ from typing import Any
 import anyio
 import httpx2
 
+from rstar2.config import UsageError
 from rstar2.sandbox.bench import WORKLOADS, Run, bench_executor, closed_loop
 from rstar2.sandbox.config import SandboxConfig
 from rstar2.sandbox.executor import open_executor
@@ -90,6 +91,24 @@ def open_client(url: str, clients: int, token: str | None) -> httpx2.AsyncClient
     return httpx2.AsyncClient(base_url=url, headers=headers, limits=limits, timeout=120.0)
 
 
+async def check_reachable(url: str, token: str | None) -> None:
+    """Any HTTP answer from `url` (a 404 too) will do; none at all is a UsageError naming the
+    flag, before a bench that would count nothing but failures."""
+    try:
+        async with open_client(url, 1, token) as client:
+            await client.get("/", timeout=10.0)
+    except (httpx2.TransportError, httpx2.InvalidURL) as e:
+        why = " ".join(str(e).split()) or type(e).__name__
+        raise UsageError(f"argument --http: cannot reach {url!r} ({why})") from None
+
+
+def all_failed(out: dict[str, Any]) -> bool:
+    """Whether every request a bench report counts failed (and it counted some)."""
+    runs = [w for name in WORKLOADS for w in (out.get(name) or {}).values()]
+    counted = sum(w["requests"] for w in runs)
+    return counted > 0 and sum(w["failures"] for w in runs) == counted
+
+
 async def _measure(
     url: str,
     apis: list[str],
@@ -121,6 +140,7 @@ async def run_http_bench(
     out: dict[str, object] = {"clients": clients, "apis": apis}
     if url is not None:
         out["url"] = url
+        await check_reachable(url, token)
         out.update(await _measure(url, apis, clients, seconds, token, progress))
         return out
     http = HttpConfig(host="127.0.0.1", port=0)

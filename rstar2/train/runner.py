@@ -29,6 +29,7 @@ import torch
 
 from rstar2.actors import GraphConfig, graph_config, run_graph_blocking
 from rstar2.actors.graph_config import actor_node
+from rstar2.config import ConfigError
 from rstar2.learner.checkpoint import (
     drop_checkpoints_after,
     load_checkpoint,
@@ -43,6 +44,7 @@ from rstar2.model.tiny import init_model
 from rstar2.redaction import redact
 from rstar2.reward.actor import RewardActor
 from rstar2.rollout.worker import RolloutWorker, RolloutWorkerParams
+from rstar2.run_layout import model_files_problem
 from rstar2.sandbox.actor import SandboxActor
 from rstar2.scheduler.actor import SchedulerActor, SchedulerParams
 from rstar2.tasks.arithmetic import generate_problems
@@ -104,6 +106,13 @@ def write_demos(traces: list[list[Message]], path: Path) -> dict[str, object]:
     text = "".join(json.dumps({"messages": t}, sort_keys=True) + "\n" for t in traces)
     path.write_text(text)
     return {"count": len(traces), "sha256": hashlib.sha256(text.encode()).hexdigest()}
+
+
+def check_model_path(cfg: TrainConfig) -> None:
+    """`model.path`, when set, names a model directory with the files loading it needs (a
+    ConfigError otherwise: one line, before anything is written or any actor starts)."""
+    if cfg.model.path and (problem := model_files_problem(cfg.model.path)) is not None:
+        raise ConfigError("model.path", cfg.model.path, f"a model directory ({problem})")
 
 
 def prepare_policy(cfg: TrainConfig, run_dir: Path) -> Path:
@@ -307,6 +316,8 @@ def run_training(
     returns its summary. A resumed run's config is saved again (it may have changed what may
     change: `rstar2.train.resumption`)."""
     started_at = time.time()
+    if not resume:
+        check_model_path(cfg)
     eval_splits(cfg, load_split(cfg, "train"))  # a test split that leaks fails here, not mid-run
     save_config(cfg, run_dir)
     if checkpoint is not None:

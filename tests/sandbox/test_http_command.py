@@ -14,7 +14,7 @@ import pytest
 from rstar2.commands import sandbox as command
 from rstar2.config import ConfigError, UsageError
 from rstar2.sandbox.config import SandboxConfig
-from rstar2.sandbox.http_bench import request_for, run_http_bench, succeeded
+from rstar2.sandbox.http_bench import all_failed, request_for, run_http_bench, succeeded
 from rstar2.sandbox.http_front import HttpConfig
 from rstar2.sandbox.http_server import serve_http
 
@@ -108,3 +108,30 @@ async def test_bench_http_measures_a_service_at_a_url_with_its_token() -> None:
     assert trivial["code-judge"]["rps"] > 0  # type: ignore[index]
     refused = denied["trivial"]["sandbox-fusion"]  # type: ignore[index]
     assert refused["failures"] == refused["requests"] > 0  # 401 without the token
+    assert all_failed(denied) and not all_failed(out)
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("url", ["notaurl", "http://127.0.0.1:1"])
+async def test_bench_at_a_url_that_does_not_answer_is_a_usage_error(url: str) -> None:
+    cfg = SandboxConfig(concurrency=1, preload=[], warmup=False)
+    with pytest.raises(UsageError, match=r"argument --http: cannot reach"):
+        await run_http_bench(cfg, url, ["code-judge"], 0.2, None, lambda line: None)
+
+
+def test_a_bench_whose_every_request_failed_exits_1(monkeypatch: pytest.MonkeyPatch) -> None:
+    failed = {"requests": 3, "failures": 3, "rps": 1.0, "p50_ms": 1.0, "p99_ms": 1.0}
+
+    async def every_request_fails(*args: object) -> dict[str, object]:
+        return {"url": "http://x", "clients": 1, "trivial": {"code-judge": failed}}
+
+    monkeypatch.setattr(command, "run_http_bench", every_request_fails)
+    args = parse("bench", "--http", "http://x", "--json", "--api", "code-judge")
+    assert command.run(args) == 1
+    ok = {**failed, "failures": 2}
+
+    async def one_succeeds(*args: object) -> dict[str, object]:
+        return {"url": "http://x", "clients": 1, "trivial": {"code-judge": ok}}
+
+    monkeypatch.setattr(command, "run_http_bench", one_succeeds)
+    assert command.run(args) == 0

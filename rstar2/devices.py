@@ -2,9 +2,10 @@
 
 `resolve_device(setting, key, index)`: "cpu" is the CPU; with GPUs that torch sees (ROCm
 builds count as "cuda"), "auto" and "cuda" are `cuda:{index % GPUs}`; without one, "auto" is
-the CPU and "cuda" a one-line ValueError naming `key`. The engine (`engine.device`, index: the
-engine's number on its host) and the learner (`learner.device`, index: the rank's local index)
-both resolve theirs here, where the process that uses the device runs.
+the CPU and "cuda" a `ConfigError` naming `key` (one line, exit code 2, at the CLI). The
+engine (`engine.device`, index: the engine's number on its host) and the learner
+(`learner.device`, index: the rank's local index) both resolve theirs here, where the process
+that uses the device runs.
 
 What it does not do: check a config before a run (`TrainConfig.check_devices` refuses "cuda"
 without a GPU before any work) or pick devices for other tools (`rstar2 analyze --device`
@@ -15,6 +16,8 @@ from __future__ import annotations
 
 import torch
 
+from rstar2.config import ConfigError
+
 DEVICES = ("auto", "cpu", "cuda")
 
 
@@ -24,14 +27,11 @@ def resolve_device(
     """The device `key = setting` means for the user number `index` on its host.
     `cuda_devices`: the number of GPUs torch sees (None: ask torch)."""
     if setting not in DEVICES:
-        raise ValueError(f"{key} must be one of {DEVICES}, got {setting!r}")
+        raise ConfigError(key, setting, f"one of {', '.join(DEVICES)}")
     if cuda_devices is None:
         cuda_devices = torch.cuda.device_count() if torch.cuda.is_available() else 0
     if setting == "cuda" and cuda_devices == 0:
-        raise ValueError(
-            f"{key} = 'cuda' but torch sees no GPU (torch.cuda.is_available() is False); "
-            "use 'cpu' or 'auto'"
-        )
+        raise ConfigError(key, setting, "'cpu' or 'auto': torch sees no GPU on this machine")
     if setting == "cpu" or cuda_devices == 0:
         return torch.device("cpu")
     return torch.device("cuda", index % cuda_devices)

@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 from matplotlib.figure import Figure
 
 from rstar2 import cli
@@ -21,6 +22,7 @@ from rstar2.commands import sim as sim_command
 from rstar2.commands.arguments import HelpFormatter
 from rstar2.commands.bench import TargetParser
 from rstar2.train.runner import TrainingInterrupted
+from tests.profile.tool_policy import ToolPolicy
 
 # placeholders in argv: {missing} a path that does not exist, {dir} an empty directory, {file} a
 # text file, {bad_yaml}/{bad_toml}/{bad_jsonl}/{bad_json} files that do not parse, {q_jsonl}
@@ -152,6 +154,7 @@ def paths(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
         "bad.json": "{not json",
         "q.jsonl": '{"q": "1+1?", "sol": 2}\n',
         "empty_graph.toml": "[graph]\n",
+        "cuda.toml": '[engine]\ndevice = "cuda"\n',
     }
     for name, text in files.items():
         (root / name).write_text(text)
@@ -176,6 +179,7 @@ def paths(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
         "bad_config": str(root / "bad_config"),
         "full": str(root / "full"),
         "empty_graph": str(root / "empty_graph.toml"),
+        "cuda_toml": str(root / "cuda.toml"),
         "missing": str(root / "missing"),
         "dir": str(root / "dir"),
         "file": str(root / "file"),
@@ -254,6 +258,30 @@ def test_a_bad_training_file_leaves_no_run_directory(
         == 2
     )
     assert not os.path.exists(run_dir)
+
+
+CUDA_WITHOUT_GPU = [
+    "bench engine --device cuda --requests 2",
+    "bench learner --device cuda --steps 1",
+    "analyze {file} --model {model} --device cuda",
+    "chat --model {real_model} --config {cuda_toml} hi",
+    "learner-rank --rendezvous tcp://127.0.0.1:1 --rank 1 --world 2 --device cuda",
+]
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="torch sees a GPU here")
+@pytest.mark.parametrize("line", CUDA_WITHOUT_GPU)
+def test_cuda_without_a_gpu_is_one_line_naming_the_flag_or_key(
+    line: str, paths: dict[str, str], tool_policy: ToolPolicy, capsys: pytest.CaptureFixture[str]
+) -> None:
+    real = {**paths, "real_model": str(tool_policy.path)}
+    assert _run(["-q", *line.format(**real).split()]) == 2
+    err = capsys.readouterr().err
+    # the last line (in this process transformers, imported earlier, may draw a loading bar)
+    last = err.strip().splitlines()[-1]
+    assert "Traceback" not in err and last.startswith("rstar2"), err
+    assert "got 'cuda'" in last and "no GPU on this machine" in last, err
+    assert ("config key 'engine.device'" if "--config" in line else "argument --device") in err
 
 
 def test_a_model_path_that_cannot_load_leaves_no_run_directory(

@@ -124,6 +124,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    device = resolve_device(args.device)  # a device this machine lacks: before reading anything
     try:
         loaded = load_trajectories(args.trajectories, args.limit, args.step)
     except ValueError as e:  # a line that is not a trajectory record (named by file and line)
@@ -134,7 +135,6 @@ def run(args: argparse.Namespace) -> int:
     if not trajs:
         raise ConfigError("TRAJECTORIES", args.trajectories, "a file with a generated token")
     settings = Settings(args.top, args.window, args.max_distance, args.top_tokens)
-    device = resolve_device(args.device)
     result: dict[str, object] = {
         "trajectories_file": args.trajectories,
         "trajectories": len(trajs),
@@ -169,9 +169,12 @@ def resolve_device(name: str) -> torch.device:
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     try:
-        return torch.device(name)
+        device = torch.device(name)
     except RuntimeError:
         raise ConfigError("--device", name, "a torch device (cpu, cuda, cuda:1, ...)") from None
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise ConfigError("--device", name, "a device torch sees: no GPU on this machine")
+    return device
 
 
 def label_of(model_dir: str) -> str:

@@ -30,6 +30,7 @@ from typing import Any
 
 import torch
 
+from rstar2 import devices
 from rstar2.commands.arguments import int_list, model_directory, nonnegative_int, positive_int
 from rstar2.commands.bench_contention import busy_processes, load_average
 from rstar2.config import UsageError
@@ -42,7 +43,7 @@ from rstar2.engine.benchmark import (
     random_model,
     run_sweep,
 )
-from rstar2.engine.config import DECODE_PATHS, EngineConfig, resolve_device
+from rstar2.engine.config import DECODE_PATHS, EngineConfig
 from rstar2.engine.core import load_causal_lm
 from rstar2.model.tiny import SHAPES
 
@@ -198,7 +199,7 @@ def measure(args: argparse.Namespace) -> tuple[dict[str, Any], Sweep, Workload]:
     if args.threads:
         torch.set_num_threads(args.threads)
     sizes: list[int] = args.batch_sizes
-    device = resolve_device(args.device)  # fails here, before any work, without a GPU
+    device = devices.resolve_device(args.device, "--device")  # before any work, no GPU: fails
     if args.model:
         model = load_causal_lm(args.model)
     else:

@@ -50,6 +50,7 @@ from torch._dynamo.utils import counters as dynamo_counters
 
 from rstar2.commands.arguments import model_directory
 from rstar2.config import ConfigError
+from rstar2.devices import resolve_device
 from rstar2.learner import packing
 from rstar2.learner.learner_config import CHECKPOINT_POLICIES, LearnerConfig
 from rstar2.learner.op_profile import compile_report, profile_call
@@ -230,6 +231,7 @@ def check_arguments(args: argparse.Namespace) -> None:
     ):
         if not ok:
             raise ConfigError(flag, value, want)
+    resolve_device(args.device, "--device")  # "cuda" without a GPU: one line, before any work
 
 
 def _learner_config(args: argparse.Namespace) -> LearnerConfig:

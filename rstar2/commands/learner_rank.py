@@ -86,7 +86,10 @@ def run(args: argparse.Namespace) -> int:
     rank, world, local = placement(
         dict(os.environ), args.rank, args.world, args.local_rank, args.rank_offset
     )
+    from rstar2.devices import resolve_device
     from rstar2.learner.policy import external_rank
+
+    resolve_device(args.device, "--device")  # "cuda" without a GPU: one line, not a traceback
 
     external_rank(rank, world, args.rendezvous, args.device, local + args.gpu_offset)
     # End like a spawned rank: multiprocessing ends its children with os._exit, skipping the

@@ -37,10 +37,10 @@ def test_resolve_device(setting: str, index: int, gpus: int, expected: str) -> N
 
 
 def test_cuda_without_a_gpu_is_a_one_line_error_naming_the_key() -> None:
-    with pytest.raises(ValueError, match=r"engine\.device = 'cuda'") as e:
+    with pytest.raises(ConfigError, match=r"config key 'engine\.device': got 'cuda'") as e:
         resolve_device("cuda", cuda_devices=0)
-    assert "\n" not in str(e.value)
-    with pytest.raises(ValueError, match="engine.device"):
+    assert "\n" not in str(e.value) and e.value.key == "engine.device"
+    with pytest.raises(ConfigError, match="engine.device"):
         resolve_device("gpu", cuda_devices=1)
 
 

@@ -83,6 +83,8 @@ CASES: list[tuple[str, int]] = [
     ("sandbox serve --bind garbage", 2),
     ("sandbox serve --bind ipc://{dir}/s.sock --curve-keys {missing}.json", 2),
     ("sandbox bench --seconds 0", 2),
+    ("sandbox exec --no-bwrap --require-isolation", 2),
+    ("sandbox serve --bind ipc:///nonexistent-rstar2-dir/s.sock", 2),
     ("sandbox bench --sweep a,b", 2),
     ("sandbox bench --burst -1", 2),
     # reward
@@ -106,6 +108,8 @@ CASES: list[tuple[str, int]] = [
     ("sim calibrate --points {file}", 2),
     ("sim calibrate --engine --model-dir {dir}", 2),
     ("sim calibrate --threads 0", 2),
+    ("sim calibrate --points {empty_list}", 2),
+    ("sim calibrate --points {header_csv}", 2),
     # bench
     ("bench", 2),
     ("bench bus --messages 1", 2),
@@ -119,6 +123,8 @@ CASES: list[tuple[str, int]] = [
     ("bench train --model {missing}", 2),
     ("bench learner --steps 0", 2),
     ("bench learner --model {file}", 2),
+    ("bench learner --trace {file} --steps 1", 2),
+    ("bench learner --trace {empty} --steps 1", 2),
     # profile
     ("profile --steps 0", 2),
     ("profile --timeout 0", 2),
@@ -155,6 +161,10 @@ def paths(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
         "q.jsonl": '{"q": "1+1?", "sol": 2}\n',
         "empty_graph.toml": "[graph]\n",
         "cuda.toml": '[engine]\ndevice = "cuda"\n',
+        "empty_list.json": "[]\n",
+        "header.csv": "prefill_tokens,decode_tokens,seconds\n",
+        "empty": "",
+        "bad_row.jsonl": '{"problem": "1+1", "answer": 2}\n{"problem": "1+2"\n',
     }
     for name, text in files.items():
         (root / name).write_text(text)
@@ -180,6 +190,10 @@ def paths(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
         "full": str(root / "full"),
         "empty_graph": str(root / "empty_graph.toml"),
         "cuda_toml": str(root / "cuda.toml"),
+        "empty_list": str(root / "empty_list.json"),
+        "header_csv": str(root / "header.csv"),
+        "empty": str(root / "empty"),
+        "bad_row": str(root / "bad_row.jsonl"),
         "missing": str(root / "missing"),
         "dir": str(root / "dir"),
         "file": str(root / "file"),
@@ -223,6 +237,13 @@ WORDING: list[tuple[str, list[str]]] = [
     ("sim compare --out-dir {file}", ["argument --out-dir: not a directory"]),  # row 9
     ("sim compare-staleness --out-dir {file}/x", ["argument --out-dir: cannot write"]),
     ("sim compare --out-dir /sys/rstar2-sim", ["argument --out-dir: cannot write"]),  # row 8
+    ("sandbox exec --no-bwrap --require-isolation", ["require_isolation is set", "bwrap"]),
+    ("sandbox serve --bind ipc:///nonexistent-rstar2-dir/s.sock",
+     ["cannot bind ipc:///nonexistent-rstar2-dir/s.sock: No such file or directory"]),
+    ("sim calibrate --points {empty_list}", ["--points:", "holds 0 measured step(s)"]),
+    ("bench learner --trace {empty} --steps 1", ["argument --trace", "holds no trajectories"]),
+    ("eval --model {model} --data {bad_row}", ["line 2: invalid JSON: Expecting ',' delimiter at "
+                                               "column 18"]),
     # the flags of the (sub)command they were given to, whose --help lists them
     ("train --bogus", ["rstar2 train: error: unrecognized arguments: --bogus",
                        "(see rstar2 train --help)"]),

@@ -1,7 +1,7 @@
 """Argument types and the parser class shared by every `rstar2` subcommand.
 
 - `positive_int`, `nonnegative_int`, `positive_float`, `nonnegative_float`, `int_list`,
-  `model_directory`, `zmq_endpoint`: argparse `type=` callables; a bad value is argparse's
+  `model_directory`, `port_number`, `zmq_endpoint`: argparse `type=` callables; a bad value is argparse's
   one-line error naming the flag
   (`rstar2 sim: error: argument --prompts: expected an integer >= 1, got '0'`), exit code 2.
 - `CommandParser`: an `ArgumentParser` whose errors are one line (no usage block) and whose
@@ -98,6 +98,13 @@ def model_directory(text: str) -> str:
     if problem is not None:
         raise argparse.ArgumentTypeError(problem)
     return str(path)
+
+
+def port_number(text: str) -> int:
+    """A TCP port, 0..65535 (0: any free one)."""
+    if not text.isdigit() or int(text) > 65535:
+        raise argparse.ArgumentTypeError(f"expected a port 0..65535, got {text!r}")
+    return int(text)
 
 
 def zmq_endpoint(text: str) -> str:

@@ -63,7 +63,7 @@ from rstar2.learner.policy import (
 )
 from rstar2.learner.rank_group import RankGroup, free_port, join_group
 from rstar2.learner.step_timer import StepTimer
-from rstar2.learner.workload import WORKLOADS, fixed_batch, rl_batch, trace_batch
+from rstar2.learner.workload import WORKLOADS, fixed_batch, rl_batch, trace_batch, trace_shapes
 from rstar2.model.tiny import SHAPES, init_model, shaped_config
 from rstar2.rl import RLConfig, TrainingBatch
 from rstar2.weights.flat_codec import flatten_weights
@@ -232,6 +232,14 @@ def check_arguments(args: argparse.Namespace) -> None:
         if not ok:
             raise ConfigError(flag, value, want)
     resolve_device(args.device, "--device")  # "cuda" without a GPU: one line, before any work
+    if args.trace is not None:  # read now, not after the model is built
+        try:
+            trace_shapes(args.trace)
+        except (ValueError, KeyError, TypeError) as e:  # JSON errors are ValueErrors too
+            why = f"no field {e}" if isinstance(e, KeyError) else str(e)
+            raise ConfigError(
+                "--trace", str(args.trace), f"a rollout_trace.jsonl ({why})"
+            ) from None
 
 
 def _learner_config(args: argparse.Namespace) -> LearnerConfig:

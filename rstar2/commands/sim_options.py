@@ -233,8 +233,12 @@ def config_from_args(args: argparse.Namespace, policy: str) -> SimConfig:
 
 
 def measured_points(path: str, flag: str) -> list[StepPoint]:
-    """The measured steps of a user file; a file that holds none is bad input naming the flag."""
+    """The measured steps of a user file; a file that holds fewer than the fit's two is bad input
+    naming the flag."""
     try:
-        return load_points(path)
+        points = load_points(path)
     except ValueError as e:
         raise UsageError(f"{flag}: {e}") from None
+    if len(points) < 2:  # a line needs two points; an empty list or a CSV header alone has none
+        raise UsageError(f"{flag}: {path} holds {len(points)} measured step(s): the fit needs 2+")
+    return points

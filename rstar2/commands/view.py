@@ -24,7 +24,7 @@ from pathlib import Path
 
 import anyio
 
-from rstar2.commands.arguments import nonnegative_int
+from rstar2.commands.arguments import port_number
 from rstar2.config import ConfigError, UsageError
 from rstar2.sandbox.http_gate import bind_socket, is_loopback, load_token
 from rstar2.view.app import serve_view, view_app
@@ -40,7 +40,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="a run directory, or a trajectory file (rstar2 eval --out, RUN/trajectories.jsonl)",
     )  # fmt: skip
     parser.add_argument(
-        "--port", type=nonnegative_int, default=DEFAULT_PORT, help="port to serve on (0: any free)"
+        "--port", type=port_number, default=DEFAULT_PORT, help="port to serve on (0: any free)"
     )
     parser.add_argument(
         "--host", default="127.0.0.1", help="address to bind; not loopback: needs a token"
@@ -72,7 +72,7 @@ def run(args: argparse.Namespace) -> int:
     sources = [open_source(i, path) for i, path in enumerate(args.paths)]
     if len({p.resolve() for p in args.paths}) != len(args.paths):
         raise UsageError("the same PATH given twice")
-    sock = bind_socket(args.host, args.port, "--port")
+    sock = bind_socket(args.host, args.port, "--port", host_flag="--host")
     port = sock.getsockname()[1]
     host = f"[{args.host}]" if ":" in args.host else args.host
     print(f"rstar2 view: http://{host}:{port}/ (Ctrl-C stops)", flush=True)

@@ -247,8 +247,8 @@ def _jsonl_rows(path: Path) -> Iterator[tuple[int, Any]]:
                 continue
             if not line.strip():
                 continue
-            try:
-                yield number, json.loads(line)
+            try:  # without its line break, so that an error's column is on this line
+                yield number, json.loads(line.rstrip("\r\n"))
             except json.JSONDecodeError as e:
                 yield number, BadRow(f"invalid JSON: {e.msg} at column {e.colno}")
 

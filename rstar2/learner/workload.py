@@ -94,6 +94,17 @@ def trace_batch(
 ) -> TrainingBatch:
     """The shapes of one step's trajectories in a `rollout_trace.jsonl` (the last step by
     default), cycled to `rollouts` sequences."""
+    shapes = trace_shapes(path, step)
+    rng = random.Random(seed)
+    return _batch(
+        [_rollout(rng, vocab, turn_mask(*shapes[i % len(shapes)])) for i in range(rollouts)]
+    )
+
+
+def trace_shapes(path: Path, step: int | None = None) -> list[tuple[int, list[tuple[int, int]]]]:
+    """(prompt tokens, [(model tokens, tool tokens) per turn]) of each trajectory of one step
+    of a `rollout_trace.jsonl` (the last by default). ValueError, KeyError or TypeError for a
+    file that is not one."""
     lines = [json.loads(s) for s in Path(path).read_text().splitlines() if s.strip()]
     if not lines:
         raise ValueError(f"{path} holds no trajectories")
@@ -108,7 +119,4 @@ def trace_batch(
     ]
     if not shapes:
         raise ValueError(f"{path} has no trajectories of step {chosen}")
-    rng = random.Random(seed)
-    return _batch(
-        [_rollout(rng, vocab, turn_mask(*shapes[i % len(shapes)])) for i in range(rollouts)]
-    )
+    return shapes

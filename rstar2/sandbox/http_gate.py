@@ -74,15 +74,20 @@ def check_bind(host: str, token: str | None) -> None:
         )
 
 
-def bind_socket(host: str, port: int, flag: str) -> socket.socket:
+def bind_socket(host: str, port: int, flag: str, host_flag: str | None = None) -> socket.socket:
     """A listening TCP socket on (host, port); port 0 picks a free one. An address that cannot
-    be bound is a one-line `UsageError` naming `flag`, the option that gave the address."""
+    be bound is a one-line `UsageError` naming `flag`, the option that gave the address (or
+    `host_flag`, when given, for a host that does not resolve to an address)."""
     host = host.strip("[]")
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     try:
         return socket.create_server((host, port), family=family, backlog=2048)
     except OSError as e:
-        reason = os.strerror(e.errno) if e.errno else str(e)
+        if e.errno is not None and e.errno < 0:  # the resolver's code (EAI_*): a bad host
+            reason = (e.strerror or str(e)).split(" (while attempting")[0]
+            flag = host_flag or flag
+        else:
+            reason = os.strerror(e.errno) if e.errno else str(e)
         hint = (
             f" (another server there? {flag} picks another)" if e.errno == errno.EADDRINUSE else ""
         )

@@ -23,6 +23,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from rstar2.config import UsageError
 from rstar2.sandbox.config import SandboxConfig
 
 log = logging.getLogger(__name__)
@@ -61,8 +62,9 @@ ENV = {
 }
 
 
-class IsolationError(RuntimeError):
-    """`require_isolation` is set and some layer is unavailable."""
+class IsolationError(UsageError, RuntimeError):
+    """`require_isolation` is set and some layer is unavailable: the settings ask for what
+    this machine cannot give, so the CLI reports it as bad input (one line, exit code 2)."""
 
 
 @dataclass

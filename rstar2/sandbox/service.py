@@ -22,6 +22,7 @@ import zmq
 
 from rstar2 import wire
 from rstar2.actors.sockets import AsyncSocket, CurveKeys, SocketFactory
+from rstar2.config import UsageError
 from rstar2.sandbox.config import SandboxConfig
 from rstar2.sandbox.executor import Executor, open_executor
 from rstar2.wire import ExecCancel, ExecRequest, ExecResult, SandboxPing, SandboxPong
@@ -87,7 +88,10 @@ async def serve_sandbox(
     """Serve `cfg`'s executor on `bind` until cancelled."""
     factory = SocketFactory(hwm=100_000, curve=curve)
     try:
-        sock = factory.bind(zmq.ROUTER, bind)
+        try:
+            sock = factory.bind(zmq.ROUTER, bind)
+        except zmq.ZMQError as e:  # in use, a missing directory, no such interface
+            raise UsageError(f"cannot bind {bind}: {e.strerror}") from None
         async with open_executor(cfg) as ex, anyio.create_task_group() as tg:
             server = _Server(ex, sock, tg)
             log.info("sandbox service listening on %s", bind)

@@ -74,6 +74,17 @@ def test_bad_paths_a_port_in_use_and_an_exposed_host_are_one_line(
     unreadable = tmp_path / "t.jsonl"
     unreadable.write_text("[1, 2]\n")
     assert "not a trajectory file" in error_of(capsys, str(unreadable))
+    with pytest.raises(SystemExit) as bad_port:  # argparse's: exit code 2, one line
+        cli.main(["view", str(run), "--port", "70000"])
+    assert bad_port.value.code == 2
+    assert "argument --port: expected a port 0..65535, got '70000'" in capsys.readouterr().err
+    token = tmp_path / "token"
+    token.write_text("view-token-0123456789abcdef\n")
+    # a host that does not resolve: the resolver's reason, blamed on --host (was "Unknown error
+    # -2", on --port)
+    said = error_of(capsys, str(run), "--host", "999.1.1.1", "--token-file", str(token))
+    assert said.startswith("rstar2 view: error: --host: cannot listen on 999.1.1.1:"), said
+    assert "Unknown error" not in said and "while attempting" not in said
 
 
 def test_ctrl_c_stops_it_at_once_with_exit_code_0(tmp_path: Path) -> None:

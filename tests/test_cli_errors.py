@@ -74,6 +74,7 @@ CASES: list[tuple[str, int]] = [
     ("convert gguf {file} {dir}/out", 2),
     ("convert checkpoint {missing} {dir}/out", 2),
     ("convert checkpoint {dir} {dir}/out", 2),
+    ("train --resume {bad_run}", 2),
     # sandbox
     ("sandbox", 2),
     ("sandbox exec --config {missing}.toml", 2),
@@ -179,6 +180,12 @@ def paths(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     (root / "no_tokenizer" / "model.safetensors").write_text("")
     (root / "bad_config").mkdir()
     (root / "bad_config" / "config.json").write_text("{not json")
+    damaged = root / "bad_run" / "checkpoints" / "step-000001"  # a run whose checkpoint broke
+    damaged.mkdir(parents=True)
+    (damaged / "state.pt").write_bytes(b"\x80\x02not a pickle")
+    (damaged / "meta.json").write_text('{"step": 1}')
+    (damaged.parent / "LATEST").write_text("step-000001\n")
+    (root / "bad_run" / "config.json").write_text("{}")
     (root / "full").mkdir()
     (root / "full" / "notes.txt").write_text("mine\n")
     return {
@@ -188,6 +195,7 @@ def paths(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
         "no_tokenizer": str(root / "no_tokenizer"),
         "bad_config": str(root / "bad_config"),
         "full": str(root / "full"),
+        "bad_run": str(root / "bad_run"),
         "empty_graph": str(root / "empty_graph.toml"),
         "cuda_toml": str(root / "cuda.toml"),
         "empty_list": str(root / "empty_list.json"),
@@ -244,6 +252,8 @@ WORDING: list[tuple[str, list[str]]] = [
     ("bench learner --trace {empty} --steps 1", ["argument --trace", "holds no trajectories"]),
     ("eval --model {model} --data {bad_row}", ["line 2: invalid JSON: Expecting ',' delimiter at "
                                                "column 18"]),
+    ("train --resume {bad_run}", ["step-000001 does not load (UnpicklingError",
+                                  "an earlier one of the run"]),
     # the flags of the (sub)command they were given to, whose --help lists them
     ("train --bogus", ["rstar2 train: error: unrecognized arguments: --bogus",
                        "(see rstar2 train --help)"]),

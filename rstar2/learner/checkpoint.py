@@ -23,6 +23,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import pickle
 import random
 import shutil
 import tempfile
@@ -34,8 +35,10 @@ from typing import Any
 
 import numpy as np
 import torch
+from torch.distributed.checkpoint.api import CheckpointException
 from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
 
+from rstar2.config import UsageError
 from rstar2.model.saver import link_model_dir, save_model_dir
 from rstar2.run_layout import FINAL_POLICY, LATEST, MODEL_DIR, STARTING_POLICIES, is_checkpoint
 
@@ -154,14 +157,35 @@ def load_latest(run_dir: Path) -> Checkpoint | None:
     return load_checkpoint(path)
 
 
+class CheckpointError(UsageError):
+    """A checkpoint's files are there but do not load (truncated, overwritten, another format):
+    one line naming the checkpoint at the CLI (exit code 2), not the unpickler's traceback."""
+
+    def __init__(self, path: Path, error: BaseException) -> None:
+        lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+        reason = lines[-1] if lines else type(error).__name__  # DCP's: a traceback, the cause last
+        super().__init__(
+            f"checkpoint {path} does not load ({type(error).__name__}: {reason}); an earlier "
+            "one of the run (RUN/checkpoints/step-N) may"
+        )
+
+
+_UNREADABLE = (pickle.UnpicklingError, EOFError, RuntimeError, ValueError, KeyError, TypeError)
+"""What torch.load, DCP's reader and json raise for files that are not what they should be."""
+
+
 def load_checkpoint(path: Path) -> Checkpoint:
-    """The checkpoint in directory `path` (`RUN/checkpoints/step-N`)."""
+    """The checkpoint in directory `path` (`RUN/checkpoints/step-N`); `CheckpointError` if its
+    files do not load."""
     path = Path(path)
     if not (path / "state.pt").is_file():
         raise FileNotFoundError(f"{path} is not a checkpoint directory (it has no state.pt)")
-    state = torch.load(path / "state.pt", map_location="cpu", weights_only=False)
-    meta = json.loads((path / "meta.json").read_text())
-    return Checkpoint(step=int(meta["step"]), path=path, state=state)
+    try:
+        state = torch.load(path / "state.pt", map_location="cpu", weights_only=False)
+        meta = json.loads((path / "meta.json").read_text())
+        return Checkpoint(step=int(meta["step"]), path=path, state=state)
+    except _UNREADABLE as e:
+        raise CheckpointError(path, e) from e
 
 
 def drop_checkpoints_after(run_dir: Path, step: int) -> list[Path]:
@@ -199,7 +223,10 @@ def read_policy(checkpoint: Path) -> dict[str, Any]:
         raise FileNotFoundError(f"{checkpoint} has no {POLICY_DIR}/ checkpoint")
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "policy.pt"
-        dcp_to_torch_save(policy, out)
+        try:
+            dcp_to_torch_save(policy, out)
+        except (*_UNREADABLE, CheckpointException) as e:  # DCP's: each rank's error inside
+            raise CheckpointError(Path(checkpoint), e) from e
         return torch.load(out, map_location="cpu", weights_only=False)
 
 

@@ -8,7 +8,15 @@ import numpy as np
 import pytest
 import torch
 
-from rstar2.learner.checkpoint import load_latest, rng_state, save_checkpoint, set_rng_state
+from rstar2.learner.checkpoint import (
+    CheckpointError,
+    checkpoint_weights,
+    load_checkpoint,
+    load_latest,
+    rng_state,
+    save_checkpoint,
+    set_rng_state,
+)
 
 
 def test_roundtrip_and_prune(tmp_path) -> None:
@@ -67,3 +75,15 @@ def test_gpu_rng_states_are_saved_and_restored_for_the_same_gpu_count(
 def test_keep_must_be_positive(tmp_path) -> None:
     with pytest.raises(ValueError):
         save_checkpoint(tmp_path, 1, {}, keep=0)
+
+
+def test_damaged_files_are_a_checkpoint_error_naming_the_checkpoint(tmp_path) -> None:
+    ck = tmp_path / "step-000001"
+    (ck / "policy").mkdir(parents=True)
+    (ck / "state.pt").write_bytes(b"\x80\x02not a pickle")
+    (ck / "meta.json").write_text('{"step": 1}')
+    with pytest.raises(CheckpointError, match=r"step-000001 does not load \(UnpicklingError"):
+        load_checkpoint(ck)
+    (ck / "policy" / ".metadata").write_bytes(b"\x80\x02garbage")  # DCP's files, damaged
+    with pytest.raises(CheckpointError, match=r"step-000001 does not load \("):
+        checkpoint_weights(ck)

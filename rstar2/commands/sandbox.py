@@ -27,6 +27,7 @@ import logging
 import os
 import signal
 import socket
+import ssl
 import sys
 from pathlib import Path
 from typing import Any
@@ -245,6 +246,10 @@ def http_config(args: argparse.Namespace) -> HttpConfig:
     host, port = args.http
     if args.curve_keys is not None:
         raise UsageError("--curve-keys is for --bind (ZeroMQ); --http takes --token-file")
+    if (args.tls_cert is None) != (args.tls_key is None):
+        raise UsageError("--tls-cert and --tls-key go together (HTTPS needs both)")
+    if args.tls_cert is not None:
+        _check_tls(args.tls_cert, args.tls_key)
     http = HttpConfig(
         host=host,
         port=port,
@@ -258,6 +263,17 @@ def http_config(args: argparse.Namespace) -> HttpConfig:
     )
     http.validate()
     return http
+
+
+def _check_tls(cert: Path, key: Path) -> None:
+    """The certificate and key load as a TLS server's (PEM), or a UsageError naming both."""
+    try:
+        ssl.create_default_context(ssl.Purpose.CLIENT_AUTH).load_cert_chain(cert, key)
+    except (OSError, ssl.SSLError) as e:  # missing, unreadable, not PEM, a key of another cert
+        why = e.strerror or str(e) if isinstance(e, OSError) else str(e)
+        raise UsageError(
+            f"--tls-cert {cert} / --tls-key {key}: not a PEM certificate and its key ({why})"
+        ) from None
 
 
 def _print_http_bench(out: dict[str, Any]) -> None:

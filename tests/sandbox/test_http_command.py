@@ -39,6 +39,19 @@ def test_serve_http_takes_host_port_and_the_limits() -> None:
         command.http_config(parse("serve", "--http", "127.0.0.1:1", "--curve-keys", "k.json"))
 
 
+def test_tls_needs_both_files_and_checks_them_before_serving(tmp_path: Path) -> None:
+    text = tmp_path / "cert.txt"
+    text.write_text("not a certificate\n")
+    with pytest.raises(UsageError, match="--tls-cert and --tls-key go together"):
+        command.http_config(parse("serve", "--http", "127.0.0.1:1", "--tls-cert", str(text)))
+    both = ("--tls-cert", str(text), "--tls-key", str(text))
+    with pytest.raises(UsageError, match=r"--tls-key .*: not a PEM certificate and its key \("):
+        command.http_config(parse("serve", "--http", "127.0.0.1:1", *both))
+    missing = ("--tls-cert", str(tmp_path / "no.pem"), "--tls-key", str(tmp_path / "no.key"))
+    with pytest.raises(UsageError, match=r"\(No such file or directory\)"):
+        command.http_config(parse("serve", "--http", "127.0.0.1:1", *missing))
+
+
 def test_off_loopback_the_token_comes_from_a_file_or_the_environment(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

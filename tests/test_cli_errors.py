@@ -134,6 +134,7 @@ CASES: list[tuple[str, int]] = [
     ("profile --config {bad_toml}", 2),
     ("profile --model {dir}", 2),
     ("profile --model {config_only}", 2),
+    ("profile --steps 1 --out {dir}/prof --set model.path={config_only}", 2),
     ("bench train --model {config_only}", 2),
     ("bench learner --model {config_only}", 2),
     ("bench engine --model {config_only}", 2),

@@ -1,8 +1,8 @@
 """Argument types and the parser class shared by every `rstar2` subcommand.
 
 - `positive_int`, `nonnegative_int`, `positive_float`, `nonnegative_float`, `int_list`,
-  `model_directory`, `port_number`, `zmq_endpoint`: argparse `type=` callables; a bad value is argparse's
-  one-line error naming the flag
+  `model_directory`, `port_number`, `zmq_endpoint`: argparse `type=` callables; a bad value is
+  argparse's one-line error naming the flag
   (`rstar2 sim: error: argument --prompts: expected an integer >= 1, got '0'`), exit code 2.
 - `CommandParser`: an `ArgumentParser` whose errors are one line (no usage block) and whose
   help shows each flag's default (`HelpFormatter`). Subparsers inherit both, since

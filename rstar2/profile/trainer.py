@@ -37,7 +37,7 @@ from rstar2.model.tiny import init_model
 from rstar2.profile.recording import Recording, role_of
 from rstar2.profile.workload import record_graph_blocking
 from rstar2.train.config import TrainConfig, config_dict, load_train_config
-from rstar2.train.runner import prepare_policy, save_config, train_graph
+from rstar2.train.runner import check_model_path, prepare_policy, save_config, train_graph
 from rstar2.wire import Span
 
 ENGINE_PORT = "generate"
@@ -108,6 +108,7 @@ def profile_training(
     """Run the trainer's graph on `cfg` in the new directory `run_dir`, traced."""
     if (run_dir / "config.json").exists():
         raise ValueError(f"{run_dir} already holds a run: profile into a new directory")
+    check_model_path(cfg)  # a model.path that cannot load: one line, before the graph starts
     save_config(cfg, run_dir)
     model_dir = policy_dir(cfg, run_dir, sft)
     graph = profiled_graph(cfg, run_dir, model_dir, rollout_only)

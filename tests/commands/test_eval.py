@@ -22,7 +22,9 @@ def exit_code(argv: list[str]) -> int:
 def model(tmp_path: Path) -> Path:
     path = tmp_path / "model"
     path.mkdir()
-    (path / "config.json").write_text("{}")
+    for name in ("config.json", "tokenizer.json"):  # the files --model checks for, as stand-ins
+        (path / name).write_text("{}")
+    (path / "model.safetensors").write_text("")
     return path
 
 

@@ -25,7 +25,7 @@ def _run(tmp_path: Path, rollout: dict) -> Path:
     (tmp_path / "config.json").write_text(json.dumps({"stages": [], "rollout": rollout}))
     model = tmp_path / "checkpoints" / "step-000010" / "model"
     model.mkdir(parents=True)
-    (model / "config.json").write_text(json.dumps({"model_type": "qwen2"}))  # the HF config
+    _model_files(model)
     return model
 
 
@@ -52,7 +52,7 @@ def test_an_explicit_config_wins_over_the_run(tmp_path: Path) -> None:
 def test_a_model_outside_a_run_gets_the_defaults(tmp_path: Path) -> None:
     model = tmp_path / "plain"
     model.mkdir()
-    (model / "config.json").write_text(json.dumps({"model_type": "qwen2"}))
+    _model_files(model)
     assert training_run_config(model) is None
     assert resolve_settings(_args("--model", str(model))).rollout.tool_show_time is True
 
@@ -69,10 +69,18 @@ def test_the_settings_are_a_short_info_line_and_in_full_at_debug(
     # issue 34 row 17: every setting (sandbox, reward, engine) was one long line at INFO
     model = tmp_path / "plain"
     model.mkdir()
-    (model / "config.json").write_text(json.dumps({"model_type": "qwen2"}))
+    _model_files(model)
     caplog.set_level(logging.DEBUG, logger="rstar2.commands.rollout_settings")
     resolve_settings(_args("--model", str(model), "--max-turns", "3"))
     info = [r.getMessage() for r in caplog.records if r.levelno == logging.INFO]
     debug = [r.getMessage() for r in caplog.records if r.levelno == logging.DEBUG]
     assert len(info) == 1 and len(info[0]) < 200 and "max_turns 3" in info[0]
     assert len(debug) == 1 and "'sandbox'" in debug[0] and "'reward'" in debug[0]
+
+
+def _model_files(model: Path) -> None:
+    """The files `--model` checks for, as stand-ins (nothing here loads them): the HF config,
+    a weights file, a tokenizer."""
+    (model / "config.json").write_text(json.dumps({"model_type": "qwen2"}))
+    (model / "model.safetensors").write_text("")
+    (model / "tokenizer.json").write_text("{}")

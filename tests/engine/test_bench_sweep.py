@@ -86,6 +86,7 @@ def test_bench_engine_under_contention_reports_its_conditions(
 def test_model_size_and_model_together_are_a_usage_error(tmp_path: object) -> None:
     model_dir = tmp_path / "m"  # type: ignore[operator]
     tiny_qwen2(dtype=torch.float32).save_pretrained(model_dir)
+    (model_dir / "tokenizer.json").write_text("{}")  # --model checks for one; nothing loads it
     argv = ["bench", "engine", "--model", str(model_dir), "--model-size", "25m"]
     assert main(argv) == 2
 

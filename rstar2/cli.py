@@ -20,7 +20,8 @@ processes, nowhere else.
   file system, a full disk, an exceeded quota or file size limit), or a user file that does
   not decode (JSON, TOML, YAML, msgspec, UTF-8); an exception group (a task group's) of one such error counts as
   that error; `-v` adds the traceback of such an error, for reporting;
-- 130: interrupted (Ctrl-C, `KeyboardInterrupt`), also while the command's module is imported;
+- 130: interrupted (Ctrl-C, `KeyboardInterrupt`), also while the command's module is imported
+  and when the Ctrl-C landed in a finaliser, which Python would swallow (`keep_interrupts`);
   the process then ends without the interpreter's teardown (`exit_at_once`);
 - 143: a training run (`train`, `experiment`, `bench train`) stopped by SIGTERM (`launch`
   returns 130 or 143 itself for a graph a signal stopped);
@@ -39,9 +40,12 @@ import importlib.util
 import json
 import logging
 import os
+import signal
 import sys
 import threading
 import tomllib
+from collections.abc import Iterator
+from contextlib import contextmanager
 from types import ModuleType
 from typing import NoReturn
 
@@ -52,6 +56,8 @@ from rstar2.log_format import setup_logging
 EXIT_INTERRUPTED = 130
 EXIT_TERMINATED = 143
 EXIT_BROKEN_PIPE = 141
+REDELIVER_S = 0.02
+"""How long after a swallowed Ctrl-C it is sent again (`keep_interrupts`)."""
 GOMP_SPINCOUNT = "10000"
 """How long torch's OpenMP threads spin before sleeping (see `main`)."""
 
@@ -177,10 +183,43 @@ def main(argv: list[str] | None = None) -> int:
     docstring). A bad command line or `--help` raises SystemExit, as argparse does. Run as the
     program (`argv` None: `rstar2`, `python -m rstar2.cli`), an interrupted command ends the
     process at once (`exit_at_once`)."""
-    code = parse_and_run(sys.argv[1:] if argv is None else argv)
+    with keep_interrupts():
+        code = parse_and_run(sys.argv[1:] if argv is None else argv)
     if argv is None and code in (EXIT_INTERRUPTED, EXIT_TERMINATED):
         exit_at_once(code)
     return code
+
+
+@contextmanager
+def keep_interrupts() -> Iterator[None]:
+    """Within: a Ctrl-C that Python swallows is raised again in the main thread.
+
+    A `KeyboardInterrupt` raised while a finaliser runs (an object's `__del__`, a weakref
+    callback: the garbage collector calls them between any two lines) cannot propagate; Python
+    prints "Exception ignored in ..." with a traceback and goes on, so the Ctrl-C is lost and
+    the command runs to its end (seen: `rstar2 chat` interrupted while `regex` freed a pattern
+    at import, exit 0). The hook sees such an error and has a helper thread send SIGINT to the
+    main thread again a moment later (`REDELIVER_S`), when the hook, itself a place where an
+    exception is swallowed, has returned: it interrupts a blocking call as the first did, and
+    should it land in a finaliser again, comes back here. Any other error goes to the hook
+    that was in place."""
+    previous = sys.unraisablehook
+
+    def hook(unraisable: sys.UnraisableHookArgs) -> None:
+        if unraisable.exc_type is not None and issubclass(unraisable.exc_type, KeyboardInterrupt):
+            main_thread = threading.main_thread().ident
+            assert main_thread is not None  # it has started: this process runs
+            resend = threading.Timer(REDELIVER_S, signal.pthread_kill, (main_thread, signal.SIGINT))
+            resend.daemon = True
+            resend.start()
+        else:
+            previous(unraisable)
+
+    sys.unraisablehook = hook
+    try:
+        yield
+    finally:
+        sys.unraisablehook = previous
 
 
 def parse_and_run(argv: list[str]) -> int:

@@ -449,6 +449,40 @@ def test_an_interrupted_program_ends_without_the_interpreters_teardown() -> None
     assert done.stderr.splitlines() == ["rstar2 sim: interrupted", "exit handler"], done.stderr
 
 
+SWALLOWED_PROGRAM = """
+import sys, time
+from rstar2 import cli
+
+class Finalised:
+    def __del__(self):  # as if the Ctrl-C arrived while the garbage collector ran this
+        raise KeyboardInterrupt
+
+class Working:  # a command module whose Ctrl-C landed in a finaliser
+    def add_arguments(parser):
+        pass
+
+    def run(args):
+        Finalised()
+        time.sleep(5)  # the rest of its work
+        print("finished")
+        return 0
+
+cli._load = lambda name: Working
+sys.argv = ["rstar2", "chat"]
+sys.exit(cli.main())
+"""
+
+
+def test_a_ctrl_c_that_a_finaliser_swallowed_still_stops_the_command() -> None:
+    # `rstar2 chat` Ctrl-C'd while `regex` freed a pattern at import printed "Exception
+    # ignored in: <function Group.__del__ ...>" with a traceback, answered, and exited 0
+    done = subprocess.run(
+        [sys.executable, "-c", SWALLOWED_PROGRAM], capture_output=True, text=True, timeout=60
+    )
+    assert (done.returncode, done.stdout) == (130, ""), done.stderr
+    assert done.stderr == "rstar2 chat: interrupted\n"
+
+
 def test_a_training_run_that_a_signal_stopped_is_exit_code_130_or_143(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -27,7 +27,6 @@ import logging
 import os
 import signal
 import socket
-import ssl
 import sys
 from pathlib import Path
 from typing import Any
@@ -248,8 +247,6 @@ def http_config(args: argparse.Namespace) -> HttpConfig:
         raise UsageError("--curve-keys is for --bind (ZeroMQ); --http takes --token-file")
     if (args.tls_cert is None) != (args.tls_key is None):
         raise UsageError("--tls-cert and --tls-key go together (HTTPS needs both)")
-    if args.tls_cert is not None:
-        _check_tls(args.tls_cert, args.tls_key)
     http = HttpConfig(
         host=host,
         port=port,
@@ -261,19 +258,13 @@ def http_config(args: argparse.Namespace) -> HttpConfig:
         certfile=str(args.tls_cert) if args.tls_cert else None,
         keyfile=str(args.tls_key) if args.tls_key else None,
     )
+    if (why := http.tls_problem()) is not None:
+        raise UsageError(
+            f"--tls-cert {http.certfile} / --tls-key {http.keyfile}: "
+            f"not a PEM certificate and its key ({why})"
+        )
     http.validate()
     return http
-
-
-def _check_tls(cert: Path, key: Path) -> None:
-    """The certificate and key load as a TLS server's (PEM), or a UsageError naming both."""
-    try:
-        ssl.create_default_context(ssl.Purpose.CLIENT_AUTH).load_cert_chain(cert, key)
-    except (OSError, ssl.SSLError) as e:  # missing, unreadable, not PEM, a key of another cert
-        why = e.strerror or str(e) if isinstance(e, OSError) else str(e)
-        raise UsageError(
-            f"--tls-cert {cert} / --tls-key {key}: not a PEM certificate and its key ({why})"
-        ) from None
 
 
 def _print_http_bench(out: dict[str, Any]) -> None:

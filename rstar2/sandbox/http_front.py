@@ -40,6 +40,7 @@ anything but Python, or keep sessions.
 from __future__ import annotations
 
 import logging
+import ssl
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Protocol, TypeVar
@@ -126,6 +127,23 @@ class HttpConfig:
             "given together with certfile",
         )
         check_bind(self.host, self.token)
+
+    def tls_problem(self) -> str | None:
+        """Why `certfile` and `keyfile` do not load as a TLS server's certificate and key
+        (missing, unreadable, not PEM, a key of another certificate), None when they do or
+        when none is set. `serve_http` checks it at start-up, the `sandbox serve` command
+        before it starts anything (naming its flags)."""
+        if self.certfile is None:
+            return None
+        try:
+            ssl.create_default_context(ssl.Purpose.CLIENT_AUTH).load_cert_chain(
+                self.certfile, self.keyfile
+            )
+        except OSError as e:
+            return e.strerror or str(e)
+        except ssl.SSLError as e:
+            return str(e)
+        return None
 
 
 _CHALLENGE = 'Bearer, Basic realm="rstar2 sandbox"'

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import logging
 import socket
-import ssl
 
 import anyio
 import anyio.abc
@@ -33,6 +32,7 @@ import hypercorn.trio
 import sniffio
 from hypercorn.config import Config as HypercornConfig
 
+from rstar2.config import ConfigError
 from rstar2.sandbox.config import SandboxConfig
 from rstar2.sandbox.executor import open_executor
 from rstar2.sandbox.http_front import Front, HttpConfig
@@ -120,10 +120,8 @@ async def serve_http(
     then drain; `task_status` gets the bound port. `sock`: already bound (`bind_socket`),
     else bound here on `http.host:http.port`."""
     http.validate()
-    if http.certfile is not None:
-        ssl.create_default_context(ssl.Purpose.CLIENT_AUTH).load_cert_chain(
-            http.certfile, http.keyfile
-        )  # fail here, at start-up, on an unreadable certificate or key
+    if (why := http.tls_problem()) is not None:  # fail here, at start-up
+        raise ConfigError("certfile", http.certfile, f"a PEM certificate with keyfile ({why})")
     if sock is None:
         sock = bind_socket(http.host, http.port, "--http")
     try:

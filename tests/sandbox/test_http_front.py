@@ -325,6 +325,7 @@ async def test_served_over_tls_with_a_certificate(anyio_backend: str, tmp_path: 
         check=True, capture_output=True, timeout=60,
     )  # fmt: skip
     http = HttpConfig(port=0, token=TOKEN, certfile=str(cert), keyfile=str(key))
+    assert http.tls_problem() is None
     async with anyio.create_task_group() as tg:
         port = await tg.start(serve_http, LIGHT, http)
         trusted = ssl.create_default_context(cafile=str(cert))
@@ -335,6 +336,20 @@ async def test_served_over_tls_with_a_certificate(anyio_backend: str, tmp_path: 
             async with httpx2.AsyncClient(timeout=5) as client:
                 await client.get(f"http://127.0.0.1:{port}/ping")
         tg.cancel_scope.cancel()
+
+
+async def test_a_certificate_that_does_not_load_stops_the_server_at_start(
+    anyio_backend: str, tmp_path: Path
+) -> None:
+    # called as a library (not through `sandbox serve`, which checks first): one ConfigError
+    # before a socket is bound or a zygote started
+    text = tmp_path / "cert.txt"
+    text.write_text("not a certificate\n")
+    http = HttpConfig(port=0, certfile=str(text), keyfile=str(text))
+    assert http.tls_problem() is not None
+    with pytest.raises(ConfigError, match=r"config key 'certfile': .*a PEM certificate"):
+        await serve_http(LIGHT, http)
+    assert HttpConfig(port=0).tls_problem() is None
 
 
 async def test_a_client_that_hangs_up_frees_the_sandbox_at_once(anyio_backend: str) -> None:

@@ -45,17 +45,21 @@ def is_run_dir(path: str | Path) -> bool:
     return (path / "checkpoints").is_dir() or any((path / n).is_dir() for n in STARTING_POLICIES)
 
 
-def model_files_problem(path: str | Path) -> str | None:
+def model_files_problem(
+    path: str | Path, expected: str = "a Hugging Face model directory"
+) -> str | None:
     """What model directory `path` lacks that loading it needs (its `config.json` readable,
-    a weights file, a tokenizer), None when nothing. It does not read the weights: a corrupt
-    file still fails when loaded, as one line naming the directory (`ModelFileError`)."""
+    a weights file, a tokenizer), None when nothing; without a `config.json`, it is not
+    `expected` (what the caller takes: a `--model` flag also takes a run or checkpoint). It
+    does not read the weights: a corrupt file still fails when loaded, as one line naming the
+    directory (`ModelFileError`)."""
     path = Path(path)
     if not path.is_dir():
         return f"{path} is not a directory" if path.exists() else f"{path} does not exist"
     try:
         json.loads((path / "config.json").read_text())
     except FileNotFoundError:
-        return f"{path} has no config.json: not a Hugging Face model directory"
+        return f"{path} has no config.json: not {expected}"
     except (OSError, ValueError) as e:
         return f"{path}/config.json does not read as JSON ({e})"
     if not any(next(path.glob(pattern), None) for pattern in WEIGHT_FILES):

@@ -241,6 +241,10 @@ WORDING: list[tuple[str, list[str]]] = [
     ("eval --model {model} --data {q_jsonl}",
      ["argument --data:", "missing field 'problem'", "--problem-field"]),
     ("eval --model {model} --data {dir}", ["argument --data:", "(Is a directory"]),
+    ("chat --model {dir} hi",
+     ["argument --model:", "has no config.json: not a model, checkpoint or run directory"]),
+    ("train --quick --set model.path={dir}",
+     ["model.path", "has no config.json: not a Hugging Face model directory"]),
     ("launch {empty_graph}", ["config key 'graph.actors' is missing: expected a list of tables"]),
     ("train --processes 0", ["argument --processes"]),
     ("sim compare --out-dir {file}", ["argument --out-dir: not a directory"]),  # row 9

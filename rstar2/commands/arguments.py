@@ -90,11 +90,7 @@ def model_directory(text: str) -> str:
         path = model_dir_of(text)
     except OSError as e:
         raise argparse.ArgumentTypeError(str(e)) from None
-    if not (path / "config.json").is_file():
-        raise argparse.ArgumentTypeError(
-            f"{text} is not a model, checkpoint or run directory (no config.json)"
-        )
-    problem = model_files_problem(path)
+    problem = model_files_problem(path, "a model, checkpoint or run directory")
     if problem is not None:
         raise argparse.ArgumentTypeError(problem)
     return str(path)

@@ -35,8 +35,9 @@ MISSING = _Missing()
 
 class ConfigError(ValueError):
     """A configuration key is unknown or its value is invalid. `key` is a dotted config key, a
-    command-line flag (`--data`: the message says "argument --data", as argparse does), or
-    `<file>` / `<root>` (the config file itself)."""
+    command-line flag (`--data`: the message says "argument --data", as argparse does), a
+    positional argument by its upper-case name in the usage line (`TRAJECTORIES`: "argument
+    TRAJECTORIES"), or `<file>` / `<root>` (the config file itself)."""
 
     def __init__(self, key: str, value: object, expected: str) -> None:
         self.key = key
@@ -46,7 +47,7 @@ class ConfigError(ValueError):
 
 
 def _message(key: str, value: object, expected: str) -> str:
-    if key.startswith("-"):
+    if key.startswith("-") or (key.isupper() and key.replace("_", "").isalpha()):
         where = f"argument {key}"
     elif key in ("<file>", "<root>"):
         where = "config file" if key == "<file>" else "config"

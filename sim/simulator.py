@@ -34,6 +34,7 @@ from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
+from rstar2.config import ConfigError
 from rstar2.scheduler.dispatcher import Dispatcher, NewTrajectory, Placement
 from rstar2.scheduler.length_predictor import LengthPredictor
 from rstar2.scheduler.policy import Policy
@@ -188,12 +189,17 @@ class Playback:
         self._report_every = max(1, total // 100)
 
     def _check_fits(self, specs: Iterable[TrajectorySpec]) -> None:
-        """Every trajectory can reach its full length on one engine."""
+        """Every trajectory can reach its full length on one engine (a ConfigError of
+        `kv_tokens` otherwise)."""
         for spec in specs:
-            if spec.prompt_tokens + spec.max_response_tokens > self.kv_tokens:
-                raise ValueError(
-                    f"trajectory {spec.traj_id} may reach {spec.prompt_tokens + spec.max_response_tokens}"
-                    f" tokens, more than one engine's KV ({self.kv_tokens} tokens)"
+            need = spec.prompt_tokens + spec.max_response_tokens
+            if need > self.kv_tokens:
+                raise ConfigError(
+                    "kv_tokens",
+                    self.kv_tokens,
+                    f">= {need}: trajectory {spec.traj_id} may reach {need} tokens (its prompt "
+                    f"and max_response_tokens), more than one engine's KV (whole {BLOCK}-token "
+                    "blocks)",
                 )
 
     def _play(self) -> None:

@@ -247,6 +247,12 @@ WORDING: list[tuple[str, list[str]]] = [
      ["model.path", "has no config.json: not a Hugging Face model directory"]),
     ("launch {empty_graph}", ["config key 'graph.actors' is missing: expected a list of tables"]),
     ("train --processes 0", ["argument --processes"]),
+    ("init-model {file}", ["argument DIR:", "expected a directory (this is a file)"]),
+    ("sim run --tp 3 --prompts 4", ["argument --tp: got 3"]),  # SimConfig fields by their flag
+    ("sim run --learner-mfu 2 --prompts 4", ["argument --learner-mfu: got 2.0"]),
+    ("sim bound --overload-factor 0.5 --prompts 4", ["argument --overload-factor: got 0.5"]),
+    ("sim run --kv-tokens 100 --prompts 4", ["argument --kv-tokens: got 96", "may reach"]),
+    ("sim run --kv-tokens 100 --prompts 4 --steps 2", ["argument --kv-tokens", "may reach"]),
     ("sim compare --out-dir {file}", ["argument --out-dir: not a directory"]),  # row 9
     ("sim compare-staleness --out-dir {file}/x", ["argument --out-dir: cannot write"]),
     ("sim compare --out-dir /sys/rstar2-sim", ["argument --out-dir: cannot write"]),  # row 8

@@ -20,7 +20,9 @@ from rstar2.model.tiny import SHAPES, shaped_config
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("dir", help="directory to write the model and tokenizer into")
+    parser.add_argument(
+        "dir", metavar="DIR", help="directory to write the model and tokenizer into"
+    )
     parser.add_argument(
         "--shape",
         choices=sorted(SHAPES),
@@ -65,6 +67,6 @@ def run(args: argparse.Namespace) -> int:
 def check_target(path: Path, force: bool) -> None:
     """Refuse to write over a file or a non-empty directory unless `force` (a file always)."""
     if path.exists() and not path.is_dir():
-        raise ConfigError("dir", str(path), "a directory (this is a file)")
+        raise ConfigError("DIR", str(path), "a directory (this is a file)")
     if not force and path.is_dir() and any(path.iterdir()):
-        raise ConfigError("dir", str(path), "a new or empty directory (--force to write into it)")
+        raise ConfigError("DIR", str(path), "a new or empty directory (--force to write into it)")

@@ -49,9 +49,10 @@ from rstar2.commands.sim_options import (
     add_calibrate_options,
     add_run_options,
     config_from_args,
+    flag_of,
     measured_points,
 )
-from rstar2.config import UsageError, to_dict
+from rstar2.config import ConfigError, UsageError, to_dict
 from rstar2.scheduler import COMPARED_POLICIES
 from sim.bound import bound_parts
 from sim.config import build, build_run
@@ -150,6 +151,13 @@ def simulate(args: argparse.Namespace, policy: str) -> SimResult:
 
 
 def run(args: argparse.Namespace) -> int:
+    try:
+        return _run(args)
+    except ConfigError as e:  # a SimConfig value, named by the flag that set it
+        raise ConfigError(flag_of(e.key, args), e.value, e.expected) from None
+
+
+def _run(args: argparse.Namespace) -> int:
     if args.action == "calibrate":
         return _calibrate(args)
     if args.action == "bound":
@@ -191,6 +199,8 @@ def simulate_run(args: argparse.Namespace, max_staleness: int) -> RunResult:
     try:
         with _progress_bar(f"k={max_staleness}", not (args.quiet or args.no_progress)) as bar:
             return build_run(cfg, bar).run_steps()
+    except ConfigError:
+        raise
     except ValueError as e:  # a metrics file that does not match the trace
         raise UsageError(str(e)) from None
 

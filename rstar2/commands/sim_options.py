@@ -232,6 +232,18 @@ def config_from_args(args: argparse.Namespace, policy: str) -> SimConfig:
     return cfg
 
 
+def flag_of(key: str, args: argparse.Namespace) -> str:
+    """The `sim` flag that sets config key `key` (`rstar2.commands.sim.run` names a bad value
+    by it) (`learner.mfu`: `--learner-mfu`, `tp`: `--tp`,
+    `workload.sigma`: `--sigma`); `key` itself when no flag does."""
+    workload_flags = {field: flag for flag, field in _WORKLOAD_FLAGS.items()}
+    last = key.rpartition(".")[2]
+    for dest in (key.replace(".", "_"), last, workload_flags.get(last, "")):
+        if dest and dest in vars(args):
+            return "--" + dest.replace("_", "-")
+    return key
+
+
 def measured_points(path: str, flag: str) -> list[StepPoint]:
     """The measured steps of a user file; a file that holds fewer than the fit's two is bad input
     naming the flag."""

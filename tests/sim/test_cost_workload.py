@@ -171,4 +171,4 @@ def test_cli_rejects_a_bad_value_with_exit_code_2() -> None:
     out = _cli("--gpus", "0", "--prompts", "1")
     assert out.returncode == 2 and "gpus" in out.stderr
     out = _cli("--gpus", "2", "--prompts", "1", "--overload-factor", "0.5")
-    assert out.returncode == 2 and "overload_factor" in out.stderr
+    assert out.returncode == 2 and "argument --overload-factor" in out.stderr

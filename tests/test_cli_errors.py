@@ -247,6 +247,9 @@ WORDING: list[tuple[str, list[str]]] = [
      ["model.path", "has no config.json: not a Hugging Face model directory"]),
     ("launch {empty_graph}", ["config key 'graph.actors' is missing: expected a list of tables"]),
     ("train --processes 0", ["argument --processes"]),
+    ("bench engine --decode-steps 0", ["argument --decode-steps: got 0"]),  # EngineConfig's
+    ("bench engine --prefill-graphs 1 --decode fixed", ["argument --prefill-graphs: got 1"]),
+    ("sandbox serve --bind tcp://0.0.0.0:1", ["--bind tcp://0.0.0.0:1", "needs --curve-keys"]),
     ("init-model {file}", ["argument DIR:", "expected a directory (this is a file)"]),
     ("sim run --tp 3 --prompts 4", ["argument --tp: got 3"]),  # SimConfig fields by their flag
     ("sim run --learner-mfu 2 --prompts 4", ["argument --learner-mfu: got 2.0"]),

@@ -15,9 +15,11 @@ What it does not do: validate config files (that is `rstar2.config`) or relation
 from __future__ import annotations
 
 import argparse
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from typing import NoReturn
 
+from rstar2.config import ConfigError
 from rstar2.run_layout import model_dir_of, model_files_problem
 
 EXIT_USAGE = 2
@@ -113,3 +115,15 @@ def zmq_endpoint(text: str) -> str:
             f"expected inproc://NAME, ipc://PATH or tcp://HOST:PORT, got {text!r}"
         )
     return text
+
+
+@contextmanager
+def flag_names(flags: Mapping[str, str]) -> Iterator[None]:
+    """Within: a `ConfigError` of a config key that a flag sets (`flags`: key -> flag) is
+    raised again naming the flag, as the user typed it (`decode_steps`: `--decode-steps`)."""
+    try:
+        yield
+    except ConfigError as e:
+        if e.key not in flags:
+            raise
+        raise ConfigError(flags[e.key], e.value, e.expected) from None

@@ -31,7 +31,13 @@ from typing import Any
 import torch
 
 from rstar2 import devices
-from rstar2.commands.arguments import int_list, model_directory, nonnegative_int, positive_int
+from rstar2.commands.arguments import (
+    flag_names,
+    int_list,
+    model_directory,
+    nonnegative_int,
+    positive_int,
+)
 from rstar2.commands.bench_contention import busy_processes, load_average
 from rstar2.config import UsageError
 from rstar2.devices import DEVICES
@@ -182,6 +188,15 @@ def step_split(run: Timing) -> dict[str, Any]:
     }
 
 
+ENGINE_FLAGS = {
+    "kv_budget_tokens": "--kv-budget",
+    "decode": "--decode",
+    "decode_steps": "--decode-steps",
+    "prefill_graph_tokens": "--prefill-graphs",
+}
+"""The `EngineConfig` keys this command's flags set."""
+
+
 def run(args: argparse.Namespace) -> int:
     result, sweep, work = measure(args)
     if args.json:
@@ -200,14 +215,6 @@ def measure(args: argparse.Namespace) -> tuple[dict[str, Any], Sweep, Workload]:
         torch.set_num_threads(args.threads)
     sizes: list[int] = args.batch_sizes
     device = devices.resolve_device(args.device, "--device")  # before any work, no GPU: fails
-    if args.model:
-        model = load_causal_lm(args.model)
-    else:
-        model = random_model(args.model_size, args.seed, device)
-    model.to(device=device, dtype=DTYPES[args.dtype])
-    work = make_workload(
-        args.requests, model.config.vocab_size, args.max_tokens, args.seed, args.turns
-    )
     cfg = EngineConfig(
         kv_budget_tokens=args.kv_budget,
         max_num_seqs=max(args.requests, 1),
@@ -216,6 +223,16 @@ def measure(args: argparse.Namespace) -> tuple[dict[str, Any], Sweep, Workload]:
         cuda_graphs=not args.no_cuda_graphs,
         decode_steps=args.decode_steps,
         prefill_graph_tokens=args.prefill_graphs,
+    )
+    with flag_names(ENGINE_FLAGS):  # before the model is built
+        cfg.validate()
+    if args.model:
+        model = load_causal_lm(args.model)
+    else:
+        model = random_model(args.model_size, args.seed, device)
+    model.to(device=device, dtype=DTYPES[args.dtype])
+    work = make_workload(
+        args.requests, model.config.vocab_size, args.max_tokens, args.seed, args.turns
     )
     log.info(
         "workload: %d requests of %d turn(s), %d output tokens",

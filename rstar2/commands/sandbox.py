@@ -33,7 +33,7 @@ from typing import Any
 
 import anyio
 
-from rstar2.actors.sockets import CurveKeys
+from rstar2.actors.sockets import CurveKeys, is_local_endpoint
 from rstar2.commands.arguments import (
     int_list,
     nonnegative_float,
@@ -352,6 +352,11 @@ def run(args: argparse.Namespace) -> int:
         return 0
     if args.action == "serve":
         curve = _curve(args.curve_keys)
+        if curve is None and not is_local_endpoint(args.bind):
+            raise UsageError(
+                f"--bind {args.bind} is not a loopback address: it needs --curve-keys (a JSON "
+                "file with the four CURVE keys; the service is reachable from the network)"
+            )
         anyio.run(_serve_zmq_until_signalled, cfg, args.bind, curve)
         return 0
     if args.action == "soak":

@@ -146,6 +146,7 @@ CASES: list[tuple[str, int]] = [
     ("launch {missing}.toml", 2),
     ("launch {dir}", 2),
     ("launch {bad_yaml}", 2),
+    ("launch {train_toml}", 2),
     ("launch {empty_graph}", 2),
 ]
 
@@ -210,6 +211,7 @@ def paths(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
         "bad_toml": str(root / "bad.toml"),
         "bad_jsonl": str(root / "bad.jsonl"),
         "bad_json": str(root / "bad.json"),
+        "train_toml": str(Path(__file__).parent.parent / "configs" / "gpu_20m.toml"),
     }
 
 
@@ -245,8 +247,10 @@ WORDING: list[tuple[str, list[str]]] = [
      ["argument --model:", "has no config.json: not a model, checkpoint or run directory"]),
     ("train --quick --set model.path={dir}",
      ["model.path", "has no config.json: not a Hugging Face model directory"]),
+    ("launch {train_toml}", ["is a training config", "run it with `rstar2 train --config"]),
     ("launch {empty_graph}", ["config key 'graph.actors' is missing: expected a list of tables"]),
     ("train --processes 0", ["argument --processes"]),
+    ("train --quick --dry-run --set stages.0.steps=0", ["config key 'stages[0].steps': got 0"]),
     ("bench engine --decode-steps 0", ["argument --decode-steps: got 0"]),  # EngineConfig's
     ("bench engine --prefill-graphs 1 --decode fixed", ["argument --prefill-graphs: got 1"]),
     ("sandbox serve --bind tcp://0.0.0.0:1", ["--bind tcp://0.0.0.0:1", "needs --curve-keys"]),

@@ -8,6 +8,7 @@ from typing import Literal
 import pytest
 
 from rstar2.config import ConfigError, from_dict, load_file, override, require
+from rstar2.train.config import QUICK, load_train_config
 
 
 @dataclass
@@ -101,3 +102,13 @@ def test_a_flag_is_called_an_argument_not_a_config_key() -> None:
     # issue 34 row 12: flags were called "config key '--data'"
     assert str(ConfigError("--data", "x", "a file")) == "argument --data: got 'x', expected a file"
     assert str(ConfigError("a.b", 1, "2")) == "config key 'a.b': got 1, expected 2"
+
+
+def test_a_set_on_a_quick_run_leaves_the_next_quick_run_alone() -> None:
+    # `_merge` put QUICK's own stage list into the config data; `--set stages.0.steps=...`
+    # then changed the constant, and every later --quick config in the process (`experiment`'s
+    # arms, the tests that call `rstar2 train` in-process) started from it
+    first = load_train_config(quick=True, sets=["stages.0.steps=7"])
+    again = load_train_config(quick=True)
+    assert first.stages[0].steps == 7
+    assert again.stages[0].steps == QUICK["stages"][0]["steps"] != 7

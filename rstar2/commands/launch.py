@@ -24,9 +24,10 @@ import sys
 
 from rstar2.actors.backend import BACKENDS
 from rstar2.actors.graph import run_graph_blocking
-from rstar2.actors.graph_config import MAIN_PROCESS, GraphConfig, load_graph_config
+from rstar2.actors.graph_config import MAIN_PROCESS, GraphConfig, graph_config
 from rstar2.actors.nodes import node_host
 from rstar2.actors.running_graph import GraphStartError
+from rstar2.config import UsageError, load_file
 from rstar2.redaction import redact
 
 log = logging.getLogger(__name__)
@@ -55,8 +56,20 @@ def one_process(cfg: GraphConfig) -> GraphConfig:
     return dataclasses.replace(cfg, actors=actors)
 
 
+TRAINING_KEYS = ("stages", "rl", "learner", "model", "sft")
+"""Top-level tables of a training config (`rstar2 train --config`), none of a graph config."""
+
+
 def run(args: argparse.Namespace) -> int:
-    cfg = load_graph_config(args.config)
+    data = load_file(args.config)
+    graph = data.get("graph", {})
+    training = [f"[{key}]" for key in TRAINING_KEYS if key in data]
+    if isinstance(graph, dict) and "actors" not in graph and training:
+        raise UsageError(
+            f"{args.config} is a training config (it has {', '.join(training)}): run it with `rstar2 train --config {args.config}`; launch takes a graph "
+            "config, a [graph] table with its actors"
+        )
+    cfg = graph_config(data)
     if args.one_process:
         cfg = one_process(cfg)
     host = None if args.node_rank is None else node_host(cfg, args.node_rank)

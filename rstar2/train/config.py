@@ -12,6 +12,7 @@ What it does not do: run anything (see `runner.py`).
 
 from __future__ import annotations
 
+import copy
 import json
 import tomllib
 from dataclasses import dataclass, field
@@ -58,9 +59,9 @@ class StageConfig:
     """Start the stage with a fresh optimizer state (the paper resets it for stage 3)."""
 
     def validate(self) -> None:
-        require(self.steps >= 1, "stages[].steps", self.steps, "an integer >= 1")
-        require(self.filter_samples >= 1, "stages[].filter_samples", self.filter_samples, ">= 1")
-        require(self.filter_pool >= 0, "stages[].filter_pool", self.filter_pool, ">= 0")
+        require(self.steps >= 1, "steps", self.steps, "an integer >= 1")
+        require(self.filter_samples >= 1, "filter_samples", self.filter_samples, ">= 1")
+        require(self.filter_pool >= 0, "filter_pool", self.filter_pool, ">= 0")
 
 
 @dataclass
@@ -366,9 +367,12 @@ def default_config_text() -> str:
 
 
 def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    """`base` with `over`'s values, tables merged key by key; a copy that shares nothing with
+    `over` (`QUICK`: a `--set stages.0.steps=...` after it once changed the constant)."""
     out = dict(base)
     for k, v in over.items():
-        out[k] = _merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
+        merge = isinstance(v, dict) and isinstance(out.get(k), dict)
+        out[k] = _merge(out[k], v) if merge else copy.deepcopy(v)
     return out
 
 

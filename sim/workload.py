@@ -294,7 +294,11 @@ def _spec(obj: object, where: str, index: int) -> TrajectorySpec:
             turns,
         )
     except (KeyError, TypeError, AttributeError) as e:
-        raise ValueError(f"{where}: not a trajectory record ({e!r})") from None
+        why = f"no field {e}" if isinstance(e, KeyError) else str(e)
+        raise ValueError(
+            f"{where}: not a trajectory record ({why}; a rollout_trace.jsonl record has "
+            "prompt_id, prompt_tokens and turns)"
+        ) from None
     if not turns or prompt_tokens < 1 or spec.max_response_tokens < used:
         raise ValueError(f"{where}: need >= 1 turn, prompt_tokens >= 1, budget >= used tokens")
     return spec

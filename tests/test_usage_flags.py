@@ -40,6 +40,8 @@ of their meaning ("`compare-staleness`: ...")."""
 
 NOT_TAKEN = {
     ("sim bound", "--no-progress"): "usage.md: `bound` takes every flag of the table but this",
+    ("sim compare", "--policy"): "usage.md: `compare` runs every policy",
+    ("sim compare-staleness", "--max-staleness"): "usage.md: it runs k = 0..--max-k",
 }
 """(command, flag) of a shared table's row that a sub-action lacks, each said in usage.md's prose."""
 

@@ -48,7 +48,7 @@ from rstar2.analysis import (
     teacher_force,
     token_table,
 )
-from rstar2.commands.arguments import model_directory, positive_int
+from rstar2.commands.arguments import check_out_dir, model_directory, positive_int
 from rstar2.config import ConfigError
 from rstar2.model import load_model
 from rstar2.whole_file import write_text
@@ -125,6 +125,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     device = resolve_device(args.device)  # a device this machine lacks: before reading anything
+    check_out_dir(args.out, "--out")  # ... and an --out that cannot be written
     try:
         loaded = load_trajectories(args.trajectories, args.limit, args.step)
     except ValueError as e:  # a line that is not a trajectory record (named by file and line)

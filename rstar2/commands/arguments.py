@@ -15,11 +15,13 @@ What it does not do: validate config files (that is `rstar2.config`) or relation
 from __future__ import annotations
 
 import argparse
+import tempfile
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
+from pathlib import Path
 from typing import NoReturn
 
-from rstar2.config import ConfigError
+from rstar2.config import ConfigError, UsageError
 from rstar2.run_layout import model_dir_of, model_files_problem
 
 EXIT_USAGE = 2
@@ -69,6 +71,11 @@ positive_int: Callable[[str], int] = _number(int, "an integer", 1, strict=False)
 nonnegative_int: Callable[[str], int] = _number(int, "an integer", 0, strict=False)
 positive_float: Callable[[str], float] = _number(float, "a number", 0, strict=True)
 nonnegative_float: Callable[[str], float] = _number(float, "a number", 0, strict=False)
+
+
+def int_at_least(low: int) -> Callable[[str], int]:
+    """An integer >= `low` (`positive_int` is `int_at_least(1)`)."""
+    return _number(int, "an integer", low, strict=False)
 
 
 def int_list(text: str) -> list[int]:
@@ -127,3 +134,18 @@ def flag_names(flags: Mapping[str, str]) -> Iterator[None]:
         if e.key not in flags:
             raise
         raise ConfigError(flags[e.key], e.value, e.expected) from None
+
+
+def check_out_dir(path: str | Path, flag: str) -> None:
+    """An output directory, checked before the work that fills it: a file there, or a
+    directory that cannot be made or written (read-only, no permission), is one line now, not
+    after minutes of work (it is made if missing)."""
+    out = Path(path)
+    if out.exists() and not out.is_dir():
+        raise UsageError(f"argument {flag}: not a directory: {out}")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=out):
+            pass
+    except OSError as e:
+        raise UsageError(f"argument {flag}: cannot write to {out} ({e.strerror})") from None

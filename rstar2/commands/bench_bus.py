@@ -47,12 +47,14 @@ from rstar2.actors.backend import BACKENDS
 from rstar2.actors.graph import run_graph_blocking
 from rstar2.actors.graph_config import GraphConfig, graph_config
 from rstar2.actors.outbox import PACK_BYTES
-from rstar2.commands.arguments import nonnegative_int, positive_int
+from rstar2.commands.arguments import int_at_least, nonnegative_int, positive_int
 from rstar2.config import UsageError
 from rstar2.switch_interval import switch_interval
 from rstar2.wire import Item
 
 TRANSPORTS = ("inproc", "ipc", "tcp")
+SWITCH_INTERVALS_MS = "5,0.5,0.1"
+"""`--busy-thread`'s interpreter switch intervals, unless --switch-intervals-ms says others."""
 _DEMO = "rstar2.actors.demo"
 _RAW_TCP_PORT = 5690
 
@@ -62,7 +64,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--json", action="store_true", help="print one JSON list, one object per transport"
     )
     parser.add_argument(
-        "--messages", type=positive_int, default=20000, help="messages per throughput run (>= 2)"
+        "--messages", type=int_at_least(2), default=20000, help="messages per throughput run"
     )
     parser.add_argument(
         "--repeats", type=positive_int, default=3, help="throughput runs per side (median)"
@@ -83,8 +85,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--switch-intervals-ms",
-        default="5,0.5,0.1",
-        help="with --busy-thread: the interpreter switch intervals to measure (comma-separated)",
+        help="with --busy-thread: the interpreter switch intervals to measure (comma-separated; "
+        f"default: {SWITCH_INTERVALS_MS})",
     )
 
 
@@ -229,7 +231,8 @@ def busy_thread_rtts(
 def run_busy_thread(args: argparse.Namespace) -> int:
     """`--busy-thread`: the table (or JSON list) of `busy_thread_rtts`."""
     try:
-        intervals = [float(v) for v in args.switch_intervals_ms.split(",") if v.strip()]
+        text = args.switch_intervals_ms or SWITCH_INTERVALS_MS
+        intervals = [float(v) for v in text.split(",") if v.strip()]
     except ValueError:
         intervals = []
     if not intervals or min(intervals) <= 0:
@@ -488,19 +491,14 @@ def measure(transport: str, args: argparse.Namespace, tmp: str) -> dict[str, Any
 
 def run(args: argparse.Namespace) -> int:
     if args.busy_thread:
-        if args.round_trips < 1:
-            raise UsageError("bad arguments: --round-trips >= 1 is needed")
         return run_busy_thread(args)
+    if args.switch_intervals_ms is not None:
+        raise UsageError("--switch-intervals-ms is for --busy-thread (the intervals it measures)")
     transports = [t.strip() for t in args.transports.split(",") if t.strip()]
     bad = [t for t in transports if t not in TRANSPORTS]
     if bad or not transports:
         raise UsageError(
             f"--transports: got {args.transports!r}, expected a subset of {TRANSPORTS}"
-        )
-    if args.messages < 2 or args.round_trips < 1 or args.size < 0 or args.repeats < 1:
-        raise UsageError(
-            "bad arguments: --messages >= 2, --round-trips >= 1, --size >= 0 and "
-            "--repeats >= 1 are needed"
         )
     rows = []
     with tempfile.TemporaryDirectory(prefix="rstar2-bench-") as tmp:

@@ -48,7 +48,7 @@ import torch
 import torch.distributed as dist
 from torch._dynamo.utils import counters as dynamo_counters
 
-from rstar2.commands.arguments import model_directory
+from rstar2.commands.arguments import model_directory, nonnegative_float
 from rstar2.config import ConfigError
 from rstar2.devices import resolve_device
 from rstar2.learner import packing
@@ -192,7 +192,9 @@ def _add_output_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-push", action="store_true", help="skip the weight-push measurement")
     p.add_argument("--bucket-mb", type=float, default=8.0, help="weight-push bucket (MiB)")
     p.add_argument("--threads", type=int, default=0, help="torch threads per rank (0: cores/ranks)")
-    p.add_argument("--peak-tflops", type=float, default=0.0, help="GPU peak (0: by name)")
+    p.add_argument(
+        "--peak-tflops", type=nonnegative_float, default=0.0, help="GPU peak (0: by name)"
+    )
     p.add_argument(
         "--profile",
         action="store_true",

@@ -40,6 +40,7 @@ from rstar2.actors.graph_config import GraphConfig, load_graph_config
 from rstar2.actors.running_graph import GraphResult
 from rstar2.commands.arguments import model_directory, positive_float, positive_int
 from rstar2.config import UsageError
+from rstar2.profile.actor_load import actor_loads
 from rstar2.profile.chrome_trace import write_chrome_trace
 from rstar2.profile.overhead import TARGET, WORKLOADS, measure_overhead_blocking
 from rstar2.profile.recording import Recording
@@ -159,6 +160,9 @@ def run(args: argparse.Namespace) -> int:
     if not result.ok:
         for f in result.failures:
             print(f"FAILED {f.actor}:\n{f.traceback}", file=sys.stderr)
+        if not actor_loads(rec):  # it ended before any actor's stats: nothing to report on
+            log.error("the graph ended with %r before any actor recorded its load", result.reason)
+            return 1
         log.warning("graph ended with %r: the report covers the run until then", result.reason)
     code = _write(rec, Path(args.out), args.json)
     if result.reason == "failed":  # an actor failed: the report is partial, the run is not ok

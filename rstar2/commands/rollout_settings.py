@@ -16,6 +16,7 @@ from typing import Any
 
 from rstar2.commands.rollout_options import FLAG_KEYS, training_run_config
 from rstar2.config import ConfigError, from_dict, load_file, override, to_dict
+from rstar2.devices import resolve_device
 from rstar2.engine.config import EngineConfig
 from rstar2.model import ModelFileError, load_model
 from rstar2.reward import RewardConfig
@@ -56,6 +57,7 @@ def resolve_settings(args: argparse.Namespace) -> RunSettings:
         sandbox=from_dict(SandboxConfig, data.get("sandbox", {}), "sandbox"),
         reward=from_dict(RewardConfig, data.get("reward", {}), "reward"),
     )
+    resolve_device(settings.engine.device, "engine.device")  # no GPU here: before the model loads
     r = settings.rollout
     log.info(
         "settings: max_response_tokens %d, max_turns %d, temperature %g, tool_timeout_s %g "

@@ -24,7 +24,6 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import os
 import signal
 import socket
 import sys
@@ -48,7 +47,7 @@ from rstar2.sandbox.bench import WORKLOADS, run_bench
 from rstar2.sandbox.config import SandboxConfig
 from rstar2.sandbox.http_bench import APIS, all_failed, run_http_bench
 from rstar2.sandbox.http_front import HttpConfig
-from rstar2.sandbox.http_gate import bind_socket, load_token
+from rstar2.sandbox.http_gate import bind_socket, token_from
 from rstar2.sandbox.http_server import Shutdown, serve_http
 from rstar2.sandbox.service import serve_sandbox
 from rstar2.sandbox.soak import SoakConfig, passed, run_soak
@@ -128,7 +127,7 @@ def _add_bench_options(p_bench: argparse.ArgumentParser) -> None:
         help="through HTTP: rstar2's front in-process, or the service at URL",
     )  # fmt: skip
     p_bench.add_argument(
-        "--api", choices=[*APIS, "both"], default="both", help="with --http: the API to call"
+        "--api", choices=[*APIS, "both"], help="with --http: the API to call (default: both)"
     )
 
 
@@ -228,16 +227,7 @@ def _curve(path: Path | None) -> CurveKeys | None:
 
 def token_of(args: argparse.Namespace) -> str | None:
     """The HTTP token: --token-file, else $RSTAR2_SANDBOX_TOKEN, else None."""
-    if args.token_file is not None:
-        try:
-            return load_token(args.token_file.read_text(), "--token-file")
-        except OSError as e:
-            raise ConfigError(
-                "--token-file", str(args.token_file), f"a readable file ({e})"
-            ) from None
-    if os.environ.get(TOKEN_ENV):
-        return load_token(os.environ[TOKEN_ENV], f"${TOKEN_ENV}")
-    return None
+    return token_from(args.token_file, "--token-file", TOKEN_ENV)
 
 
 def http_config(args: argparse.Namespace) -> HttpConfig:
@@ -283,11 +273,13 @@ def _bench(args: argparse.Namespace, cfg: SandboxConfig) -> int:
     def progress(line: str) -> None:
         log.info("bench %s", line)
 
+    if args.http is None and args.api is not None:
+        raise UsageError("--api is for --http (the API a remote sandbox speaks)")
     if args.http is None:
         sweep: list[int] = args.sweep
         out = anyio.run(run_bench, cfg, args.seconds, sweep, args.burst, progress)
     else:
-        apis = list(APIS) if args.api == "both" else [args.api]
+        apis = list(APIS) if args.api in (None, "both") else [args.api]
         url = args.http.rstrip("/") or None
         out = anyio.run(run_http_bench, cfg, url, apis, args.seconds, token_of(args), progress)
     if args.json:

@@ -36,15 +36,11 @@ import importlib
 import json
 import logging
 import sys
-import tempfile
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from pathlib import Path
 
-from rstar2.commands.arguments import (
-    nonnegative_int,
-)
+from rstar2.commands.arguments import check_out_dir, nonnegative_int
 from rstar2.commands.sim_options import (
     add_calibrate_options,
     add_run_options,
@@ -82,6 +78,10 @@ COMPARE_STALENESS_STEPS = 8
 """Steps of each run of `compare-staleness` when --steps is not given."""
 
 
+SET_BY_ACTION = {"compare": ("--policy",), "compare-staleness": ("--max-staleness",)}
+"""The run flags an action sets itself (every policy; k = 0..--max-k): it does not take them."""
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """`rstar2 sim [options]` runs one policy; `compare`, `bound` and `calibrate` are actions
     with their own `--help`. The workload options may stand before or after the action: after
@@ -96,7 +96,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         if name == "calibrate":
             add_calibrate_options(p)
             continue
-        add_run_options(p, suppress=True)
+        add_run_options(p, suppress=True, without=SET_BY_ACTION.get(name, ()))
         if name != "bound":
             p.add_argument(
                 "--no-progress",
@@ -175,7 +175,7 @@ def _run(args: argparse.Namespace) -> int:
         print(json.dumps(summary, indent=2) if args.json else run_table(summary))
         return 0
     if args.action == "compare":
-        check_out_dir(args.out_dir)
+        check_out_dir(args.out_dir, "--out-dir")
     policies = list(COMPARED_POLICIES) if args.action == "compare" else [args.policy]
     results = [simulate(args, p) for p in policies]
     if args.json:
@@ -205,22 +205,8 @@ def simulate_run(args: argparse.Namespace, max_staleness: int) -> RunResult:
         raise UsageError(str(e)) from None
 
 
-def check_out_dir(path: str) -> None:
-    """--out-dir, before any simulation: a file there, or a directory that cannot be made or
-    written (read-only, no permission), is one line now, not after minutes of work."""
-    out = Path(path)
-    if out.exists() and not out.is_dir():
-        raise UsageError(f"argument --out-dir: not a directory: {out}")
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-        with tempfile.TemporaryFile(dir=out):
-            pass
-    except OSError as e:
-        raise UsageError(f"argument --out-dir: cannot write to {out} ({e.strerror})") from None
-
-
 def _compare_staleness(args: argparse.Namespace) -> int:
-    check_out_dir(args.out_dir)
+    check_out_dir(args.out_dir, "--out-dir")
     results = [simulate_run(args, k) for k in range(args.max_k + 1)]
     if args.json:
         print(json.dumps([r.summary() for r in results], indent=2))
@@ -256,6 +242,14 @@ ENGINE_FIDELITY = "rstar2.commands.sim_fidelity"
 
 
 def _calibrate(args: argparse.Namespace) -> int:
+    if args.engine and (args.points or args.check):
+        raise UsageError(
+            "--engine measures its own steps; --points and --check fit measured ones: one or "
+            "the other"
+        )
+    engine_only = [("--model-dir", args.model_dir), ("--save-points", args.save_points)]
+    if not args.engine and (given := [flag for flag, value in engine_only if value is not None]):
+        raise UsageError(f"{' and '.join(given)}: with --engine only")
     if args.engine:  # the one action that needs torch: imported only here (see the docstring)
         return int(importlib.import_module(ENGINE_FIDELITY).run(args))
     if args.points is None:

@@ -32,10 +32,15 @@ _AddOption = Callable[..., None]
 """`add_run_options`'s `add`: `parser.add_argument`, with defaults suppressed after an action."""
 
 
-def add_run_options(parser: argparse.ArgumentParser, suppress: bool) -> None:
-    """The cluster, workload and policy options, and --json."""
+def add_run_options(
+    parser: argparse.ArgumentParser, suppress: bool, without: tuple[str, ...] = ()
+) -> None:
+    """The cluster, workload and policy options, and --json; not the flags `without` (an
+    action that sets them itself: given to it, they are an unrecognized argument, not ignored)."""
 
     def add(*flags: str, default: object = None, help: str = "", **kwargs: object) -> None:
+        if flags[0] in without:
+            return
         if suppress:
             if default is not None and default is not False:
                 help += f" (default: {default})"
@@ -180,13 +185,21 @@ def config_from_args(args: argparse.Namespace, policy: str) -> SimConfig:
         for flag, field in _WORKLOAD_FLAGS.items()
         if getattr(args, flag) is not None
     }
+    for flag, value in (
+        ("--trace-step", args.trace_step),
+        ("--learner-metrics", args.learner_metrics),
+    ):
+        if value is not None and args.trace is None:
+            raise UsageError(f"{flag} is for --trace (a rollout_trace.jsonl of a run)")
     workload = replace(WorkloadConfig(), **overrides)
     workload.validate()
     if workload.trace is not None:
         try:  # a bad trace is bad input, named by its line; read again by the simulator
             load_trace(workload.trace, workload.trace_step)
+        except OSError as e:  # missing, a directory, unreadable
+            raise UsageError(f"argument --trace: {workload.trace}: {e.strerror}") from None
         except ValueError as e:
-            raise UsageError(f"--trace: {e}") from None
+            raise UsageError(f"argument --trace: {e}") from None
     if args.calibration is not None:
         measured_points(args.calibration, "--calibration")  # the same: checked here, read by build
     scheduler = compared_config(policy)

@@ -19,14 +19,13 @@ What it does not do: write anything into the run, or start a browser.
 from __future__ import annotations
 
 import argparse
-import os
 from pathlib import Path
 
 import anyio
 
 from rstar2.commands.arguments import port_number
 from rstar2.config import ConfigError, UsageError
-from rstar2.sandbox.http_gate import bind_socket, is_loopback, load_token
+from rstar2.sandbox.http_gate import bind_socket, is_loopback, token_from
 from rstar2.view.app import serve_view, view_app
 from rstar2.view.records import open_source
 
@@ -53,11 +52,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def token_of(args: argparse.Namespace) -> str | None:
     """The token: --token-file, else $RSTAR2_VIEW_TOKEN, else None."""
-    if args.token_file is not None:
-        return load_token(args.token_file.read_text(), "--token-file")
-    if os.environ.get(TOKEN_ENV):
-        return load_token(os.environ[TOKEN_ENV], f"${TOKEN_ENV}")
-    return None
+    return token_from(args.token_file, "--token-file", TOKEN_ENV)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -188,13 +188,20 @@ def engine_core(model: nn.Module, cfg: EngineConfig, work: Workload | None = Non
     one-turn workloads (nothing to continue) and holds one entry per conversation otherwise
     (a finished run's last turns stay parked: longer than any first prompt, so a later run
     of the same prompts cannot take them). Raises ValueError when the workload's longest
-    conversation does not fit the model's positions."""
+    conversation does not fit the model's positions or the KV budget."""
     entries = len(work.prompts) if work is not None and work.later_turns else 0
     core = EngineCore(model, dataclasses.replace(cfg, prefix_cache_entries=entries))
     if work is not None and work.longest_context() > core.max_model_len:
+        positions = int(model.config.max_position_embeddings)
+        by_kv = core.max_model_len == cfg.num_blocks * cfg.block_size < positions
         raise ValueError(
-            f"the workload's longest conversation has {work.longest_context()} tokens, over the "
-            f"engine's max_model_len {core.max_model_len}: fewer turns or a lower max_tokens"
+            f"the workload's longest conversation has {work.longest_context()} tokens, over "
+            f"the engine's max_model_len {core.max_model_len} "
+            + (
+                "(its KV budget): a larger KV budget, fewer turns or a lower max_tokens"
+                if by_kv
+                else "(the model's positions): fewer turns or a lower max_tokens"
+            )
         )
     core.generate([[1, 2, 3, 4]], SamplingParams(4, seed=0))  # warm-up
     return core

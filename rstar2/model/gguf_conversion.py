@@ -84,6 +84,8 @@ def _field(reader: GGUFReader, key: str) -> object:
 def read_gguf_header(path: str | Path) -> GGUFHeader:
     """The header of GGUF file `path`; FileNotFoundError / ValueError (one line) if unusable."""
     path = Path(path)
+    if path.is_dir():
+        raise IsADirectoryError(f"{path} is a directory: expected a .gguf file")
     if not path.is_file():
         raise FileNotFoundError(f"{path}: no such file")
     with path.open("rb") as f:

@@ -12,6 +12,8 @@ Access (the HTTP counterpart of the ZeroMQ service's CURVE rule, `SocketFactory.
   so clients that take only a URL (verl's `sandbox_fusion_url`, rStar2's code-judge host)
   work unchanged. Tokens are compared in constant time (`hmac.compare_digest`);
 - `load_token(text, origin)`: a token is at least 16 characters (whitespace around it dropped);
+  `token_from(path, flag, env)` reads it from a server's `--token-file` or its environment
+  variable (`sandbox serve --http` and `view`);
 - `TokenCheck(app, token, challenge)`: the ASGI middleware that applies `authorized` to every
   HTTP request (the sandbox's front and `rstar2 view` both wrap their apps in it).
 
@@ -35,6 +37,7 @@ import ipaddress
 import os
 import socket
 from dataclasses import dataclass
+from pathlib import Path
 
 from starlette.datastructures import Headers
 from starlette.responses import JSONResponse
@@ -105,6 +108,20 @@ def load_token(text: str, origin: str) -> str:
             '(python -c "import secrets; print(secrets.token_urlsafe(32))")',
         )
     return token
+
+
+def token_from(path: Path | None, flag: str, env: str) -> str | None:
+    """A server's token: file `path` (given by `flag`), else environment variable `env`, else
+    None; a file that cannot be read or a weak token is a `ConfigError` naming its origin."""
+    if path is not None:
+        try:
+            text = path.read_text()
+        except OSError as e:  # missing, a directory, unreadable
+            raise ConfigError(flag, str(path), f"a readable file ({e.strerror})") from None
+        return load_token(text, flag)
+    if os.environ.get(env):
+        return load_token(os.environ[env], f"${env}")
+    return None
 
 
 def presented_token(header: str) -> str | None:

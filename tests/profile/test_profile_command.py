@@ -36,3 +36,21 @@ def test_a_failed_actor_is_exit_code_1_after_the_report(
     assert main(["-q", "profile", "--steps", "1", "--out", str(out)]) == code
     assert (out / "report.txt").is_file() and (out / "trace.json").is_file()
     assert ("FAILED rollout.0" in capsys.readouterr().err) == (reason == "failed")
+
+
+def test_actors_that_failed_before_recording_anything_are_one_line_and_exit_code_1(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # a failure at start (a model that does not load) left no stats: "no actor loads to
+    # analyse" was a ValueError traceback after the actor's own
+    failed = [ActorFailed("rollout.0", "Traceback ...\nModelFileError: x")]
+    monkeypatch.setattr(
+        command, "_record", lambda args: (GraphResult("failed", failures=failed), recording([]))
+    )
+    assert main(["profile", "--steps", "1", "--out", str(tmp_path / "prof")]) == 1
+    assert "FAILED rollout.0" in capsys.readouterr().err
+    assert "before any actor recorded its load" in caplog.text
+    assert not (tmp_path / "prof" / "report.txt").exists()

@@ -66,8 +66,9 @@ def run(args: argparse.Namespace) -> int:
     training = [f"[{key}]" for key in TRAINING_KEYS if key in data]
     if isinstance(graph, dict) and "actors" not in graph and training:
         raise UsageError(
-            f"{args.config} is a training config (it has {', '.join(training)}): run it with `rstar2 train --config {args.config}`; launch takes a graph "
-            "config, a [graph] table with its actors"
+            f"{args.config} is a training config (it has {', '.join(training)}): run it with "
+            f"`rstar2 train --config {args.config}`; launch takes a graph config, a [graph] "
+            "table with its actors"
         )
     cfg = graph_config(data)
     if args.one_process:

@@ -246,9 +246,9 @@ def config_from_args(args: argparse.Namespace, policy: str) -> SimConfig:
 
 
 def flag_of(key: str, args: argparse.Namespace) -> str:
-    """The `sim` flag that sets config key `key` (`rstar2.commands.sim.run` names a bad value
-    by it) (`learner.mfu`: `--learner-mfu`, `tp`: `--tp`,
-    `workload.sigma`: `--sigma`); `key` itself when no flag does."""
+    """The `sim` flag that sets config key `key`, `key` itself when none does: `learner.mfu`
+    is `--learner-mfu`, `tp` is `--tp`, `workload.sigma` is `--sigma`. `rstar2.commands.sim.run`
+    names a bad value by it."""
     workload_flags = {field: flag for flag, field in _WORKLOAD_FLAGS.items()}
     last = key.rpartition(".")[2]
     for dest in (key.replace(".", "_"), last, workload_flags.get(last, "")):

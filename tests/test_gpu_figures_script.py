@@ -107,7 +107,7 @@ def test_the_engine_worker_measures_engine_entries_one_after_another(tmp_path: P
         1,
     )
     assert first["ok"]["engine_tok_s"] > 0 and first["ok"]["engine_round_steps"] > 0
-    assert "decode_steps" in bad["error"]
+    assert "--decode-steps" in bad["error"]
     assert (second["ok"]["decode"], second["ok"]["turns"]) == ("dynamic", 2)
 
 

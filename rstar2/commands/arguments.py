@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import argparse
 import tempfile
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import NoReturn
@@ -125,15 +125,17 @@ def zmq_endpoint(text: str) -> str:
 
 
 @contextmanager
-def flag_names(flags: Mapping[str, str]) -> Iterator[None]:
-    """Within: a `ConfigError` of a config key that a flag sets (`flags`: key -> flag) is
-    raised again naming the flag, as the user typed it (`decode_steps`: `--decode-steps`)."""
+def flag_names(flag_of: Callable[[str], str | None]) -> Iterator[None]:
+    """Within: a `ConfigError` of a config key that a flag sets (`flag_of(key)`: the flag, or
+    None) is raised again naming the flag, as the user typed it (`decode_steps`:
+    `--decode-steps`)."""
     try:
         yield
     except ConfigError as e:
-        if e.key not in flags:
+        flag = flag_of(e.key)
+        if flag is None:
             raise
-        raise ConfigError(flags[e.key], e.value, e.expected) from None
+        raise ConfigError(flag, e.value, e.expected) from None
 
 
 def check_out_dir(path: str | Path, flag: str) -> None:

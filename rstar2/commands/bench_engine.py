@@ -224,7 +224,7 @@ def measure(args: argparse.Namespace) -> tuple[dict[str, Any], Sweep, Workload]:
         decode_steps=args.decode_steps,
         prefill_graph_tokens=args.prefill_graphs,
     )
-    with flag_names(ENGINE_FLAGS):  # before the model is built
+    with flag_names(ENGINE_FLAGS.get):  # before the model is built
         cfg.validate()
     if args.model:
         model = load_causal_lm(args.model)

@@ -40,7 +40,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from rstar2.commands.arguments import check_out_dir, nonnegative_int
+from rstar2.commands.arguments import check_out_dir, flag_names, nonnegative_int
 from rstar2.commands.sim_options import (
     add_calibrate_options,
     add_run_options,
@@ -151,10 +151,8 @@ def simulate(args: argparse.Namespace, policy: str) -> SimResult:
 
 
 def run(args: argparse.Namespace) -> int:
-    try:
+    with flag_names(lambda key: flag_of(key, args)):  # a SimConfig value: by its flag
         return _run(args)
-    except ConfigError as e:  # a SimConfig value, named by the flag that set it
-        raise ConfigError(flag_of(e.key, args), e.value, e.expected) from None
 
 
 def _run(args: argparse.Namespace) -> int:

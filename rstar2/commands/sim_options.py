@@ -245,16 +245,16 @@ def config_from_args(args: argparse.Namespace, policy: str) -> SimConfig:
     return cfg
 
 
-def flag_of(key: str, args: argparse.Namespace) -> str:
-    """The `sim` flag that sets config key `key`, `key` itself when none does: `learner.mfu`
-    is `--learner-mfu`, `tp` is `--tp`, `workload.sigma` is `--sigma`. `rstar2.commands.sim.run`
-    names a bad value by it."""
+def flag_of(key: str, args: argparse.Namespace) -> str | None:
+    """The `sim` flag that sets config key `key`, None when none does: `learner.mfu` is
+    `--learner-mfu`, `tp` is `--tp`, `workload.sigma` is `--sigma`. `rstar2.commands.sim.run`
+    names a bad value by it (`arguments.flag_names`)."""
     workload_flags = {field: flag for flag, field in _WORKLOAD_FLAGS.items()}
     last = key.rpartition(".")[2]
     for dest in (key.replace(".", "_"), last, workload_flags.get(last, "")):
         if dest and dest in vars(args):
             return "--" + dest.replace("_", "-")
-    return key
+    return None
 
 
 def measured_points(path: str, flag: str) -> list[StepPoint]:

@@ -450,6 +450,13 @@ def test_ctrl_c_while_a_bench_target_module_imports_is_exit_code_130(
     assert capsys.readouterr().err == "rstar2 bench: interrupted\n"
 
 
+def run_program(source: str) -> subprocess.CompletedProcess[str]:
+    """Python `source` run as a program of its own (its exit code, stdout and stderr)."""
+    return subprocess.run(
+        [sys.executable, "-c", source], capture_output=True, text=True, timeout=60
+    )
+
+
 INTERRUPTED_PROGRAM = """
 import atexit, sys
 from rstar2 import cli
@@ -478,9 +485,7 @@ def test_an_interrupted_program_ends_without_the_interpreters_teardown() -> None
     # after Ctrl-C the teardown freed torch's and the model's objects one by one: seconds of
     # garbage collection, most of the 5.0-5.7 s from Ctrl-C to exit of `convert`, `bench
     # train` and `experiment` at load 2-4 (issue 34: within 5 s)
-    done = subprocess.run(
-        [sys.executable, "-c", INTERRUPTED_PROGRAM], capture_output=True, text=True, timeout=60
-    )
+    done = run_program(INTERRUPTED_PROGRAM)
     assert done.returncode == 130, done.stderr
     assert done.stdout == "written before\n"
     assert done.stderr.splitlines() == ["rstar2 sim: interrupted", "exit handler"], done.stderr
@@ -513,9 +518,7 @@ sys.exit(cli.main())
 def test_a_ctrl_c_that_a_finaliser_swallowed_still_stops_the_command() -> None:
     # `rstar2 chat` Ctrl-C'd while `regex` freed a pattern at import printed "Exception
     # ignored in: <function Group.__del__ ...>" with a traceback, answered, and exited 0
-    done = subprocess.run(
-        [sys.executable, "-c", SWALLOWED_PROGRAM], capture_output=True, text=True, timeout=60
-    )
+    done = run_program(SWALLOWED_PROGRAM)
     assert (done.returncode, done.stdout) == (130, ""), done.stderr
     assert done.stderr == "rstar2 chat: interrupted\n"
 

@@ -22,6 +22,7 @@ from rstar2.commands import sim as sim_command
 from rstar2.commands.arguments import HelpFormatter
 from rstar2.commands.bench import TargetParser
 from rstar2.train.runner import TrainingInterrupted
+from tests.stand_in_model import stand_in_model
 
 # placeholders in argv: {missing} a path that does not exist, {dir} an empty directory, {file} a
 # text file, {bad_yaml}/{bad_toml}/{bad_jsonl}/{bad_json} files that do not parse, {q_jsonl}
@@ -172,10 +173,7 @@ def paths(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     }
     for name, text in files.items():
         (root / name).write_text(text)
-    (root / "model").mkdir()  # every file a model needs, none that loads
-    for name in ("config.json", "tokenizer.json"):
-        (root / "model" / name).write_text("{}")
-    (root / "model" / "model.safetensors").write_text("")
+    stand_in_model(root / "model")  # every file a model needs, none that loads
     (root / "config_only").mkdir()
     (root / "config_only" / "config.json").write_text("{}")
     (root / "no_tokenizer").mkdir()

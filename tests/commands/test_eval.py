@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from rstar2.cli import main
+from tests.stand_in_model import stand_in_model
 
 
 def exit_code(argv: list[str]) -> int:
@@ -20,12 +21,7 @@ def exit_code(argv: list[str]) -> int:
 
 @pytest.fixture
 def model(tmp_path: Path) -> Path:
-    path = tmp_path / "model"
-    path.mkdir()
-    for name in ("config.json", "tokenizer.json"):  # the files --model checks for, as stand-ins
-        (path / name).write_text("{}")
-    (path / "model.safetensors").write_text("")
-    return path
+    return stand_in_model(tmp_path / "model")  # the files --model checks for
 
 
 @pytest.mark.parametrize(

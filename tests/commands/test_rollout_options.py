@@ -13,6 +13,7 @@ import pytest
 from rstar2.commands.rollout_options import add_rollout_arguments, training_run_config
 from rstar2.commands.rollout_settings import resolve_settings
 from rstar2.config import ConfigError
+from tests.stand_in_model import stand_in_model
 
 
 def _args(*argv: str) -> argparse.Namespace:
@@ -79,8 +80,5 @@ def test_the_settings_are_a_short_info_line_and_in_full_at_debug(
 
 
 def _model_files(model: Path) -> None:
-    """The files `--model` checks for, as stand-ins (nothing here loads them): the HF config,
-    a weights file, a tokenizer."""
-    (model / "config.json").write_text(json.dumps({"model_type": "qwen2"}))
-    (model / "model.safetensors").write_text("")
-    (model / "tokenizer.json").write_text("{}")
+    """The files `--model` checks for, as stand-ins (nothing here loads them)."""
+    stand_in_model(model, json.dumps({"model_type": "qwen2"}))

@@ -30,7 +30,9 @@ def test_freeze_collects_the_garbage_first_then_freezes_the_rest() -> None:
     assert dropped_ref() is not None  # a cycle outlives its last name
     frozen = heap.freeze()
     assert dropped_ref() is None  # collected, not frozen for good
-    assert frozen == gc.get_freeze_count() > 0
+    # Another thread (pytest-xdist's) may free frozen objects by their refcount at any time,
+    # so the count can only have fallen since `freeze` read it.
+    assert frozen >= gc.get_freeze_count() > 0
     assert not any(o is kept for o in gc.get_objects())  # collections skip it now
     assert kept.me is kept
 

@@ -15,6 +15,7 @@ name = "square"
 cls = "rstar2.actors.demo:Square"
 count = 2
 process = "workers"     # its own OS process; actors sharing a name share a process
+# process_per_instance = true   # instead "workers-0", "workers-1": a process per instance
 ```
 
 Validation here is what can be checked without importing actor classes (names, counts, hosts,
@@ -51,6 +52,10 @@ class ActorConfig:
     """Number of instances (a stream into this actor is spread round-robin over them)."""
     process: str = MAIN_PROCESS
     """OS process to run in; "main" is the launching process, any other name is spawned."""
+    process_per_instance: bool = False
+    """Each instance in a spawned process of its own, "<process>-<index>" (`process` "engines":
+    "engines-0", "engines-1", ...), so that instances which are busy in Python each have an
+    interpreter (an event loop and a lock) to themselves."""
     host: str = "local"
     """Host to run on: a key of `graph.hosts`."""
     restarts: int = 0
@@ -179,6 +184,12 @@ def _validate_actors(cfg: GraphConfig) -> None:
         require(a.restarts >= 0, f"{key}.restarts", a.restarts, "an integer >= 0")
         require(bool(_NAME.match(a.process)), f"{key}.process", a.process, "a process name")
         require(
+            not (a.process_per_instance and a.process == MAIN_PROCESS),
+            f"{key}.process",
+            a.process,
+            "the name of a spawned process (not \"main\") with process_per_instance",
+        )
+        require(
             a.host in cfg.hosts, f"{key}.host", a.host, f"one of graph.hosts: {sorted(cfg.hosts)}"
         )
 
@@ -231,7 +242,8 @@ def parse_edge(edge: str, key: str = "graph.edges") -> tuple[str, str, str, str]
 def actor_node(name: str, cls: type, params: Any = None, **placement: Any) -> dict[str, Any]:
     """One `graph.actors` entry for code that builds a graph: the class itself (written as its
     import path) and its typed params (a config dataclass, written as its table; or a dict of
-    keyword arguments); `placement` adds `count`, `process`, `host`, `restarts`."""
+    keyword arguments); `placement` adds `count`, `process`, `process_per_instance`, `host`,
+    `restarts`."""
     table = {} if params is None else params if isinstance(params, dict) else to_dict(params)
     return {
         "name": name,

@@ -1,7 +1,8 @@
 """From a GraphConfig to a concrete plan: instances, processes and ZeroMQ endpoints.
 
 Pure and deterministic (every host computes the same plan from the same config):
-- each actor becomes `count` instances named "<actor>.<index>";
+- each actor becomes `count` instances named "<actor>.<index>", in the actor's process or, with
+  `process_per_instance`, each in "<process>-<index>";
 - every input port of every instance binds one endpoint; its transport is the narrowest that
   reaches all its senders: inproc:// when they all share its process, ipc:// (a file in the
   graph's temp dir) when they share its host, tcp://<host address>:<base_port + n> otherwise;
@@ -129,18 +130,18 @@ def _bind_endpoints(
     ipc_dir: str,
 ) -> None:
     """Give every input port of every instance the narrowest transport its senders reach."""
-    by_name = {a.name: a for a in cfg.actors}
     n = 0
     for a in cfg.actors:
         for inst in instances[a.name]:
             for in_port in classes[a.name].inputs:
                 procs = {
-                    (by_name[s].host, by_name[s].process)
+                    (sender.host, sender.process)
                     for s in senders.get((a.name, in_port), [])
+                    for sender in instances[s]
                 }
-                if all(p == (a.host, a.process) for p in procs):
+                if all(p == (inst.host, inst.process) for p in procs):
                     ep = f"inproc://rstar2-{uid}/{inst.name}/{in_port}"
-                elif all(h == a.host for h, _ in procs):
+                elif all(h == inst.host for h, _ in procs):
                     ep = f"ipc://{ipc_dir}/{n}.sock"
                 else:
                     ep = f"tcp://{cfg.hosts[a.host]}:{cfg.base_port + n}"
@@ -165,7 +166,7 @@ def build_plan(cfg: GraphConfig, ipc_dir: str, uid: str | None = None) -> GraphP
                 a.count,
                 a.cls,
                 dict(a.params),
-                a.process,
+                f"{a.process}-{k}" if a.process_per_instance else a.process,
                 a.host,
                 a.restarts,
             )

@@ -12,6 +12,7 @@ from rstar2.actors import graph_config
 from rstar2.actors.graph_config import actor_node
 from rstar2.actors.plan import build_plan
 from rstar2.actors.sockets import SocketFactory, is_local_endpoint
+from rstar2.commands.launch import one_process
 from rstar2.config import ConfigError
 from rstar2.sandbox.actor import SandboxActor
 from rstar2.sandbox.config import SandboxConfig
@@ -50,6 +51,18 @@ def test_bad_values_are_named() -> None:
     assert error_key(data) == "graph.actors[0].count"
     assert error_key(base(hwm=0)) == "graph.hwm"
     assert error_key(base(edges=["source.out => sink.in"])) == "graph.edges[0]"
+
+
+def test_a_process_per_instance_must_be_a_spawned_one() -> None:
+    data = base()
+    data["graph"]["actors"][1]["process_per_instance"] = True
+    assert error_key(data) == "graph.actors[1].process"  # "main" is this process, one only
+    data["graph"]["actors"][1]["process"] = "sinks"
+    graph_config(data)
+    # `rstar2 launch --one-process` puts every instance in this process, these too
+    assert {i.process for i in build_plan(one_process(graph_config(data)), "/tmp").instances} == {
+        "main"
+    }
 
 
 def test_unknown_port_and_class_are_named_when_planning() -> None:

@@ -36,6 +36,27 @@ async def test_ipc_graph_uses_ipc_between_processes_and_cleans_up() -> None:
     assert all(p.exitcode is not None for p in procs)
 
 
+async def test_instances_in_processes_of_their_own() -> None:
+    """`process_per_instance`: each square in a process of its own, wired by ipc to the source
+    (main) and to the sink (its own process), and every message still arrives once."""
+    cfg = pipeline(n=200, process="workers")
+    cfg.actors[1].process_per_instance = True
+    async with open_graph(cfg) as graph:
+        where = {inst.name: inst.process for inst in graph.plan.instances}
+        assert where == {
+            "source.0": "main", "square.0": "workers-0", "square.1": "workers-1",
+            "sink.0": "workers",
+        }  # fmt: skip
+        assert sorted(graph.procs) == ["workers", "workers-0", "workers-1"]
+        binds = [ep for inst in graph.plan.instances for ep in inst.binds.values()]
+        assert binds and all(ep.startswith("ipc://") for ep in binds)
+        result = await graph.wait()
+    assert result.reason == "stopped" and result.result == {"count": 200, "sum": expected_sum(200)}
+    by_actor = {s.actor: s for s in result.stats}
+    assert by_actor["square.0"].handled > 0 and by_actor["square.1"].handled > 0
+    assert by_actor["square.0"].process == "workers-0"
+
+
 @pytest.mark.parametrize("process", ["main", "svc"], ids=["inproc", "ipc"])
 async def test_request_reply_round_trips(process: str) -> None:
     cfg = graph_config(

@@ -187,7 +187,7 @@ def _validate_actors(cfg: GraphConfig) -> None:
             not (a.process_per_instance and a.process == MAIN_PROCESS),
             f"{key}.process",
             a.process,
-            "the name of a spawned process (not \"main\") with process_per_instance",
+            'the name of a spawned process (not "main") with process_per_instance',
         )
         require(
             a.host in cfg.hosts, f"{key}.host", a.host, f"one of graph.hosts: {sorted(cfg.hosts)}"

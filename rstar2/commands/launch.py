@@ -53,8 +53,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def one_process(cfg: GraphConfig) -> GraphConfig:
     """The same graph with every actor placed in the launching process."""
     actors = [
-        dataclasses.replace(a, process=MAIN_PROCESS, process_per_instance=False)
-        for a in cfg.actors
+        dataclasses.replace(a, process=MAIN_PROCESS, process_per_instance=False) for a in cfg.actors
     ]
     return dataclasses.replace(cfg, actors=actors)
 

@@ -85,6 +85,13 @@ class Placement:
     processes: int = 1
     """1 = every actor in this process (inproc); N > 1 = rollout workers and sandbox services
     spread over N - 1 spawned local processes (ipc)."""
+    worker_processes: bool = False
+    """Each rollout worker in a spawned process of its own ("engines-0", "engines-1", ...; the
+    tools and the scheduler stay where `processes` and `services_process` put them), so that
+    every engine's agent loops, bus traffic and host work run on an event loop and under an
+    interpreter lock of their own instead of sharing one (the ceiling of docs/production.md,
+    "The event loop's Python"). The engines then get the learner's weights as copies (no
+    `cluster.share_weights`)."""
     services_process: bool = False
     """Run the scheduler with the sandbox and reward actors: with `processes = 1` the three in a
     spawned process of their own ("services"), leaving the learner and the rollout workers
@@ -107,8 +114,10 @@ class Placement:
         """The process each of the training graph's actors runs in ("main": this one): with
         `processes` 1 all in "main"; 2 the rollout workers and tools (sandbox, reward) in
         "engines"; 3 or more the tools in "tools". `services_process` puts the scheduler with the
-        tools, and with `processes` 1 gives them a process of their own, "services"."""
-        workers = "main" if self.processes == 1 else "engines"
+        tools, and with `processes` 1 gives them a process of their own, "services". With
+        `worker_processes` the rollout workers' entry is "engines" and worker k runs in
+        "engines-k" (`process_per_instance`)."""
+        workers = "main" if self.processes == 1 and not self.worker_processes else "engines"
         if self.processes == 1:
             tools = "services" if self.services_process else "main"
         else:
@@ -123,7 +132,11 @@ class Placement:
 
     def process_count(self) -> int:
         """How many processes the training graph runs in, this one included."""
-        return len(set(self.processes_of().values()))
+        where = self.processes_of()
+        if not self.worker_processes:
+            return len(set(where.values()))
+        others = {p for actor, p in where.items() if actor != "rollout"}
+        return len(others) + self.engines
 
     def validate(self) -> None:
         require(self.engines >= 1, "graph.engines", self.engines, "an integer >= 1")
@@ -275,6 +288,8 @@ class TrainConfig:
              self.cluster.engine_backend == "embedded"),
             ("graph.processes", self.graph.processes, "1: the engines in the learner's process",
              self.graph.processes == 1),
+            ("graph.worker_processes", self.graph.worker_processes,
+             "false: the engines in the learner's process", not self.graph.worker_processes),
             ("cluster.learner_ranks", self.cluster.learner_ranks, "1",
              self.cluster.learner_ranks == 1),
             ("rl.max_staleness", self.rl.max_staleness,

@@ -284,6 +284,7 @@ def _train_actors(
             ),
             count=g.engines,
             process=where["rollout"],
+            process_per_instance=g.worker_processes,
         ),
         actor_node(
             "sandbox", SandboxActor, cfg.sandbox, count=g.sandboxes, process=where["sandbox"]

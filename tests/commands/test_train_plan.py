@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from rstar2.actors.plan import build_plan
 from rstar2.commands.train_plan import format_plan, memory_plan
 from rstar2.config import ConfigError, override
 from rstar2.train.config import load_train_config
@@ -142,6 +143,26 @@ def test_each_actor_runs_in_the_process_the_placement_names(
     assert cfg.graph.process_count() == len(set(want))
     graph = train_graph(cfg, Path("run"), Path("model"), False, None, 0.0)
     assert {a.name: a.process for a in graph.actors} == where
+
+
+def test_worker_processes_put_each_rollout_worker_in_a_process_of_its_own() -> None:
+    """`graph.worker_processes`: rollout worker k in "engines-k", the rest where it was; the
+    count says so, and the weights cannot be shared across processes."""
+    sets = ["graph.engines=3", "graph.worker_processes=true", "graph.services_process=true"]
+    cfg = load_train_config(sets=sets)
+    assert cfg.graph.process_count() == 5  # main, services, engines-0..2
+    graph = train_graph(cfg, Path("run"), Path("model"), False, None, 0.0)
+    plan = build_plan(graph, "/tmp")
+    where = {i.name: i.process for i in plan.instances}
+    assert where == {
+        "learner.0": "main", "scheduler.0": "services", "rollout.0": "engines-0",
+        "rollout.1": "engines-1", "rollout.2": "engines-2", "sandbox.0": "services",
+        "reward.0": "services",
+    }  # fmt: skip
+    assert len(set(where.values())) == cfg.graph.process_count()
+    with pytest.raises(ConfigError) as e:
+        load_train_config(sets=[*sets, "cluster.share_weights=true"])
+    assert e.value.key == "graph.worker_processes"
 
 
 def test_the_rollout_workers_get_the_graphs_switch_interval() -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shlex
 import shutil
 import signal
@@ -234,27 +235,48 @@ def _assert_same_policy_and_metrics(ref: Path, run: Path) -> None:
 
 
 @pytest.mark.slow
-def test_train_over_two_processes(tmp_path: Path, smoke_config: Path) -> None:
+@pytest.mark.parametrize(
+    ("placement", "spawned"),
+    [
+        (["--processes", "2"], ["engines"]),
+        (  # each of two rollout workers in a process of its own
+            ["--set", "graph.engines=2", "--set", "graph.worker_processes=true"],
+            ["engines-0", "engines-1"],
+        ),
+    ],
+    ids=["processes-2", "worker-processes"],
+)
+def test_train_over_several_processes(
+    tmp_path: Path, smoke_config: Path, placement: list[str], spawned: list[str]
+) -> None:
     run = tmp_path / "run"
     out = subprocess.run(
-        train_cmd(
+        [
+            sys.executable,
+            "-m",
+            "rstar2.cli",
+            "train",  # not -q: the log names the processes
             "--config",
             str(smoke_config),
             "--run-dir",
             str(run),
-            "--processes",
-            "2",
+            *placement,
             "--set",
             "sft.steps=0",
             "--set",
             'stages=[{"name": "rl1", "steps": 1}]',
-        ),
+        ],
         capture_output=True,
         text=True,
         timeout=600,
     )
     assert out.returncode == 0, out.stderr[-3000:]
     assert [r["step"] for r in read_metrics(run / "metrics.jsonl") if "reward_mean" in r] == [1]
+    started = re.findall(r"process (\S+) \(pid \d+\): (.*)", out.stderr)
+    assert sorted(started) == sorted(
+        (name, f"rollout.{k}" if name.startswith("engines-") else "rollout.0, sandbox.0, reward.0")
+        for k, name in enumerate(spawned)
+    ), out.stderr[-3000:]
 
 
 def readme_first_five_minutes() -> list[list[str]]:

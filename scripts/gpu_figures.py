@@ -672,7 +672,8 @@ def environment() -> dict[str, Any]:
     }
 
 
-def main(argv: list[str] | None = None) -> int:
+def arg_parser() -> argparse.ArgumentParser:
+    """The command line of this script (`main`)."""
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--out", type=Path, help="directory for the results (required)")
     p.add_argument("--part", choices=("engine", "bench", "train", "variants", "all"), default="all")
@@ -742,6 +743,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument("--worker", type=Path, metavar="MODEL_DIR", help=argparse.SUPPRESS)
     p.add_argument("--engine-worker", action="store_true", help=argparse.SUPPRESS)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = arg_parser()
     args = p.parse_args(argv)
     if args.worker:
         return worker(args.worker)

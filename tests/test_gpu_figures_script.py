@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import importlib
 import json
+import re
 import sys
 import time
 from pathlib import Path
@@ -517,3 +518,34 @@ def test_variant_runs_start_from_the_sft_model_with_their_own_settings(
                 twice, []):  # fmt: skip
         with pytest.raises(SystemExit):
             gpu.main([*argv, *bad])
+
+
+def test_the_next_gpu_runs_commands_parse_and_their_variants_are_valid_settings() -> None:
+    """The commands docs/production.md plans for the next GPU session parse as the script
+    takes them, and each variant's settings over `configs/gpu_20m.toml`, as `--part variants`
+    runs them, are a valid training config: a typo there would cost a GPU session's minutes."""
+    from rstar2.train.config import load_train_config
+
+    repo = SCRIPTS.parent
+    text = (repo / "docs" / "production.md").read_text()
+    plan = text.split("**The next run, in 15 minutes of device time**", 1)[1]
+    block = plan.split("```bash", 1)[1].split("```", 1)[0].replace("\\\n", "")  # as the shell
+    commands = [
+        c.split("&&", 1)[0].split("\nB=", 1)[0]
+        for c in block.split("python3 scripts/gpu_figures.py")[1:]
+    ]
+    assert len(commands) == 4
+    for command in commands:  # every flag is the script's (B's shell arithmetic stands in)
+        argv = command.replace("$((B - 90 - SECONDS))", "100").replace("$OUT", "out").split()
+        args = gpu.arg_parser().parse_args(argv)
+        if args.only:  # benchmarks of the plan, by name
+            names = {name for name, _, _ in gpu.bench_plan(smoke=False)}
+            assert set(args.only.split(",")) <= names, set(args.only.split(",")) - names
+    variants = [gpu.parse_variant(v) for v in re.findall(r"--variant (\S+)", block)]
+    assert [name for name, _ in variants][:2] == ["as-configured", "worker-procs-2"]
+    for _, settings in variants:
+        cfg = load_train_config(
+            repo / "configs" / "gpu_20m.toml",
+            sets=[*gpu.rl_only_settings(Path("sft"), 4), *settings],
+        )
+        assert cfg.total_steps == 4

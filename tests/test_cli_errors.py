@@ -252,6 +252,9 @@ WORDING: list[tuple[str, list[str]]] = [
     ("sim run --learner-metrics {file}", ["--learner-metrics is for --trace"]),
     ("sim compare --policy round_robin", ["unrecognized arguments: --policy round_robin"]),
     ("sim compare-staleness --max-staleness 2", ["unrecognized arguments: --max-staleness 2"]),
+    # ... and before the action, where the top-level parser takes them
+    ("sim --policy round_robin compare", ["--policy: `sim compare` sets it itself"]),
+    ("sim --max-staleness 2 compare-staleness", ["--max-staleness: `sim compare-staleness`"]),
     ("sim calibrate --engine --points {file}", ["--engine measures its own steps"]),
     ("sim calibrate --points {file} --save-points {dir}/p", ["--save-points: with --engine only"]),
     ("sandbox bench --api code-judge", ["--api is for --http"]),

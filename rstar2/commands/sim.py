@@ -44,6 +44,7 @@ from rstar2.commands.arguments import check_out_dir, flag_names, nonnegative_int
 from rstar2.commands.sim_options import (
     add_calibrate_options,
     add_run_options,
+    apply_deferred,
     config_from_args,
     flag_of,
     measured_points,
@@ -79,7 +80,9 @@ COMPARE_STALENESS_STEPS = 8
 
 
 SET_BY_ACTION = {"compare": ("--policy",), "compare-staleness": ("--max-staleness",)}
-"""The run flags an action sets itself (every policy; k = 0..--max-k): it does not take them."""
+"""The run flags an action sets itself (every policy; k = 0..--max-k): it does not take them,
+after it (argparse refuses them) or before it (`run` does)."""
+_WHY = {"compare": "every policy", "compare-staleness": "k = 0..--max-k"}
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -87,7 +90,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     with their own `--help`. The workload options may stand before or after the action: after
     it they are parsed with no default (`argparse.SUPPRESS`), so that they do not overwrite
     what was given before it."""
-    add_run_options(parser, suppress=False)
+    set_by_actions = tuple(flag for flags in SET_BY_ACTION.values() for flag in flags)
+    deferred = add_run_options(parser, suppress=False, defer=set_by_actions)
+    parser.set_defaults(deferred_defaults=deferred)
     parser.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
     sub = parser.add_subparsers(dest="action", metavar="[ACTION]")
     parser.set_defaults(action="run")  # after add_subparsers, whose default it replaces
@@ -151,8 +156,18 @@ def simulate(args: argparse.Namespace, policy: str) -> SimResult:
 
 
 def run(args: argparse.Namespace) -> int:
+    given = [f for f in SET_BY_ACTION.get(args.action, ()) if getattr(args, _dest(f)) is not None]
+    if given:  # before the action (after it, argparse refuses them)
+        raise UsageError(
+            f"{given[0]}: `sim {args.action}` sets it itself ({_WHY[args.action]}); drop it"
+        )
+    apply_deferred(args, args.deferred_defaults)
     with flag_names(lambda key: flag_of(key, args)):  # a SimConfig value: by its flag
         return _run(args)
+
+
+def _dest(flag: str) -> str:
+    return flag.lstrip("-").replace("-", "_")
 
 
 def _run(args: argparse.Namespace) -> int:

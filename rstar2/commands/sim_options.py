@@ -33,17 +33,27 @@ _AddOption = Callable[..., None]
 
 
 def add_run_options(
-    parser: argparse.ArgumentParser, suppress: bool, without: tuple[str, ...] = ()
-) -> None:
+    parser: argparse.ArgumentParser,
+    suppress: bool,
+    without: tuple[str, ...] = (),
+    defer: tuple[str, ...] = (),
+) -> dict[str, object]:
     """The cluster, workload and policy options, and --json; not the flags `without` (an
-    action that sets them itself: given to it, they are an unrecognized argument, not ignored)."""
+    action that sets them itself: given to it, they are an unrecognized argument, not ignored).
+    The flags `defer` parse to None when not given, so that a caller can tell them given; their
+    defaults are returned by destination, for the caller to fill in (`apply_deferred`)."""
+    deferred: dict[str, object] = {}
 
     def add(*flags: str, default: object = None, help: str = "", **kwargs: object) -> None:
         if flags[0] in without:
             return
-        if suppress:
+        if suppress or flags[0] in defer:
             if default is not None and default is not False:
                 help += f" (default: {default})"
+        if flags[0] in defer:
+            deferred[flags[0].lstrip("-").replace("-", "_")] = default
+            default = None
+        if suppress:
             default = argparse.SUPPRESS
         parser.add_argument(*flags, default=default, help=help, **kwargs)  # type: ignore[arg-type]
 
@@ -52,6 +62,14 @@ def add_run_options(
     _add_scheduler_options(add)
     _add_learner_options(add)
     add("--json", action="store_true", default=False, help="machine-readable output")
+    return deferred
+
+
+def apply_deferred(args: argparse.Namespace, deferred: dict[str, object]) -> None:
+    """Give the deferred flags (`add_run_options`' `defer`) that were not given their default."""
+    for dest, default in deferred.items():
+        if getattr(args, dest, None) is None:
+            setattr(args, dest, default)
 
 
 def _add_cluster_options(add: _AddOption) -> None:

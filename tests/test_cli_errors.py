@@ -386,6 +386,25 @@ def test_sim_checks_its_out_dir_before_simulating(
         assert "not a directory" in capsys.readouterr().err
 
 
+def test_a_command_that_fails_after_making_its_out_dir_leaves_none_behind(
+    paths: dict[str, str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # analyze makes --out to check it, then finds the trajectories file is not one
+    out = tmp_path / "new" / "analysis"
+    argv = ["-q", "analyze", paths["file"], "--model", paths["model"], "--out", str(out)]
+    assert _run(argv) == 2
+    assert "expected a trajectories file" in capsys.readouterr().err
+    assert not (tmp_path / "new").exists()
+    # a directory that was there before stays
+    assert _run([*argv[:-1], paths["dir"]]) == 2 and os.path.isdir(paths["dir"])
+    # sim compare and compare-staleness: a trajectory that cannot fit the KV cache
+    for action in ("compare", "compare-staleness"):
+        out = tmp_path / action
+        assert _run(["-q", "sim", action, "--out-dir", str(out), "--kv-tokens", "100"]) == 2
+        assert "--kv-tokens" in capsys.readouterr().err
+        assert not out.exists()
+
+
 def test_a_full_disk_is_one_line_and_leaves_no_half_written_plot(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -400,7 +419,7 @@ def test_a_full_disk_is_one_line_and_leaves_no_half_written_plot(
     assert _run(argv) == 2
     err = capsys.readouterr().err
     assert err.startswith("rstar2 sim: error: No space left on device: ") and err.count("\n") == 1
-    assert list((tmp_path / "out").iterdir()) == []
+    assert not (tmp_path / "out").exists()  # no half-written plot, nor the emptied directory
 
 
 def test_a_task_groups_one_bad_input_error_is_that_error(

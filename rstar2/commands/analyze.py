@@ -48,7 +48,7 @@ from rstar2.analysis import (
     teacher_force,
     token_table,
 )
-from rstar2.commands.arguments import check_out_dir, model_directory, positive_int
+from rstar2.commands.arguments import model_directory, out_dir, positive_int
 from rstar2.config import ConfigError
 from rstar2.model import load_model
 from rstar2.whole_file import write_text
@@ -125,7 +125,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     device = resolve_device(args.device)  # a device this machine lacks: before reading anything
-    check_out_dir(args.out, "--out")  # ... and an --out that cannot be written
+    with out_dir(args.out, "--out") as out:  # ... and an --out that cannot be written
+        return _analyze(args, device, out)
+
+
+def _analyze(args: argparse.Namespace, device: torch.device, out: Path) -> int:
     try:
         loaded = load_trajectories(args.trajectories, args.limit, args.step)
     except ValueError as e:  # a line that is not a trajectory record (named by file and line)
@@ -152,8 +156,6 @@ def run(args: argparse.Namespace) -> int:
         result["compare"] = report_b
         result["change"] = compare(table_a, table_b, report_a, report_b, args.top)
         reports.append((label_of(args.compare_model), report_b))
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
     plots = [plot_entropy_by_distance(reports, args.window, out / "entropy_by_distance.png")]
     if args.compare_model:
         plots.append(plot_comparison(reports, out / "comparison.png"))

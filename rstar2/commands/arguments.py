@@ -138,16 +138,28 @@ def flag_names(flag_of: Callable[[str], str | None]) -> Iterator[None]:
         raise ConfigError(flag, e.value, e.expected) from None
 
 
-def check_out_dir(path: str | Path, flag: str) -> None:
-    """An output directory, checked before the work that fills it: a file there, or a
-    directory that cannot be made or written (read-only, no permission), is one line now, not
-    after minutes of work (it is made if missing)."""
+@contextmanager
+def out_dir(path: str | Path, flag: str) -> Iterator[Path]:
+    """An output directory, checked before the work in the block that fills it: a file there,
+    or a directory that cannot be made or written (read-only, no permission), is one line now,
+    not after minutes of work. It is made if missing; if the work then fails, the directories
+    made here are removed again while they are empty (a failed command leaves none behind)."""
     out = Path(path)
     if out.exists() and not out.is_dir():
         raise UsageError(f"argument {flag}: not a directory: {out}")
+    made = [d for d in (out, *out.parents) if not d.exists()][::-1]  # outermost first
     try:
         out.mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryFile(dir=out):
             pass
     except OSError as e:
         raise UsageError(f"argument {flag}: cannot write to {out} ({e.strerror})") from None
+    try:
+        yield out
+    except BaseException:
+        for d in reversed(made):
+            try:
+                d.rmdir()  # only an empty one
+            except OSError:
+                break
+        raise

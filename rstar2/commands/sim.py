@@ -40,7 +40,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from rstar2.commands.arguments import check_out_dir, flag_names, nonnegative_int
+from rstar2.commands.arguments import flag_names, nonnegative_int, out_dir
 from rstar2.commands.sim_options import (
     add_calibrate_options,
     add_run_options,
@@ -188,16 +188,18 @@ def _run(args: argparse.Namespace) -> int:
         print(json.dumps(summary, indent=2) if args.json else run_table(summary))
         return 0
     if args.action == "compare":
-        check_out_dir(args.out_dir, "--out-dir")
-    policies = list(COMPARED_POLICIES) if args.action == "compare" else [args.policy]
-    results = [simulate(args, p) for p in policies]
+        with out_dir(args.out_dir, "--out-dir"):
+            results = [simulate(args, p) for p in COMPARED_POLICIES]
+            paths = write_plots(results, args.out_dir)
+    else:
+        results = [simulate(args, args.policy)]
     if args.json:
         out = [r.summary() for r in results]
         print(json.dumps(out if args.action == "compare" else out[0], indent=2))
     else:
         print(table(results))
     if args.action == "compare":
-        for path in write_plots(results, args.out_dir):
+        for path in paths:
             log.info("wrote %s", path)
     return 0
 
@@ -219,13 +221,14 @@ def simulate_run(args: argparse.Namespace, max_staleness: int) -> RunResult:
 
 
 def _compare_staleness(args: argparse.Namespace) -> int:
-    check_out_dir(args.out_dir, "--out-dir")
-    results = [simulate_run(args, k) for k in range(args.max_k + 1)]
+    with out_dir(args.out_dir, "--out-dir"):
+        results = [simulate_run(args, k) for k in range(args.max_k + 1)]
+        plot = write_staleness_plot(results, args.out_dir)
     if args.json:
         print(json.dumps([r.summary() for r in results], indent=2))
     else:
         print(staleness_table(results))
-    log.info("wrote %s", write_staleness_plot(results, args.out_dir))
+    log.info("wrote %s", plot)
     return 0
 
 

@@ -158,7 +158,7 @@ def dry_run_plan(cfg: TrainConfig) -> dict[str, Any]:
         "engines": cfg.graph.engines,
         "sandboxes": cfg.graph.sandboxes,
         "processes": cfg.graph.process_count(),
-        "placement": cfg.graph.processes_of(),
+        "placement": _placement(cfg),
     }
     if cfg.cluster.gpus == 0:
         out["learner_device"] = cfg.learner.device
@@ -166,6 +166,14 @@ def dry_run_plan(cfg: TrainConfig) -> dict[str, Any]:
     if cfg.cluster.gpus > 0:
         out["plan"] = memory_plan(cfg)
     return out
+
+
+def _placement(cfg: TrainConfig) -> dict[str, str | list[str]]:
+    """Each actor's process; with `graph.worker_processes` the rollout workers' one each."""
+    where: dict[str, str | list[str]] = dict(cfg.graph.processes_of())
+    if cfg.graph.worker_processes:
+        where["rollout"] = [f"{where['rollout']}-{k}" for k in range(cfg.graph.engines)]
+    return where
 
 
 def _device(setting: str) -> str:

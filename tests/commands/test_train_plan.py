@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from rstar2.actors.plan import build_plan
-from rstar2.commands.train_plan import format_plan, memory_plan
+from rstar2.commands.train_plan import dry_run_plan, format_plan, memory_plan
 from rstar2.config import ConfigError, override
 from rstar2.train.config import load_train_config
 from rstar2.train.runner import train_graph
@@ -160,6 +160,9 @@ def test_worker_processes_put_each_rollout_worker_in_a_process_of_its_own() -> N
         "reward.0": "services",
     }  # fmt: skip
     assert len(set(where.values())) == cfg.graph.process_count()
+    placement = dry_run_plan(cfg)["placement"]  # what --dry-run --json shows
+    assert placement["rollout"] == ["engines-0", "engines-1", "engines-2"]
+    assert placement["learner"] == "main" and placement["sandbox"] == "services"
     with pytest.raises(ConfigError) as e:
         load_train_config(sets=[*sets, "cluster.share_weights=true"])
     assert e.value.key == "graph.worker_processes"

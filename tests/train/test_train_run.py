@@ -239,12 +239,9 @@ def _assert_same_policy_and_metrics(ref: Path, run: Path) -> None:
     ("placement", "spawned"),
     [
         (["--processes", "2"], ["engines"]),
-        (  # each of two rollout workers in a process of its own
-            ["--set", "graph.engines=2", "--set", "graph.worker_processes=true"],
-            ["engines-0", "engines-1"],
-        ),
+        # two rollout workers each in a process of its own: tests/train/test_worker_processes.py
     ],
-    ids=["processes-2", "worker-processes"],
+    ids=["processes-2"],
 )
 def test_train_over_several_processes(
     tmp_path: Path, smoke_config: Path, placement: list[str], spawned: list[str]

@@ -39,6 +39,7 @@ import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 
 from rstar2.commands.arguments import flag_names, nonnegative_int, out_dir
 from rstar2.commands.sim_options import (
@@ -187,10 +188,11 @@ def _run(args: argparse.Namespace) -> int:
         summary = run_result.summary()
         print(json.dumps(summary, indent=2) if args.json else run_table(summary))
         return 0
+    plots: list[Path] = []
     if args.action == "compare":
-        with out_dir(args.out_dir, "--out-dir"):
+        with out_dir(args.out_dir, "--out-dir"):  # removed again if nothing lands in it
             results = [simulate(args, p) for p in COMPARED_POLICIES]
-            paths = write_plots(results, args.out_dir)
+            plots = write_plots(results, args.out_dir)
     else:
         results = [simulate(args, args.policy)]
     if args.json:
@@ -198,9 +200,8 @@ def _run(args: argparse.Namespace) -> int:
         print(json.dumps(out if args.action == "compare" else out[0], indent=2))
     else:
         print(table(results))
-    if args.action == "compare":
-        for path in paths:
-            log.info("wrote %s", path)
+    for path in plots:
+        log.info("wrote %s", path)
     return 0
 
 

@@ -239,6 +239,11 @@ def parse_edge(edge: str, key: str = "graph.edges") -> tuple[str, str, str, str]
     return m.group(1), m.group(2), m.group(3), m.group(4)
 
 
+def instance_process(process: str, index: int) -> str:
+    """The process of instance `index` of an actor placed with `process_per_instance`."""
+    return f"{process}-{index}"
+
+
 def actor_node(name: str, cls: type, params: Any = None, **placement: Any) -> dict[str, Any]:
     """One `graph.actors` entry for code that builds a graph: the class itself (written as its
     import path) and its typed params (a config dataclass, written as its table; or a dict of

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rstar2.actors.actor import Actor, Port
-from rstar2.actors.graph_config import MAIN_PROCESS, GraphConfig, parse_edge
+from rstar2.actors.graph_config import MAIN_PROCESS, GraphConfig, instance_process, parse_edge
 from rstar2.config import ConfigError, from_dict
 
 
@@ -166,7 +166,7 @@ def build_plan(cfg: GraphConfig, ipc_dir: str, uid: str | None = None) -> GraphP
                 a.count,
                 a.cls,
                 dict(a.params),
-                f"{a.process}-{k}" if a.process_per_instance else a.process,
+                instance_process(a.process, k) if a.process_per_instance else a.process,
                 a.host,
                 a.restarts,
             )

@@ -47,6 +47,7 @@ from rstar2.commands.sim_options import (
     add_run_options,
     apply_deferred,
     config_from_args,
+    dest_of,
     flag_of,
     measured_points,
 )
@@ -157,7 +158,7 @@ def simulate(args: argparse.Namespace, policy: str) -> SimResult:
 
 
 def run(args: argparse.Namespace) -> int:
-    given = [f for f in SET_BY_ACTION.get(args.action, ()) if getattr(args, _dest(f)) is not None]
+    given = [f for f in SET_BY_ACTION.get(args.action, ()) if getattr(args, dest_of(f)) is not None]
     if given:  # before the action (after it, argparse refuses them)
         raise UsageError(
             f"{given[0]}: `sim {args.action}` sets it itself ({_WHY[args.action]}); drop it"
@@ -165,10 +166,6 @@ def run(args: argparse.Namespace) -> int:
     apply_deferred(args, args.deferred_defaults)
     with flag_names(lambda key: flag_of(key, args)):  # a SimConfig value: by its flag
         return _run(args)
-
-
-def _dest(flag: str) -> str:
-    return flag.lstrip("-").replace("-", "_")
 
 
 def _run(args: argparse.Namespace) -> int:

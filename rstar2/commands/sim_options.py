@@ -51,7 +51,7 @@ def add_run_options(
             if default is not None and default is not False:
                 help += f" (default: {default})"
         if flags[0] in defer:
-            deferred[flags[0].lstrip("-").replace("-", "_")] = default
+            deferred[dest_of(flags[0])] = default
             default = None
         if suppress:
             default = argparse.SUPPRESS
@@ -63,6 +63,11 @@ def add_run_options(
     _add_learner_options(add)
     add("--json", action="store_true", default=False, help="machine-readable output")
     return deferred
+
+
+def dest_of(flag: str) -> str:
+    """The attribute argparse stores `flag` in: `--max-staleness` -> `max_staleness`."""
+    return flag.lstrip("-").replace("-", "_")
 
 
 def apply_deferred(args: argparse.Namespace, deferred: dict[str, object]) -> None:

@@ -172,7 +172,7 @@ def _placement(cfg: TrainConfig) -> dict[str, str | list[str]]:
     """Each actor's process; with `graph.worker_processes` the rollout workers' one each."""
     where: dict[str, str | list[str]] = dict(cfg.graph.processes_of())
     if cfg.graph.worker_processes:
-        where["rollout"] = [f"{where['rollout']}-{k}" for k in range(cfg.graph.engines)]
+        where["rollout"] = cfg.graph.rollout_processes()
     return where
 
 

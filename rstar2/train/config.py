@@ -20,6 +20,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, Literal
 
+from rstar2.actors.graph_config import instance_process
 from rstar2.config import ConfigError, from_dict, load_file, require, to_dict
 from rstar2.data import DataFormat
 from rstar2.devices import resolve_device
@@ -130,13 +131,17 @@ class Placement:
             "reward": tools,
         }
 
+    def rollout_processes(self) -> list[str]:
+        """The processes the rollout workers run in: one each with `worker_processes`."""
+        workers = self.processes_of()["rollout"]
+        if not self.worker_processes:
+            return [workers]
+        return [instance_process(workers, k) for k in range(self.engines)]
+
     def process_count(self) -> int:
         """How many processes the training graph runs in, this one included."""
-        where = self.processes_of()
-        if not self.worker_processes:
-            return len(set(where.values()))
-        others = {p for actor, p in where.items() if actor != "rollout"}
-        return len(others) + self.engines
+        others = {p for actor, p in self.processes_of().items() if actor != "rollout"}
+        return len(others | set(self.rollout_processes()))
 
     def validate(self) -> None:
         require(self.engines >= 1, "graph.engines", self.engines, "an integer >= 1")

@@ -326,6 +326,10 @@ class EngineLoad(msgspec.Struct, array_like=True, frozen=True):
     """Of `steps`, those that prefilled a prompt or a continuation."""
     prefill_s: float = 0.0
     """Of `step_s`, the seconds of the `prefill_steps`."""
+    loop_cpu_s: float = 0.0
+    """Cumulative CPU seconds of the event-loop thread of the process the engine's rollout
+    worker runs in, as the worker sent the snapshot (stamped by the worker on each trajectory's
+    result; 0.0: not stamped). Engines in one process share the thread, so share the count."""
 
 
 @register

@@ -479,7 +479,10 @@ def engine_figures(steps: list[dict[str, Any]]) -> dict[str, Any]:
     Python but the engines' and learner's threads): `loop_cpu_s_mean` and `loop_cpu_share`,
     its share of the rollout phase's wall time. Near 1 the event loop's Python bounds the
     phase, whatever the GPU does: the engine's host work waits for the same interpreter
-    lock."""
+    lock. The same for the busiest event loop a rollout worker ran in (`worker_loop_cpu_s`:
+    with `graph.worker_processes` a worker's own process, where the agent loops run while
+    the training process's loop only collects results): `worker_loop_cpu_s_mean` and
+    `worker_loop_cpu_share`."""
     rows = [r for r in steps if r.get("engine_steps")]
     if not rows:
         return {}
@@ -512,15 +515,18 @@ def engine_figures(steps: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def loop_figures(rows: list[dict[str, Any]], phase: float) -> dict[str, Any]:
-    """`loop_cpu_s_mean` and `loop_cpu_share` (see `engine_figures`) from the rows that
-    have `loop_cpu_s`; none without."""
-    cpu = [float(r["loop_cpu_s"]) for r in rows if "loop_cpu_s" in r]
-    if not cpu:
-        return {}
-    return {
-        "loop_cpu_s_mean": statistics.fmean(cpu),
-        "loop_cpu_share": sum(cpu) / phase if phase > 0 and len(cpu) == len(rows) else None,
-    }
+    """`loop_cpu_s_mean` and `loop_cpu_share`, `worker_loop_cpu_s_mean` and
+    `worker_loop_cpu_share` (see `engine_figures`) from the rows that have `loop_cpu_s`
+    (`worker_loop_cpu_s`); none without. A share only when every row has its figure."""
+    figures: dict[str, Any] = {}
+    for key in ("loop_cpu_s", "worker_loop_cpu_s"):
+        cpu = [float(r[key]) for r in rows if key in r]
+        if cpu:
+            name = key.removesuffix("_s")
+            figures[f"{key}_mean"] = statistics.fmean(cpu)
+            share = sum(cpu) / phase if phase > 0 and len(cpu) == len(rows) else None
+            figures[f"{name}_share"] = share
+    return figures
 
 
 class BenchWorker:

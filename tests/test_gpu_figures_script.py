@@ -132,7 +132,7 @@ def test_training_figures_from_a_run_directory(tmp_path: Path) -> None:
          "time_tool_s": 0.7, "time_reward_s": 0.3, "gen_tokens": 600.0, "time_learner_s": 0.7, "reward_mean": 0.6, "heldout_accuracy": 0.5,
          "engine_steps": 100.0, "engine_step_s": 1.5, "engine_wait_s": 0.5,
          "engine_round_steps": 60.0, "engine_prefill_steps": 10.0, "engine_prefill_s": 0.6,
-         "loop_cpu_s": 1.2},
+         "loop_cpu_s": 1.2, "worker_loop_cpu_s": 2.4},
         {"step": 2, "stage": "final", "test_accuracy": 0.45},
     ]  # fmt: skip
     (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
@@ -168,6 +168,9 @@ def test_training_figures_from_a_run_directory(tmp_path: Path) -> None:
     # the event loop ran 1.2 s of the rollout phase's 3.0 s
     assert got["loop_cpu_s_mean"] == pytest.approx(1.2)
     assert got["loop_cpu_share"] == pytest.approx(0.4)
+    # the busiest rollout worker's loop (its own process) ran 2.4 s of them
+    assert got["worker_loop_cpu_s_mean"] == pytest.approx(2.4)
+    assert got["worker_loop_cpu_share"] == pytest.approx(0.8)
     assert (got["validation_sft"], got["validation_last"], got["validation_last_step"]) == (
         0.25, 0.5, 2
     )  # fmt: skip

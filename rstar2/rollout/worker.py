@@ -48,6 +48,7 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Any, ClassVar
 
+import msgspec
 import torch
 
 from rstar2.actors import Actor, ActorContext, Port, port
@@ -267,11 +268,13 @@ class RolloutWorker(Actor):
         )
         wall = time.perf_counter() - start
         tool_s = sum(traj.tool_latencies)
+        # this coroutine runs on the event loop's thread: its CPU clock is the loop's
+        stats = msgspec.structs.replace(engine.stats(), loop_cpu_s=time.thread_time())
         return to_result(
             task,
             traj,
             self.index,
-            engine.stats(),
+            stats,
             wall - tool_s,
             tool_s,
             routed.moved_turns,

@@ -121,7 +121,7 @@ def test_a_run_with_shared_weights_trains_exactly_as_one_that_copies_them(
     assert [r["trained_rollouts"] > 0 for r in copied] == [True] * 3, copied
     assert all(r["weights_bus_bytes"] > 100_000 for r in copied)
     # timings, arrival-dependent
-    own = ("time_", "step_s", "wall_s", "weights_", "engine_", "loop_cpu_s")
+    own = ("time_", "step_s", "wall_s", "weights_", "engine_", "loop_cpu_s", "worker_loop_cpu_s")
     for shared in (runs["shared"], runs["apart"]):
         assert all(r["weights_bus_bytes"] < 100 and r["weights_buckets"] == 0 for r in shared)
         for a, b in zip(shared, copied, strict=True):

@@ -25,7 +25,7 @@ from rstar2.model import load_model
 from tests.profile.tool_policy import ToolPolicy
 from tests.train.conftest import SMOKE_TOML
 
-TIMING = ("time_", "step_s", "wall_s", "engine_", "loop_cpu_s")
+TIMING = ("time_", "step_s", "wall_s", "engine_", "loop_cpu_s", "worker_loop_cpu_s")
 """Metrics that measure time, or depend on it: `engine_steps` counts the steps the requests'
 arrival times made, and a resumed run's first step has no engine baseline."""
 REPO = Path(__file__).resolve().parents[2]
@@ -98,6 +98,8 @@ def test_train_writes_metrics_plot_and_checkpoints(reference: tuple[Path, str]) 
         assert ("loop_cpu_s" in r) == (r["stage"] in ("rl1", "rl3") and "step_s" in r), r
         if "loop_cpu_s" in r:
             assert 0.0 < r["loop_cpu_s"] <= r["step_s"]
+        # the rollout worker's loop (here the same thread), stamped on every result
+        assert ("worker_loop_cpu_s" in r) == ("engine_steps" in r), r
     assert rows[0]["stage"] == "sft" and "heldout_accuracy" in rows[0]
     assert (run / "curves.png").read_bytes()[:4] == b"\x89PNG"
     assert (run / "checkpoints" / "LATEST").read_text().strip() == "step-000003"

@@ -45,8 +45,19 @@ def test_two_engines_in_processes_of_their_own_train_as_two_in_one(
     one, own = runs["one"], runs["own"]
     assert [r["trained_rollouts"] > 0 for r in one] == [True] * 3, one
     assert all(r["weights_bus_bytes"] > 100_000 for r in own)  # copies, to both
+    # the agent loops ran in the workers' processes: their loops did more than the learner's
+    assert all(r["worker_loop_cpu_s"] > r["loop_cpu_s"] for r in own if "engine_steps" in r), own
     # timings, and the scheduler's choices (which engine runs a later turn), arrival-dependent
-    timing = ("time_", "step_s", "wall_s", "weights_", "engine_", "loop_cpu_s", "moved_turns")
+    timing = (
+        "time_",
+        "step_s",
+        "wall_s",
+        "weights_",
+        "engine_",
+        "loop_cpu_s",
+        "worker_loop_cpu_s",
+        "moved_turns",
+    )
     for a, b in zip(own, one, strict=True):
         assert a.keys() == b.keys()
         for key, value in b.items():

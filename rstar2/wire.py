@@ -326,10 +326,6 @@ class EngineLoad(msgspec.Struct, array_like=True, frozen=True):
     """Of `steps`, those that prefilled a prompt or a continuation."""
     prefill_s: float = 0.0
     """Of `step_s`, the seconds of the `prefill_steps`."""
-    loop_cpu_s: float = 0.0
-    """Cumulative CPU seconds of the event-loop thread of the process the engine's rollout
-    worker runs in, as the worker sent the snapshot (stamped by the worker on each trajectory's
-    result; 0.0: not stamped). Engines in one process share the thread, so share the count."""
 
 
 @register
@@ -434,6 +430,9 @@ class TrajectoryResult(Message, tag=71):
     """Turns generated on another engine than `engine` (the scheduler moved them there)."""
     prompt: int = -1
     """The task's `RolloutTask.prompt`: its prompt's index in the batch."""
+    loop_cpu_s: float = 0.0
+    """CPU seconds of the worker's event-loop thread from its first task of this step and
+    kind to this result (`rstar2.rollout.loop_clock`; 0.0: not measured)."""
 
 
 @register

@@ -6,7 +6,8 @@ Each instance owns one inference engine for a model directory, embedded or vLLM
 - ``assign`` (`RolloutTask` -> `TrajectoryResult`): roll out one trajectory with
   `run_trajectory`; many run at once as separate tasks over the one engine (continuous
   batching), and each reply is sent the moment its trajectory ends, with the engine's KV stats
-  attached so the scheduler's view stays fresh; a turn that ends in a tool call is reported on
+  attached so the scheduler's view stays fresh, and the CPU seconds this worker's event loop
+  ran since its first task of the step (`rstar2.rollout.loop_clock`); a turn that ends in a tool call is reported on
   ``turns`` (`TurnEnded`, `RoutedEngine`). All turns of a trajectory stay on this engine,
   unless ``move_turns``: then before each later turn the worker asks the scheduler on
   ``route`` (`TurnRoute` -> `TurnRouted`) and, when the answer is another engine, has that
@@ -48,7 +49,6 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Any, ClassVar
 
-import msgspec
 import torch
 
 from rstar2.actors import Actor, ActorContext, Port, port
@@ -61,6 +61,7 @@ from rstar2.rollout.agent_loop import run_trajectory
 from rstar2.rollout.config import RolloutConfig
 from rstar2.rollout.engine_backend import ENGINE_BACKENDS, open_worker_engine, sleep_or_wake
 from rstar2.rollout.graph_tools import GraphTools
+from rstar2.rollout.loop_clock import LoopClock
 from rstar2.rollout.token_codec import TokenCodec
 from rstar2.rollout.traced_engine import TracedEngine
 from rstar2.rollout.turn_router import RoutedEngine, engine_report, peer_params
@@ -99,6 +100,7 @@ def to_result(
     gen_s: float,
     tool_s: float,
     moved_turns: int = 0,
+    loop_cpu_s: float = 0.0,
 ) -> TrajectoryResult:
     """The wire form of a finished trajectory: the record itself, with the task's identity and
     the engine's stats attached."""
@@ -114,6 +116,7 @@ def to_result(
         load=stats,
         moved_turns=moved_turns,
         prompt=task.prompt,
+        loop_cpu_s=loop_cpu_s,
     )
 
 
@@ -185,6 +188,8 @@ class RolloutWorker(Actor):
         self.switch_interval_s = params.switch_interval_ms / 1e3
         self.gate: WeightGate
         """Turns and weight loads (created in `serve`, on the event loop)."""
+        self.loop_clock = LoopClock()
+        """The event loop's CPU time per step of rollouts (each result's `loop_cpu_s`)."""
 
     async def serve(self, ctx: ActorContext) -> None:
         if self.threads > 0:
@@ -252,6 +257,8 @@ class RolloutWorker(Actor):
     ) -> TrajectoryResult:
         cfg = self._task_config(task)
         start = time.perf_counter()
+        window = (task.step, task.kind)
+        self.loop_clock.open(window)
         route = self.move_turns and ctx.peers("peers") > 1
         routed = RoutedEngine(ctx, engine, self.index, task, route)
         traj = await run_trajectory(
@@ -268,16 +275,15 @@ class RolloutWorker(Actor):
         )
         wall = time.perf_counter() - start
         tool_s = sum(traj.tool_latencies)
-        # this coroutine runs on the event loop's thread: its CPU clock is the loop's
-        stats = msgspec.structs.replace(engine.stats(), loop_cpu_s=time.thread_time())
         return to_result(
             task,
             traj,
             self.index,
-            stats,
+            engine.stats(),
             wall - tool_s,
             tool_s,
             routed.moved_turns,
+            self.loop_clock.since(window),
         )
 
     def _task_config(self, task: RolloutTask) -> RolloutConfig:

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rstar2.train.config import StageConfig
-from rstar2.train.step_metrics import engine_split, rollout_metrics, stage_split
+from rstar2.train.step_metrics import engine_split, rollout_metrics, stage_split, worker_loop
 from rstar2.wire import EngineLoad, TrajectoryResult
 
 
@@ -73,6 +73,7 @@ class StepInFlight:
         row.update(self.update)
         row.update(stage_split(self.results, self.rollout_s))
         row.update(engine_split(self.results, self.engines_before))
+        row.update(worker_loop(self.results))
         row.update(time_learner_s=self.learner_s, time_sync_s=self.sync_s)
         row.update(self.staleness)
         return row

@@ -23,14 +23,15 @@
   `engine_wait_s` (of those, the host waiting for the device: the rest is the host's own
   work), `engine_round_steps` (of the steps, those run inside rounds of several decode
   steps, `engine.decode_steps`), `engine_prefill_steps` and `engine_prefill_s` (of the steps
-  and their seconds, those that prefilled a prompt or a new turn), and `worker_loop_cpu_s`:
-  the CPU seconds of the busiest event loop a rollout worker ran in (the most any engine's
-  `loop_cpu_s` stamp grew; engines in one process share their loop, so the largest, not the
-  sum; with `graph.worker_processes` each engine's own process). A delta against the latest
-  counters seen before the step (`latest_loads` of the previous rollout or evaluation), so
-  the loop's figure also holds what the worker did between the two rollouts (loading the new
-  weights); an engine seen for the first time has no baseline and no figures (the run's
-  first step, the first after a resume);
+  and their seconds, those that prefilled a prompt or a new turn). A delta against the latest counters seen before the step (`latest_loads` of the
+  previous rollout or evaluation); an engine seen for the first time has no baseline and no
+  figures (the run's first step, the first after a resume);
+- `worker_loop`: `worker_loop_cpu_s`, the CPU seconds of the busiest event loop a rollout
+  worker ran in over the step's rollouts (the largest `loop_cpu_s` a result carries: its
+  worker's loop from its first task of the step to that result, `rstar2.rollout.loop_clock`).
+  Engines in one process share their loop, so the largest, not the sum; in the learner's
+  process it is a part of the learner's `loop_cpu_s`, with `graph.worker_processes` a
+  worker's own process;
 - `progress_line`: a step's metrics row as its one fixed-width progress line.
 
 What it does not do: anything with gradients (rstar2.learner.policy_update).
@@ -105,7 +106,6 @@ def engine_split(
     pairs = [(before[e], load) for e, load in after.items() if e in before]
     if not pairs or not any(a.steps for _, a in pairs):
         return {}
-    stamped = [a.loop_cpu_s - b.loop_cpu_s for b, a in pairs if a.loop_cpu_s and b.loop_cpu_s]
     return {
         "engine_steps": float(sum(a.steps - b.steps for b, a in pairs)),
         "engine_step_s": sum(a.step_s - b.step_s for b, a in pairs),
@@ -113,8 +113,13 @@ def engine_split(
         "engine_round_steps": float(sum(a.round_steps - b.round_steps for b, a in pairs)),
         "engine_prefill_steps": float(sum(a.prefill_steps - b.prefill_steps for b, a in pairs)),
         "engine_prefill_s": sum(a.prefill_s - b.prefill_s for b, a in pairs),
-        **({"worker_loop_cpu_s": max(stamped)} if stamped else {}),
     }
+
+
+def worker_loop(results: Sequence[TrajectoryResult]) -> dict[str, float]:
+    """`worker_loop_cpu_s` (see above); {} when no result carries a measurement."""
+    busiest = max((r.loop_cpu_s for r in results), default=0.0)
+    return {"worker_loop_cpu_s": busiest} if busiest > 0 else {}
 
 
 def accuracy(results: Sequence[TrajectoryResult]) -> float:

@@ -24,10 +24,11 @@ def finished() -> Trajectory:
 
 def test_the_result_carries_the_trajectory_and_the_tasks_identity() -> None:
     traj = finished()
-    r = to_result(TASK, traj, 1, LOAD, gen_s=2.0, tool_s=0.5, moved_turns=1)
+    r = to_result(TASK, traj, 1, LOAD, gen_s=2.0, tool_s=0.5, moved_turns=1, loop_cpu_s=0.25)
     assert r.trajectory is traj  # the record itself, not a copy of its fields
     assert (r.traj_id, r.step, r.kind, r.answer, r.prompt) == ("train/3/1/2", 3, "train", "42", 1)
     assert (r.engine, r.load, r.gen_s, r.tool_s, r.moved_turns) == (1, LOAD, 2.0, 0.5, 1)
+    assert r.loop_cpu_s == 0.25
 
 
 def test_the_result_round_trips_through_the_one_decoder() -> None:

@@ -7,12 +7,12 @@ Each instance owns one inference engine for a model directory, embedded or vLLM
   `run_trajectory`; many run at once as separate tasks over the one engine (continuous
   batching), and each reply is sent the moment its trajectory ends, with the engine's KV stats
   attached so the scheduler's view stays fresh, and the CPU seconds this worker's event loop
-  ran since its first task of the step (`rstar2.rollout.loop_clock`); a turn that ends in a tool call is reported on
-  ``turns`` (`TurnEnded`, `RoutedEngine`). All turns of a trajectory stay on this engine,
-  unless ``move_turns``: then before each later turn the worker asks the scheduler on
-  ``route`` (`TurnRoute` -> `TurnRouted`) and, when the answer is another engine, has that
-  engine's worker generate the turn over ``peers`` (`RoutedEngine`); the agent loop, its
-  state and the tool calls stay here.
+  ran since its first task of the step (`rstar2.rollout.loop_clock`); a turn that ends in a
+  tool call is reported on ``turns`` (`TurnEnded`, `RoutedEngine`). All turns of a trajectory
+  stay on this engine, unless ``move_turns``: then before each later turn the worker asks the
+  scheduler on ``route`` (`TurnRoute` -> `TurnRouted`) and, when the answer is another
+  engine, has that engine's worker generate the turn over ``peers`` (`RoutedEngine`); the
+  agent loop, its state and the tool calls stay here.
 - ``generate`` (`PeerGenerate` -> `PeerGenerated`): one turn for another worker's trajectory
   (a turn the scheduler moved to this engine).
 - ``weights`` (`WeightRequest` -> `WeightReply`, `rstar2.weights.engine_loader`): new policy
@@ -102,8 +102,8 @@ def to_result(
     moved_turns: int = 0,
     loop_cpu_s: float = 0.0,
 ) -> TrajectoryResult:
-    """The wire form of a finished trajectory: the record itself, with the task's identity and
-    the engine's stats attached."""
+    """The wire form of a finished trajectory: the record itself, with the task's identity,
+    the engine's stats and the worker's measurements attached."""
     return TrajectoryResult(
         traj_id=task.traj_id,
         step=task.step,

@@ -10,7 +10,8 @@
 - `correct_with_failed_call`: share of the correct trajectories with at least one failed tool
   call (what RoC's selection can act on: a correct rollout that recovered from a failure);
 - `mixed_group_fraction`: share of prompts whose rollouts have both rewards (groups with signal);
-- `gen_tokens`: tokens the policy sampled in the step (loss-mask 1), tool and prompt tokens excluded;
+- `gen_tokens`: tokens the policy sampled in the step (loss-mask 1), tool and prompt tokens
+  excluded;
 - `moved_turns`: turns generated on another engine than their trajectory's first (the
   scheduler moved them; `scheduler.move_turns` with several engines);
 - `stage_split`: how the rollout phase's wall time divides into generation, tool and reward
@@ -23,9 +24,10 @@
   `engine_wait_s` (of those, the host waiting for the device: the rest is the host's own
   work), `engine_round_steps` (of the steps, those run inside rounds of several decode
   steps, `engine.decode_steps`), `engine_prefill_steps` and `engine_prefill_s` (of the steps
-  and their seconds, those that prefilled a prompt or a new turn). A delta against the latest counters seen before the step (`latest_loads` of the
-  previous rollout or evaluation); an engine seen for the first time has no baseline and no
-  figures (the run's first step, the first after a resume);
+  and their seconds, those that prefilled a prompt or a new turn). A delta against the
+  latest counters seen before the step (`latest_loads` of the previous rollout or
+  evaluation); an engine seen for the first time has no baseline and no figures (the run's
+  first step, the first after a resume);
 - `worker_loop`: `worker_loop_cpu_s`, the CPU seconds of the busiest event loop a rollout
   worker ran in over the step's rollouts (the largest `loop_cpu_s` a result carries: its
   worker's loop from its first task of the step to that result, `rstar2.rollout.loop_clock`).

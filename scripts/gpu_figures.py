@@ -372,9 +372,14 @@ def train_figures(run_dir: Path) -> dict[str, Any]:
             if values:
                 out[key + "_mean"] = statistics.fmean(values)
         gen_s = sum(float(r.get("time_gen_s", 0.0)) for r in steps)
+        tokens = sum(float(r.get("gen_tokens", 0.0)) for r in steps)
         if gen_s > 0:
-            out["gen_tokens_per_s"] = sum(float(r.get("gen_tokens", 0.0)) for r in steps) / gen_s
+            out["gen_tokens_per_s"] = tokens / gen_s
+        phase = sum(rollout_phase_s(r) for r in steps)
+        if phase > 0:
+            out["gen_tokens_per_phase_s"] = tokens / phase
         out.update(engine_figures(steps))
+        out.update(loop_figures(steps))
         out["skipped_updates"] = sum(float(r.get("skipped_updates", 0.0)) for r in steps)
         out["reward_first_10"] = statistics.fmean(float(r["reward_mean"]) for r in steps[:10])
         out["reward_last_10"] = statistics.fmean(float(r["reward_mean"]) for r in steps[-10:])
@@ -473,25 +478,14 @@ def engine_figures(steps: list[dict[str, Any]]) -> dict[str, Any]:
     step took, split into the host's own work and its wait for the device, and the
     generated tokens per second of engine steps (the engine's rate when it has work, tool
     waits left out); and, whatever the hardware, the engine steps an RL step's generation
-    took and the tokens each generated (the batch's effect: see `wide_settings`). Then the
-    event loop's part (`loop_cpu_s`, the CPU seconds of the training process's event-loop
-    thread while a step's rollouts were collected: with `graph.processes = 1` every actor's
-    Python but the engines' and learner's threads): `loop_cpu_s_mean` and `loop_cpu_share`,
-    its share of the rollout phase's wall time. Near 1 the event loop's Python bounds the
-    phase, whatever the GPU does: the engine's host work waits for the same interpreter
-    lock. The same for the busiest event loop a rollout worker ran in (`worker_loop_cpu_s`:
-    with `graph.worker_processes` a worker's own process, where the agent loops run while
-    the training process's loop only collects results): `worker_loop_cpu_s_mean` and
-    `worker_loop_cpu_share`."""
+    took and the tokens each generated (the batch's effect: see `wide_settings`)."""
     rows = [r for r in steps if r.get("engine_steps")]
     if not rows:
         return {}
     count = sum(float(r["engine_steps"]) for r in rows)
     busy = sum(float(r["engine_step_s"]) for r in rows)
     wait = sum(float(r["engine_wait_s"]) for r in rows)
-    phase = sum(
-        float(r.get(k, 0.0)) for r in rows for k in ("time_gen_s", "time_tool_s", "time_reward_s")
-    )
+    phase = sum(rollout_phase_s(r) for r in rows)
     rounds = sum(float(r.get("engine_round_steps", 0.0)) for r in rows)
     prefills = sum(float(r.get("engine_prefill_steps", 0.0)) for r in rows)
     prefill_s = sum(float(r.get("engine_prefill_s", 0.0)) for r in rows)
@@ -510,22 +504,35 @@ def engine_figures(steps: list[dict[str, Any]]) -> dict[str, Any]:
         "engine_host_ms": (busy - wait) * 1e3 / count,
         "engine_wait_ms": wait * 1e3 / count,
         "gen_tokens_per_engine_s": tokens / busy if busy > 0 else None,
-        **loop_figures(rows, phase),
     }
 
 
-def loop_figures(rows: list[dict[str, Any]], phase: float) -> dict[str, Any]:
-    """`loop_cpu_s_mean` and `loop_cpu_share`, `worker_loop_cpu_s_mean` and
-    `worker_loop_cpu_share` (see `engine_figures`) from the rows that have `loop_cpu_s`
-    (`worker_loop_cpu_s`); none without. A share only when every row has its figure."""
+def rollout_phase_s(row: dict[str, Any]) -> float:
+    """An RL step's rollout phase, wall seconds: its time apportioned to generation, tool
+    calls and reward (`time_gen_s` + `time_tool_s` + `time_reward_s`)."""
+    return sum(float(row.get(k, 0.0)) for k in ("time_gen_s", "time_tool_s", "time_reward_s"))
+
+
+def loop_figures(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """The event loops' part of the rollout phase, from the RL steps' rows that have it (an
+    engine without steps, such as the instant one, included): `loop_cpu_s_mean` and
+    `loop_cpu_share`, the CPU seconds of the training process's event-loop thread while a
+    step's rollouts were collected (with `graph.processes = 1` every actor's Python but the
+    engines' and learner's threads) and their share of the rollout phase's wall time. Near 1
+    the event loop's Python bounds the phase, whatever the GPU does: the engine's host work
+    waits for the same interpreter lock. The same for the busiest event loop a rollout
+    worker ran in (`worker_loop_cpu_s`: with `graph.worker_processes` a worker's own
+    process, where the agent loops run while the training process's loop only collects
+    results): `worker_loop_cpu_s_mean` and `worker_loop_cpu_share`."""
     figures: dict[str, Any] = {}
     for key in ("loop_cpu_s", "worker_loop_cpu_s"):
-        cpu = [float(r[key]) for r in rows if key in r]
-        if cpu:
+        having = [r for r in rows if key in r]
+        if having:
             name = key.removesuffix("_s")
-            figures[f"{key}_mean"] = statistics.fmean(cpu)
-            share = sum(cpu) / phase if phase > 0 and len(cpu) == len(rows) else None
-            figures[f"{name}_share"] = share
+            cpu = sum(float(r[key]) for r in having)
+            phase = sum(rollout_phase_s(r) for r in having)
+            figures[f"{key}_mean"] = cpu / len(having)
+            figures[f"{name}_share"] = cpu / phase if phase > 0 else None
     return figures
 
 

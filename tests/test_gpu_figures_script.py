@@ -147,6 +147,8 @@ def test_training_figures_from_a_run_directory(tmp_path: Path) -> None:
     assert got["step_s_mean"] == pytest.approx(3.5)
     assert got["step_s_without_evals_mean"] == pytest.approx(2.5)
     assert got["gen_tokens_per_s"] == pytest.approx(300.0)
+    # over the rollout phases' wall time: 1.0 s (generation alone), then 3.0 s
+    assert got["gen_tokens_per_phase_s"] == pytest.approx(900.0 / 4.0)
     assert got["time_learner_s_mean"] == pytest.approx(0.6)
     # engine figures from the rows that have them: 1.5 s in 100 steps of the rollout phase's
     # 3.0 s (generation 2.0, tools 0.7, reward 0.3, as the step's wall time was apportioned)
@@ -178,6 +180,30 @@ def test_training_figures_from_a_run_directory(tmp_path: Path) -> None:
     assert got["finished"] is False  # no summary.json: a run cut short still gives its figures
     (run / "summary.json").write_text(json.dumps({"wall_s": 99.0}))
     assert gpu.train_figures(run)["wall_s"] == 99.0
+
+
+def test_a_run_whose_engine_counts_no_steps_still_has_its_loop_and_phase_figures(
+    tmp_path: Path,
+) -> None:
+    """The instant engine (`cluster.engine_backend = "instant"`) runs no engine steps: no
+    engine figures, but the event loops' and the rollout phase's."""
+    run = tmp_path / "run"
+    run.mkdir()
+    rows = [
+        {"step": s, "stage": "rl1", "step_s": 0.5, "time_gen_s": 0.02, "time_tool_s": 0.3,
+         "time_reward_s": 0.08, "gen_tokens": 7000.0, "reward_mean": 0.2, "loop_cpu_s": 0.1,
+         "worker_loop_cpu_s": 0.1 * s}
+        for s in (1, 2)
+    ]  # fmt: skip
+    (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    got = gpu.train_figures(run)
+    assert "engine_busy_share" not in got
+    assert got["gen_tokens_per_s"] == pytest.approx(7000.0 / 0.02)
+    assert got["gen_tokens_per_phase_s"] == pytest.approx(7000.0 / 0.4)
+    assert (got["loop_cpu_s_mean"], got["loop_cpu_share"]) == (
+        pytest.approx(0.1), pytest.approx(0.25)
+    )  # fmt: skip
+    assert got["worker_loop_cpu_share"] == pytest.approx(0.3 / 0.8)
 
 
 def test_markdown_lists_failed_benchmarks_and_mfu_in_percent() -> None:

@@ -62,6 +62,11 @@ class EngineConfig:
     turns after tool responses; short prompts too) also run through fixed-shape buffers,
     captured as CUDA graphs on a GPU (`prefill_graphs.py`), instead of the dynamic forward,
     bound by Python on a GPU. The same outputs. 0: every prefill takes the dynamic forward."""
+    instant_tool_calls: int = 1
+    """With `cluster.engine_backend = "instant"` (no model, `rstar2.rollout.instant_engine`):
+    the turns of each rollout that end in a tool call before its answer."""
+    instant_turn_tokens: int = 28
+    """With `cluster.engine_backend = "instant"`: the tokens of each scripted turn."""
 
     def validate(self) -> None:
         require(
@@ -116,6 +121,18 @@ class EngineConfig:
             "prefill_graph_tokens",
             self.prefill_graph_tokens,
             '0 with decode = "dynamic" (fixed-shape prefills need the fixed path)',
+        )
+        require(
+            self.instant_tool_calls >= 0,
+            "instant_tool_calls",
+            self.instant_tool_calls,
+            "an integer >= 0",
+        )
+        require(
+            self.instant_turn_tokens >= 1,
+            "instant_turn_tokens",
+            self.instant_turn_tokens,
+            "an integer >= 1",
         )
 
     def fixed_decode(self, device: torch.device) -> bool:

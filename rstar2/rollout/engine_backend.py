@@ -1,8 +1,10 @@
 """A rollout worker's inference engine: which backend, sized how, opened and put to sleep.
 
-- `open_worker_engine`: the embedded engine (`rstar2.engine`, the default) or, with
-  `engine_backend="vllm"`, a vLLM engine (`rstar2.engine.vllm_backend`, imported only then:
-  vLLM is an optional install), with the token codec and the engine's context limit;
+- `open_worker_engine`: the embedded engine (`rstar2.engine`, the default), with
+  `engine_backend="vllm"` a vLLM engine (`rstar2.engine.vllm_backend`, imported only then:
+  vLLM is an optional install), or with `"instant"` no model at all, every turn scripted and
+  back at once (`rstar2.rollout.instant_engine`: what the rest of the system costs), with the
+  token codec and the engine's context limit;
 - `vllm_fields`: a vLLM engine sized like the embedded one (same context length, batch and
   block size, a KV pool of `kv_budget_tokens`, `kv_bytes_per_token` from the model's config)
   unless the `vllm` options say otherwise;
@@ -28,11 +30,12 @@ from rstar2.engine.async_engine import open_engine
 from rstar2.engine.config import EngineConfig, resolve_device
 from rstar2.engine.protocol import Engine, SleepableEngine
 from rstar2.model.loader import load_model, load_tokenizer
+from rstar2.rollout.instant_engine import InstantEngine, scripted_turns
 from rstar2.rollout.token_codec import TokenCodec
 from rstar2.weights import shared_policy
 from rstar2.wire import EngineSleep, EngineSleepAck, EngineWake
 
-ENGINE_BACKENDS = ("embedded", "vllm")
+ENGINE_BACKENDS = ("embedded", "vllm", "instant")
 _DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2}
 
 
@@ -93,6 +96,10 @@ async def open_worker_engine(
         async with open_engine(model, engine_cfg, device=device) as embedded:
             yield embedded, TokenCodec(tokenizer), embedded.core.max_model_len
         return
+    if backend == "instant":
+        engine, codec = instant_engine(model_dir, engine_cfg)
+        yield engine, codec, engine.max_model_len
+        return
     # vLLM is optional (its own virtual environment): imported only when chosen.
     from rstar2.engine.vllm_backend import open_vllm_engine
     from rstar2.engine.vllm_config import VLLMConfig
@@ -102,6 +109,24 @@ async def open_worker_engine(
     codec = TokenCodec(load_tokenizer(model_dir))
     async with open_vllm_engine(from_dict(VLLMConfig, fields, "vllm")) as engine:
         yield engine, codec, engine.max_model_len
+
+
+def instant_engine(model_dir: str, engine_cfg: EngineConfig) -> tuple[InstantEngine, TokenCodec]:
+    """An instant engine scripted by `engine_cfg` in `model_dir`'s tokens (no weights loaded),
+    with its token codec; its context limit is `engine.max_model_len`, else the model's."""
+    codec = TokenCodec(load_tokenizer(model_dir))
+    call_turn, answer_turn = scripted_turns(codec.encode_markup, engine_cfg.instant_turn_tokens)
+    max_model_len = engine_cfg.max_model_len or int(
+        json.loads((Path(model_dir) / "config.json").read_text())["max_position_embeddings"]
+    )
+    engine = InstantEngine(
+        call_turn,
+        answer_turn,
+        engine_cfg.instant_tool_calls,
+        kv_capacity_tokens=engine_cfg.num_blocks * engine_cfg.block_size,
+        max_model_len=max_model_len,
+    )
+    return engine, codec
 
 
 async def sleep_or_wake(

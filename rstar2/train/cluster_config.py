@@ -36,8 +36,12 @@ class ClusterConfig:
     """Share of GPU memory the inference engine may use (vLLM's setting)."""
     prompt_tokens: int = 1024
     """Typical prompt length, for the trajectories-per-engine estimate."""
-    engine_backend: Literal["embedded", "vllm"] = "embedded"
-    """Inference backend of the rollout workers."""
+    engine_backend: Literal["embedded", "vllm", "instant"] = "embedded"
+    """Inference backend of the rollout workers. "instant": no model; every turn is scripted
+    (`engine.instant_tool_calls`, `engine.instant_turn_tokens`) and comes back at once, so a
+    run measures what the rest of the system (agent loops, sandbox, scheduler, reward, bus,
+    learner) allows generation (`rstar2.rollout.instant_engine`); its learning means
+    nothing."""
     weight_sync: Literal["file", "broadcast"] = "file"
     """How vLLM engines receive each policy update (`engine_backend = "vllm"` only): "file" (the
     learner sends the weights to each rollout worker over the bus, which loads them from a

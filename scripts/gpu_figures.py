@@ -367,7 +367,8 @@ def train_figures(run_dir: Path) -> dict[str, Any]:
         out["rl_steps"] = len(steps)
         out["step_s_mean"] = statistics.fmean(total)
         out["step_s_without_evals_mean"] = statistics.fmean(bare)
-        for key in ("time_gen_s", "time_learner_s", "time_sync_s", "weights_bus_bytes"):
+        for key in ("time_gen_s", "time_tool_s", "time_learner_s", "time_sync_s",
+                    "weights_bus_bytes"):  # fmt: skip
             values = [float(r[key]) for r in steps if key in r]
             if values:
                 out[key + "_mean"] = statistics.fmean(values)

@@ -57,7 +57,7 @@ def markdown(results: dict[str, Any]) -> str:
 
 
 VARIANT_FIGURES = ("rl_steps", "gen_tokens_per_s", "gen_tokens_per_phase_s", "step_s_mean",
-                   "time_gen_s_mean",
+                   "time_gen_s_mean", "time_tool_s_mean",
                    "loop_cpu_share", "worker_loop_cpu_share", "engine_step_ms",
                    "engine_busy_share")  # fmt: skip
 """The figures the variant runs' table compares (`train_figures`' keys)."""

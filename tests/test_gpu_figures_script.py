@@ -150,6 +150,7 @@ def test_training_figures_from_a_run_directory(tmp_path: Path) -> None:
     # over the rollout phases' wall time: 1.0 s (generation alone), then 3.0 s
     assert got["gen_tokens_per_phase_s"] == pytest.approx(900.0 / 4.0)
     assert got["time_learner_s_mean"] == pytest.approx(0.6)
+    assert got["time_tool_s_mean"] == pytest.approx(0.7)  # the one row that has it
     # engine figures from the rows that have them: 1.5 s in 100 steps of the rollout phase's
     # 3.0 s (generation 2.0, tools 0.7, reward 0.3, as the step's wall time was apportioned)
     assert got["engine_busy_share"] == pytest.approx(0.5)

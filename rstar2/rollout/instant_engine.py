@@ -11,9 +11,10 @@ caps issue 31's target on a machine (docs/production.md, "What bounds RL generat
 The script of a rollout (`engine.instant_tool_calls`, `engine.instant_turn_tokens`): its
 first `instant_tool_calls` turns each end in a call of the code tool (`print(2 + 3)`), the
 turn after them in `<answer>\\boxed{5}</answer>` and the end of the turn; every turn is padded
-in front with plain words to `instant_turn_tokens` tokens. The turn comes from the request id's `/t{turn}` suffix, which the agent loop sets
-(`rstar2.rollout.agent_loop`). A turn is cut at the request's `max_tokens` (finish reason
-"length"), as an engine would. Every token's log-prob is `LOGPROB`.
+in front with plain words to `instant_turn_tokens` tokens. The turn comes from the request
+id's `/t{turn}` suffix, which the agent loop sets (`rstar2.rollout.agent_loop`). A turn is
+cut at the request's `max_tokens` (finish reason "length"), as an engine would. Every
+token's log-prob is `LOGPROB`.
 
 What it does not do: compute anything, hold KV (its load reports the whole budget free), or
 load weights (an update is accepted and dropped). Its rewards and updates mean nothing: only

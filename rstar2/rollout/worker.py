@@ -1,7 +1,8 @@
 """The rollout worker actor: one inference engine and the agent loops that run on it.
 
-Each instance owns one inference engine for a model directory, embedded or vLLM
-(`rstar2.rollout.engine_backend`). It serves five request/reply ports:
+Each instance owns one inference engine for a model directory, embedded or vLLM, or an
+instant one with no model (`rstar2.rollout.engine_backend`). It serves five request/reply
+ports:
 
 - ``assign`` (`RolloutTask` -> `TrajectoryResult`): roll out one trajectory with
   `run_trajectory`; many run at once as separate tasks over the one engine (continuous
@@ -133,7 +134,7 @@ class RolloutWorkerParams:
     threads: int = 0
     """torch threads of the engine (0: torch's default)."""
     engine_backend: str = "embedded"
-    """The inference engine: "embedded" or "vllm"."""
+    """The inference engine: "embedded", "vllm" or "instant" (no model, scripted turns)."""
     vllm: dict[str, Any] = field(default_factory=dict)
     """vLLM options over the ones derived from `engine` (`vllm_fields`)."""
     move_turns: bool = False

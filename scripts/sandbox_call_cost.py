@@ -109,7 +109,7 @@ async def run_calls(executor: Executor, calls: int, concurrency: int, code: str)
     return failed
 
 
-def main(argv: list[str] | None = None) -> int:
+def arg_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     p.add_argument("--calls", type=int, default=2000, help="calls to measure (after 20 warm)")
     p.add_argument("--concurrency", type=int, default=8, help="calls at once (sandbox.concurrency)")
@@ -117,6 +117,11 @@ def main(argv: list[str] | None = None) -> int:
                    help="modules the zygote imports, comma-separated (sandbox.preload)")  # fmt: skip
     p.add_argument("--code", default="print(2 + 3)", help="the code of every call")
     p.add_argument("--json", action="store_true", help="print one JSON object")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = arg_parser()
     args = p.parse_args(argv)
     if args.calls < 1 or args.concurrency < 1:
         p.error("--calls and --concurrency must be >= 1")

@@ -571,6 +571,9 @@ def test_the_next_gpu_runs_commands_parse_and_their_variants_are_valid_settings(
         if args.only:  # benchmarks of the plan, by name
             names = {name for name, _, _ in gpu.bench_plan(smoke=False)}
             assert set(args.only.split(",")) <= names, set(args.only.split(",")) - names
+    cost = re.findall(r"scripts/sandbox_call_cost\.py ([^>]*)>", block)
+    assert len(cost) == 1, cost  # its flags are the script's
+    importlib.import_module("sandbox_call_cost").arg_parser().parse_args(cost[0].split())
     variants = [gpu.parse_variant(v) for v in re.findall(r"--variant (\S+)", block)]
     assert [name for name, _ in variants][:2] == ["as-configured", "worker-procs-2"]
     for _, settings in variants:

@@ -66,7 +66,8 @@ class EngineConfig:
     """With `cluster.engine_backend = "instant"` (no model, `rstar2.rollout.instant_engine`):
     the turns of each rollout that end in a tool call before its answer."""
     instant_turn_tokens: int = 28
-    """With `cluster.engine_backend = "instant"`: the tokens of each scripted turn."""
+    """With `cluster.engine_backend = "instant"`: the tokens of each scripted turn (never
+    fewer than its call or answer: 28 and 8 tokens in the tests' tool policy's tokenizer)."""
 
     def validate(self) -> None:
         require(

@@ -8,7 +8,7 @@ where it can, as training runs it), warms it with 20 calls, then runs `--calls` 
 `--code` with `--concurrency` at once and prints the calls/s and, per call, the CPU
 milliseconds of this process (the executor's Python, as in the sandbox actor's process), of
 each sandbox process itself and of the children it reaped (the zygote's forked request
-children), from /proc. The zygote runs one selector loop on one core, so `1000 / zygote_ms`
+children), from /proc, and their minor page faults a call (copy-on-write after the fork). The zygote runs one selector loop on one core, so `1000 / zygote_ms`
 is the most calls a second one sandbox actor can serve however many cores it has; the
 children's share spreads over the cores. The default preload is `configs/gpu_20m.toml`'s
 (the training default preloads numpy and sympy too: `--preload` with them).
@@ -39,11 +39,12 @@ TICK = os.sysconf("SC_CLK_TCK")
 WARMUP = 20
 
 
-def proc_cpu(pid: int) -> tuple[float, float]:
-    """CPU seconds of process `pid` itself and of its reaped children (/proc/PID/stat)."""
+def proc_cpu(pid: int) -> tuple[float, float, int, int]:
+    """CPU seconds of process `pid` itself and of its reaped children, then their minor page
+    faults (/proc/PID/stat: after a fork, a write to a page still shared is one)."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     utime, stime, cutime, cstime = (int(x) / TICK for x in fields[11:15])
-    return utime + stime, cutime + cstime
+    return utime + stime, cutime + cstime, int(fields[7]), int(fields[8])
 
 
 def process_tree(pid: int) -> list[int]:
@@ -80,7 +81,9 @@ async def measure(cfg: SandboxConfig, calls: int, code: str) -> dict[str, Any]:
     processes = [
         {"pid": p, "command": names[p],
          "own_ms": (after[p][0] - before[p][0]) * 1e3 / calls,
-         "reaped_children_ms": (after[p][1] - before[p][1]) * 1e3 / calls}
+         "reaped_children_ms": (after[p][1] - before[p][1]) * 1e3 / calls,
+         "own_faults": (after[p][2] - before[p][2]) / calls,
+         "reaped_children_faults": (after[p][3] - before[p][3]) / calls}
         for p in pids
     ]  # fmt: skip
     busiest = max(processes, key=lambda p: p["own_ms"])
@@ -89,6 +92,8 @@ async def measure(cfg: SandboxConfig, calls: int, code: str) -> dict[str, Any]:
         "failed": failed, "wall_s": wall, "calls_per_s": calls / wall,
         "caller_ms": host * 1e3 / calls, "processes": processes,
         "zygote_ms": busiest["own_ms"], "children_ms": busiest["reaped_children_ms"],
+        "zygote_faults": busiest["own_faults"],
+        "children_faults": busiest["reaped_children_faults"],
     }  # fmt: skip
 
 
@@ -134,7 +139,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{figures['calls']} calls, {figures['concurrency']} at once: "
           f"{figures['calls_per_s']:,.0f} calls/s ({figures['failed']} not ok)")  # fmt: skip
     print(f"CPU a call: caller {figures['caller_ms']:.2f} ms, zygote {figures['zygote_ms']:.2f}"
-          f" ms, its children {figures['children_ms']:.2f} ms")  # fmt: skip
+          f" ms, its children {figures['children_ms']:.2f} ms; minor page faults a call: "
+          f"zygote {figures['zygote_faults']:.0f}, children {figures['children_faults']:.0f}")  # fmt: skip
     for proc in figures["processes"]:
         print(f"  pid {proc['pid']} {proc['command']}: own {proc['own_ms']:.2f} ms, "
               f"reaped children {proc['reaped_children_ms']:.2f} ms")  # fmt: skip

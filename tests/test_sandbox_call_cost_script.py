@@ -22,6 +22,7 @@ def test_the_calls_cpu_is_split_between_caller_zygote_and_children(
     assert (got["calls"], got["concurrency"], got["failed"]) == (100, 2, 0)
     assert got["calls_per_s"] > 0 and got["caller_ms"] > 0
     assert got["zygote_ms"] > 0 and got["children_ms"] > 0, got
+    assert got["children_faults"] > 0, got  # a child writes at least its stack's pages
     assert any(p["own_ms"] == got["zygote_ms"] for p in got["processes"])
 
 

@@ -8,10 +8,11 @@ where it can, as training runs it), warms it with 20 calls, then runs `--calls` 
 `--code` with `--concurrency` at once and prints the calls/s and, per call, the CPU
 milliseconds of this process (the executor's Python, as in the sandbox actor's process), of
 each sandbox process itself and of the children it reaped (the zygote's forked request
-children), from /proc, and their minor page faults a call (copy-on-write after the fork). The zygote runs one selector loop on one core, so `1000 / zygote_ms`
-is the most calls a second one sandbox actor can serve however many cores it has; the
-children's share spreads over the cores. The default preload is `configs/gpu_20m.toml`'s
-(the training default preloads numpy and sympy too: `--preload` with them).
+children), from /proc, and their minor page faults a call (copy-on-write after the fork).
+The zygote runs one selector loop on one core, so `1000 / zygote_ms` is the most calls a
+second one sandbox actor can serve however many cores it has; the children's share spreads
+over the cores. The default preload is `configs/gpu_20m.toml`'s (the training default
+preloads numpy and sympy too: `--preload` with them).
 
 What it does not do: count the caller's bus and agent-loop work around a call (the instant
 engine's runs measure that, docs/production.md), or the CPU of processes still alive at the

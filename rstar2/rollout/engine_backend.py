@@ -39,6 +39,12 @@ ENGINE_BACKENDS = ("embedded", "vllm", "instant")
 _DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2}
 
 
+def model_config(model_dir: str) -> dict[str, Any]:
+    """The Hugging Face `config.json` of `model_dir`, as a dict."""
+    config: dict[str, Any] = json.loads((Path(model_dir) / "config.json").read_text())
+    return config
+
+
 def kv_bytes_per_token(model_config: dict[str, Any], dtype: str) -> int:
     """K and V of one token over all layers, from a HF `config.json` (dtype "auto": its own)."""
     if dtype == "auto":
@@ -104,8 +110,7 @@ async def open_worker_engine(
     from rstar2.engine.vllm_backend import open_vllm_engine
     from rstar2.engine.vllm_config import VLLMConfig
 
-    model_config = json.loads((Path(model_dir) / "config.json").read_text())
-    fields = vllm_fields(model_dir, engine_cfg, model_config, vllm_options)
+    fields = vllm_fields(model_dir, engine_cfg, model_config(model_dir), vllm_options)
     codec = TokenCodec(load_tokenizer(model_dir))
     async with open_vllm_engine(from_dict(VLLMConfig, fields, "vllm")) as engine:
         yield engine, codec, engine.max_model_len
@@ -117,7 +122,7 @@ def instant_engine(model_dir: str, engine_cfg: EngineConfig) -> tuple[InstantEng
     codec = TokenCodec(load_tokenizer(model_dir))
     call_turn, answer_turn = scripted_turns(codec.encode_markup, engine_cfg.instant_turn_tokens)
     max_model_len = engine_cfg.max_model_len or int(
-        json.loads((Path(model_dir) / "config.json").read_text())["max_position_embeddings"]
+        model_config(model_dir)["max_position_embeddings"]
     )
     engine = InstantEngine(
         call_turn,

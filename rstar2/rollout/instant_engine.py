@@ -5,8 +5,9 @@ model. Each rollout then costs everything but generation, as the real graph runs
 agent loop, its tool calls in the sandbox, the scheduler, the reward, the bus between them
 and the learner. Its generated tokens over the rollout phase's wall time are the ceiling
 that the rest of the system puts on generation, whatever an engine does: the profiler's
-what-if of an infinitely fast engine (`rstar2 profile --set cluster.engine_backend=instant`), and the measure of what
-caps issue 31's target on a machine (docs/production.md, "What bounds RL generation").
+what-if of an infinitely fast engine (`rstar2 profile --set
+cluster.engine_backend=instant`), and the measure of what caps issue 31's target on a
+machine (docs/production.md, "What bounds RL generation").
 
 The script of a rollout (`engine.instant_tool_calls`, `engine.instant_turn_tokens`): its
 first `instant_tool_calls` turns each end in a call of the code tool (`print(2 + 3)`), the

@@ -1,7 +1,8 @@
 """The production trainer's GPU figures in one command (docs/production.md, "On a GPU").
 
-    python3 scripts/gpu_figures.py --out DIR [--part engine|bench|train|all] [--smoke]
+    python3 scripts/gpu_figures.py --out DIR [--part engine|bench|train|variants|all] [--smoke]
                                    [--deadline S] [--only NAME,...] [--train-set KEY=VALUE]
+                                   [--wide-steps N] [--variant NAME:KEY=VALUE[,...]]
 
 Made for a machine lent for a short while (no network, a time limit per command): every
 measurement has a time limit, and DIR/gpu_figures.json is rewritten after each one, so a run
@@ -42,8 +43,8 @@ cut short keeps what it measured. Parts (`all`: engine, train, bench, in that or
   rollouts at once (`wide_settings`), for what the batch does to generated tokens/s. Then each
   `--variant NAME:KEY=VALUE[,...]`: RL only from the SFT model at the run's own batch with
   those settings (an A/B of a setting, e.g. `graph.switch_interval_ms=5`).
-- `variants`: only the `--variant` runs, from the SFT model an earlier `--part train` left in
-  `--work`.
+- `variants`: only the wide run (with `--wide-steps N`) and the `--variant` runs, from the
+  SFT model an earlier `--part train` left in `--work`.
 
 `--smoke` runs both parts at toy size on whatever torch finds (the tiny shape, small batches,
 `train --quick`): the check, where no GPU is, that the script itself works. Prints a Markdown
@@ -413,6 +414,8 @@ def training_run(
             **train_figures(run_dir)}  # fmt: skip
 
 
+WIDE_STEPS = 8
+"""The wide run's RL steps unless `--wide-steps` says otherwise (after a training run)."""
 WIDE = {"prompts_per_step": 4, "engine.max_num_seqs": 4, "engine.kv_budget_tokens": 4,
         "sandbox.concurrency": 2}  # fmt: skip
 """The wide run's batch: 4x the prompts a step (so 4x the rollouts at once), the engine's
@@ -711,9 +714,9 @@ def arg_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--wide-steps",
         type=int,
-        default=8,
-        help="after the training run, RL steps of a wide run from its SFT model: 4x the "
-        "rollouts at once (0: none)",
+        help=f"RL steps of a wide run from the training run's SFT model: 4x the rollouts at "
+        f"once (0: none); after the training run (default {WIDE_STEPS}), and with `--part "
+        "variants` (default 0) before the variants, from an earlier `--part train`'s model",
     )
     p.add_argument("--wide-timeout", type=float, default=150.0, help="seconds for the wide run")
     p.add_argument(
@@ -782,8 +785,10 @@ def main(argv: list[str] | None = None) -> int:
     names = [name for name, _ in variants]
     if len(set(names)) < len(names):
         p.error(f"--variant: each name once, got {', '.join(names)}")
-    if args.part == "variants" and not variants:
-        p.error("--part variants needs at least one --variant")
+    if args.wide_steps is not None and args.wide_steps < 0:
+        p.error("--wide-steps must be >= 0")
+    if args.part == "variants" and not variants and not args.wide_steps:
+        p.error("--part variants needs at least one --variant or --wide-steps N")
     if args.variant_steps < 1:
         p.error("--variant-steps must be >= 1")
     missing = missing_modules()
@@ -856,18 +861,25 @@ def main(argv: list[str] | None = None) -> int:
         print(f"train: exit {results['train']['exit']} in {results['train']['seconds']:.0f}s",
               flush=True)  # fmt: skip
         save()
-        if args.wide_steps > 0 and (sft / "config.json").is_file():
+    wide_steps = args.wide_steps
+    if wide_steps is None:  # after a training run by default; `--part variants` when asked
+        wide_steps = WIDE_STEPS if args.part in ("train", "all") else 0
+    if args.part in ("train", "variants", "all") and wide_steps > 0:
+        if (sft / "config.json").is_file():
             from rstar2.train.config import load_train_config
 
             ran = load_train_config(None if args.smoke else "configs/gpu_20m.toml",
                                     quick=args.smoke, sets=args.train_set)  # fmt: skip
-            wide = wide_settings(sft, args.wide_steps, ran)
+            wide = wide_settings(sft, wide_steps, ran)
             wide_args = train_args(args.smoke, [*args.train_set, *wide])
             results["train_wide"] = training_run(
                 work / "wide", wide_args, args.wide_timeout, log, [*args.train_set, *wide]
             )
             print(f"train, wide: exit {results['train_wide']['exit']}", flush=True)
-            save()
+        else:
+            results["train_wide"] = {"error": f"no SFT model at {sft}: run --part train first"}
+            print(f"train, wide: {results['train_wide']['error']}", flush=True)
+        save()
     if args.part in ("train", "variants", "all") and variants:
         runs = results.setdefault("train_variants", {})
         for name, settings in variants:

@@ -560,25 +560,68 @@ def test_the_next_gpu_runs_commands_parse_and_their_variants_are_valid_settings(
     text = (repo / "docs" / "production.md").read_text()
     plan = text.split("**The next run, in 15 minutes of device time**", 1)[1]
     block = plan.split("```bash", 1)[1].split("```", 1)[0].replace("\\\n", "")  # as the shell
+    install = "python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site "
+    install += ".whl/*.whl && export PYTHONPATH=/tmp/site PYTHONUNBUFFERED=1 && "
+    device_commands = block.strip().split("\n")
+    assert len(device_commands) == 2  # each, with the wheels' install, fits the device's run
+    assert all(len(install + c) <= 2000 for c in device_commands), [len(c) for c in device_commands]
     commands = [
-        c.split("&&", 1)[0].split("\nB=", 1)[0]
+        re.split(r"&&|;|\n(?=python3 )", c, maxsplit=1)[0]
         for c in block.split("python3 scripts/gpu_figures.py")[1:]
     ]
-    assert len(commands) == 4
-    for command in commands:  # every flag is the script's (B's shell arithmetic stands in)
-        argv = command.replace("$((B - 90 - SECONDS))", "100").replace("$OUT", "out").split()
+    assert len(commands) == 5
+    only: list[str] = []
+    for command in commands:  # every flag is the script's (a number for shell arithmetic)
+        argv = re.sub(r"\$\(\([^)]*\)\)", "100", command).replace("$OUT", "out").split()
         args = gpu.arg_parser().parse_args(argv)
         if args.only:  # benchmarks of the plan, by name
             names = {name for name, _, _ in gpu.bench_plan(smoke=False)}
             assert set(args.only.split(",")) <= names, set(args.only.split(",")) - names
+            only += args.only.split(",")
+    assert len(only) == len(set(only))  # no learner entry measured twice
+    assert gpu.arg_parser().parse_args(commands[2].replace("$OUT", "out").split()).wide_steps
     cost = re.findall(r"scripts/sandbox_call_cost\.py ([^>]*)>", block)
     assert len(cost) == 1, cost  # its flags are the script's
     importlib.import_module("sandbox_call_cost").arg_parser().parse_args(cost[0].split())
     variants = [gpu.parse_variant(v) for v in re.findall(r"--variant (\S+)", block)]
-    assert [name for name, _ in variants][:2] == ["as-configured", "worker-procs-2"]
+    assert [name for name, _ in variants] == ["worker-procs-2", "instant", "as-configured"]
     for _, settings in variants:
         cfg = load_train_config(
             repo / "configs" / "gpu_20m.toml",
             sets=[*gpu.rl_only_settings(Path("sft"), 4), *settings],
         )
         assert cfg.total_steps == 4
+
+
+def test_the_variants_part_runs_the_wide_run_first_when_asked(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # the next GPU run's second command takes the wide run from the first command's SFT
+    # model: with `--part variants --wide-steps N` the wide run goes before the variants;
+    # without `--wide-steps` that part runs none (after a training run, 8 steps by default)
+    ran: list[tuple[str, list[str]]] = []
+
+    def fake_run(run_dir: Path, args: list[str], timeout: float, log: Path, settings: list[str]):
+        ran.append((run_dir.name, args))
+        return {"exit": 0, "rl_steps": 2, "set": settings}
+
+    monkeypatch.setattr(gpu, "training_run", fake_run)
+    monkeypatch.setattr(gpu, "missing_modules", lambda: [])
+    out, work = tmp_path / "out", tmp_path / "w"
+    argv = ["--out", str(out), "--work", str(work), "--part", "variants", "--smoke"]
+    assert gpu.main([*argv, "--wide-steps", "2"]) == 0  # no SFT model yet: it says so
+    got = json.loads((out / "gpu_figures.json").read_text())
+    assert ran == [] and "run --part train first" in got["train_wide"]["error"]
+    sft = work / "run" / "model-sft"
+    sft.mkdir(parents=True)
+    (sft / "config.json").write_text("{}")
+    assert gpu.main([*argv, "--wide-steps", "2", "--variant", "as-is:"]) == 0
+    assert [name for name, _ in ran] == ["wide", "variant-as-is"]
+    wide = [a for a in ran[0][1] if a != "--set"]
+    assert f"model.path={sft}" in wide and any('"steps": 2' in a for a in wide)
+    ran.clear()
+    assert gpu.main([*argv, "--variant", "as-is:"]) == 0
+    assert [name for name, _ in ran] == ["variant-as-is"]
+    for bad in ([], ["--wide-steps", "0"], ["--wide-steps", "-1", "--variant", "a:"]):
+        with pytest.raises(SystemExit):
+            gpu.main([*argv, *bad])

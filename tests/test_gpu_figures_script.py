@@ -584,7 +584,12 @@ def test_the_next_gpu_runs_commands_parse_and_their_variants_are_valid_settings(
     assert len(cost) == 1, cost  # its flags are the script's
     importlib.import_module("sandbox_call_cost").arg_parser().parse_args(cost[0].split())
     variants = [gpu.parse_variant(v) for v in re.findall(r"--variant (\S+)", block)]
-    assert [name for name, _ in variants] == ["worker-procs-2", "instant", "as-configured"]
+    assert [name for name, _ in variants] == [
+        "worker-procs-2",
+        "instant",
+        "instant-sandboxes-2",
+        "as-configured",
+    ]
     for _, settings in variants:
         cfg = load_train_config(
             repo / "configs" / "gpu_20m.toml",

@@ -7,6 +7,7 @@ from __future__ import annotations
 import importlib
 import json
 import re
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -565,6 +566,9 @@ def test_the_next_gpu_runs_commands_parse_and_their_variants_are_valid_settings(
     device_commands = block.strip().split("\n")
     assert len(device_commands) == 2  # each, with the wheels' install, fits the device's run
     assert all(len(install + c) <= 2000 for c in device_commands), [len(c) for c in device_commands]
+    for c in device_commands:  # and each is one valid shell command line
+        check = subprocess.run(["bash", "-n", "-c", install + c], capture_output=True, text=True)
+        assert check.returncode == 0, check.stderr
     commands = [
         re.split(r"&&|;|\n(?=python3 )", c, maxsplit=1)[0]
         for c in block.split("python3 scripts/gpu_figures.py")[1:]

@@ -27,6 +27,7 @@ What it does not do: scheduling across engines, reward, or retrying a failed eng
 from __future__ import annotations
 
 import logging
+import re
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -152,6 +153,20 @@ async def run_trajectory(
     return state.to_trajectory(prompt_id, sample, response_text)
 
 
+_TURN_SUFFIX = re.compile(r"/t(\d+)$")
+
+
+def turn_request_id(base_id: str, turn: int) -> str:
+    """The engine request id of a rollout's turn (and of its tool call): `{base_id}/t{turn}`."""
+    return f"{base_id}/t{turn}"
+
+
+def turn_of(request_id: str) -> int:
+    """The turn index of a `turn_request_id` (`.../t{turn}`); 0 for any other id."""
+    match = _TURN_SUFFIX.search(request_id)
+    return int(match.group(1)) if match else 0
+
+
 async def _generate_turn(
     engine: Engine,
     codec: TokenCodec,
@@ -162,7 +177,7 @@ async def _generate_turn(
     emit: EventSink,
 ) -> str:
     turn = state.turns
-    request_id = f"{base_id}/t{turn}"
+    request_id = turn_request_id(base_id, turn)
     params = SamplingParams(
         max_tokens=state.remaining,
         temperature=cfg.temperature,
@@ -203,7 +218,9 @@ async def _answer_call(
         latency = 0.0
     else:
         started = time.perf_counter()
-        result = await _execute(tools, call, cfg, f"{base_id}/t{turn}", turn_seed(seed, turn))
+        result = await _execute(
+            tools, call, cfg, turn_request_id(base_id, turn), turn_seed(seed, turn)
+        )
         latency = time.perf_counter() - started
         text = format_result(result, max_chars=cfg.tool_output_chars, show_time=cfg.tool_show_time)
         failed, timed_out, infra = result.status != "ok", result.status == "timeout", result.infra

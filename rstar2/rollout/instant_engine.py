@@ -13,7 +13,7 @@ The script of a rollout (`engine.instant_tool_calls`, `engine.instant_turn_token
 first `instant_tool_calls` turns each end in a call of the code tool (`print(2 + 3)`), the
 turn after them in `<answer>\\boxed{5}</answer>` and the end of the turn; every turn is padded
 in front with plain words to `instant_turn_tokens` tokens. The turn comes from the request
-id's `/t{turn}` suffix, which the agent loop sets (`rstar2.rollout.agent_loop`). A turn is
+id's `/t{turn}` suffix, which the agent loop sets (`agent_loop.turn_of`). A turn is
 cut at the request's `max_tokens` (finish reason "length"), as an engine would. Every
 token's log-prob is `LOGPROB`.
 
@@ -25,13 +25,13 @@ the throughput of the rest is real.
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Callable
 
 import anyio.lowlevel
 
 from rstar2.engine.protocol import GenerationOutput, SamplingParams
 from rstar2.format_markers import ANSWER, ANSWER_END, IM_END, TOOL_CALL, TOOL_CALL_END
+from rstar2.rollout.agent_loop import turn_of
 from rstar2.rollout.tool_call import TOOL_NAME
 from rstar2.wire import EngineLoad
 
@@ -46,14 +46,6 @@ ANSWER_TEXT = f"{ANSWER}\\boxed{{5}}{ANSWER_END}{IM_END}"
 """The last scripted turn's text after its padding."""
 PAD_TEXT = " so we compute the value"
 """Plain words repeated in front of a turn to pad it to `turn_tokens`."""
-
-_TURN = re.compile(r"/t(\d+)$")
-
-
-def turn_of(request_id: str) -> int:
-    """The turn index of an agent loop's request id (`.../t{turn}`); 0 for any other id."""
-    match = _TURN.search(request_id)
-    return int(match.group(1)) if match else 0
 
 
 def scripted_turns(

@@ -7,9 +7,9 @@ import pytest
 from rstar2.config import ConfigError
 from rstar2.engine.config import EngineConfig
 from rstar2.engine.protocol import SamplingParams
-from rstar2.rollout.agent_loop import run_trajectory
+from rstar2.rollout.agent_loop import run_trajectory, turn_of
 from rstar2.rollout.config import RolloutConfig
-from rstar2.rollout.instant_engine import LOGPROB, InstantEngine, scripted_turns, turn_of
+from rstar2.rollout.instant_engine import LOGPROB, InstantEngine, scripted_turns
 from rstar2.rollout.token_codec import TokenCodec
 from rstar2.rollout.tool_call import extract_call_body, parse_tool_call
 from tests.rollout.fakes import CharTokenizer, FakeExecutor

@@ -32,6 +32,7 @@ from typing import Any
 
 import anyio
 
+from rstar2.sandbox import proctree
 from rstar2.sandbox.config import SandboxConfig
 from rstar2.sandbox.executor import Executor, open_executor
 from rstar2.wire import ExecRequest
@@ -43,21 +44,11 @@ WARMUP = 20
 def proc_cpu(pid: int) -> tuple[float, float, int, int]:
     """CPU seconds of process `pid` itself and of its reaped children, then their minor page
     faults (/proc/PID/stat: after a fork, a write to a page still shared is one)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    fields = proctree.stat_fields(pid)
+    if fields is None:
+        raise ProcessLookupError(f"process {pid} is gone")
     utime, stime, cutime, cstime = (int(x) / TICK for x in fields[11:15])
     return utime + stime, cutime + cstime, int(fields[7]), int(fields[8])
-
-
-def process_tree(pid: int) -> list[int]:
-    """`pid` and its descendants alive now."""
-    tree = [pid]
-    try:
-        children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
-    except FileNotFoundError:
-        return tree
-    for child in children:
-        tree += process_tree(int(child))
-    return tree
 
 
 def self_cpu() -> float:
@@ -70,7 +61,7 @@ async def measure(cfg: SandboxConfig, calls: int, code: str) -> dict[str, Any]:
     async with open_executor(cfg) as executor:
         for i in range(WARMUP):
             await executor.run(ExecRequest(id=f"warm{i}", code=code))
-        pids = sorted({p for root in executor.process_ids() for p in process_tree(root)})
+        pids = sorted(executor.process_ids())  # the zygote's process tree
         names = {p: Path(f"/proc/{p}/cmdline").read_bytes().split(b"\0")[0].decode() for p in pids}
         before = {p: proc_cpu(p) for p in pids}
         host = self_cpu()

@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 
 
-def _stat_fields(pid: int | str) -> list[bytes] | None:
+def stat_fields(pid: int | str) -> list[bytes] | None:
     """The fields of /proc/PID/stat after the command name (state, ppid, ...); None once the
     process is gone."""
     try:
@@ -25,7 +25,7 @@ def parents() -> dict[int, int]:
     """Every live process's parent: pid -> ppid."""
     out: dict[int, int] = {}
     for name in os.listdir("/proc"):
-        if name.isdigit() and (fields := _stat_fields(name)) is not None:
+        if name.isdigit() and (fields := stat_fields(name)) is not None:
             out[int(name)] = int(fields[1])
     return out
 
@@ -47,7 +47,7 @@ def descendants(pid: int, parent_of: dict[int, int] | None = None) -> list[int]:
 
 def running(pid: int) -> bool:
     """`pid` exists and has not exited (a zombie has: only its parent has not reaped it)."""
-    fields = _stat_fields(pid)
+    fields = stat_fields(pid)
     return fields is not None and fields[0] != b"Z"
 
 

@@ -861,38 +861,37 @@ def main(argv: list[str] | None = None) -> int:
         print(f"train: exit {results['train']['exit']} in {results['train']['seconds']:.0f}s",
               flush=True)  # fmt: skip
         save()
+
+    def from_sft(run: str, settings: list[str], timeout: float) -> dict[str, Any]:
+        """An RL-only run (`settings`: `rl_only_settings` and more) from the training run's
+        SFT model, in `work / run`; an error entry when there is no SFT model."""
+        if not (sft / "config.json").is_file():
+            return {"error": f"no SFT model at {sft}: run --part train first"}
+        every = [*args.train_set, *settings]
+        return training_run(work / run, train_args(args.smoke, every), timeout, log, every)
+
+    def outcome(run: dict[str, Any]) -> str:
+        return run["error"] if "error" in run else f"exit {run['exit']}"
+
     wide_steps = args.wide_steps
     if wide_steps is None:  # after a training run by default; `--part variants` when asked
         wide_steps = WIDE_STEPS if args.part in ("train", "all") else 0
     if args.part in ("train", "variants", "all") and wide_steps > 0:
-        if (sft / "config.json").is_file():
-            from rstar2.train.config import load_train_config
+        from rstar2.train.config import load_train_config
 
-            ran = load_train_config(None if args.smoke else "configs/gpu_20m.toml",
-                                    quick=args.smoke, sets=args.train_set)  # fmt: skip
-            wide = wide_settings(sft, wide_steps, ran)
-            wide_args = train_args(args.smoke, [*args.train_set, *wide])
-            results["train_wide"] = training_run(
-                work / "wide", wide_args, args.wide_timeout, log, [*args.train_set, *wide]
-            )
-            print(f"train, wide: exit {results['train_wide']['exit']}", flush=True)
-        else:
-            results["train_wide"] = {"error": f"no SFT model at {sft}: run --part train first"}
-            print(f"train, wide: {results['train_wide']['error']}", flush=True)
+        ran = load_train_config(None if args.smoke else "configs/gpu_20m.toml",
+                                quick=args.smoke, sets=args.train_set)  # fmt: skip
+        wide = from_sft("wide", wide_settings(sft, wide_steps, ran), args.wide_timeout)
+        results["train_wide"] = wide
+        print(f"train, wide: {outcome(wide)}", flush=True)
         save()
     if args.part in ("train", "variants", "all") and variants:
         runs = results.setdefault("train_variants", {})
         for name, settings in variants:
-            if not (sft / "config.json").is_file():
-                runs[name] = {"error": f"no SFT model at {sft}: run --part train first"}
-                save()
-                continue
             every = [*rl_only_settings(sft, args.variant_steps), *settings]
-            variant_args = train_args(args.smoke, [*args.train_set, *every])
             runs[name] = {"variant": settings,
-                          **training_run(work / f"variant-{name}", variant_args,
-                                         args.variant_timeout, log, [*args.train_set, *every])}  # fmt: skip
-            print(f"train, variant {name}: exit {runs[name]['exit']}", flush=True)
+                          **from_sft(f"variant-{name}", every, args.variant_timeout)}  # fmt: skip
+            print(f"train, variant {name}: {outcome(runs[name])}", flush=True)
             save()
     if args.part in ("bench", "all"):
         bench = results.setdefault("bench", {})

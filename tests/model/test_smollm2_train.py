@@ -41,7 +41,9 @@ def test_sft_then_rl_runs_on_smollm2(smollm2_dir: Path, tmp_path: Path) -> None:
         "prompts_per_step=2",
         "rollouts_per_prompt=4",
         "rl.group_size=2",
-        'stages=[{"name": "rl1", "steps": 1, "max_response_tokens": 64}]',
+        # short responses: the two validations took 26 s each at the config's 192 tokens
+        "rollout.max_response_tokens=48",
+        'stages=[{"name": "rl1", "steps": 1, "max_response_tokens": 48}]',
     ]
     cmd = [sys.executable, "-m", "rstar2.cli", "-q", "train", "--config", str(CONFIG)]
     cmd += ["--run-dir", str(tmp_path / "run"), "--json"]

@@ -14,9 +14,12 @@ takes any torch device name).
 
 from __future__ import annotations
 
-import torch
+from typing import TYPE_CHECKING
 
 from rstar2.config import ConfigError
+
+if TYPE_CHECKING:
+    import torch
 
 DEVICES = ("auto", "cpu", "cuda")
 
@@ -26,6 +29,8 @@ def resolve_device(
 ) -> torch.device:
     """The device `key = setting` means for the user number `index` on its host.
     `cuda_devices`: the number of GPUs torch sees (None: ask torch)."""
+    import torch  # here, not at the top: a config check needs no torch until it asks
+
     if setting not in DEVICES:
         raise ConfigError(key, setting, f"one of {', '.join(DEVICES)}")
     if cuda_devices is None:

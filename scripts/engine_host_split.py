@@ -49,7 +49,7 @@ from rstar2.engine.benchmark import (
 )
 from rstar2.engine.config import EngineConfig, resolve_device
 from rstar2.engine.core import EngineCore
-from rstar2.model.tiny import SHAPES
+from rstar2.model.tiny_config import SHAPES
 
 
 @contextlib.contextmanager

@@ -23,7 +23,8 @@ from pathlib import Path
 
 import torch
 
-from rstar2.learner.sft import SFTConfig, encode_examples, train_sft
+from rstar2.learner.sft import encode_examples, train_sft
+from rstar2.learner.sft_config import SFTConfig
 from rstar2.model import (
     TinyModelConfig,
     init_model,

@@ -73,7 +73,8 @@ def test_the_plan_covers_before_and_after_each_optimisation_alone_and_both_workl
 def test_the_worker_measures_entries_one_after_another(tmp_path: Path) -> None:
     """One process, several benchmarks: figures for good arguments, an error line for bad
     ones, and the worker goes on."""
-    from rstar2.model.tiny import init_model, shaped_config
+    from rstar2.model.tiny import init_model
+    from rstar2.model.tiny_config import shaped_config
 
     model = tmp_path / "tiny"
     init_model(model, shaped_config("tiny"))

@@ -51,7 +51,7 @@ from rstar2.engine.benchmark import (
 )
 from rstar2.engine.config import DECODE_PATHS, EngineConfig
 from rstar2.engine.core import load_causal_lm
-from rstar2.model.tiny import SHAPES
+from rstar2.model.tiny_config import SHAPES
 
 log = logging.getLogger(__name__)
 
@@ -68,7 +68,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--model-size",
         choices=sorted(SHAPES),
         default="tiny",
-        help="random model without --model (rstar2.model.tiny.SHAPES): tiny (~1.05M parameters), "
+        help="random model without --model (rstar2.model.tiny_config.SHAPES): tiny (~1.05M parameters), "
         "25m (~25M), qwen2.5-0.5b or qwen2.5-1.5b (those checkpoints' shapes)",
     )
     parser.add_argument("--requests", type=positive_int, default=256, help="number of requests")

@@ -5,7 +5,7 @@ this process, ranks 1..N-1 are spawned on this host (gloo on CPU, NCCL on GPUs).
 `--rollouts` sequences of `--tokens` tokens (the first quarter a masked prompt), drawn from a
 fixed seed, with behaviour logprobs of a uniform policy and alternating-sign advantages, so
 every run does the same work. After one warm-up update, `--steps` updates are timed. The model
-is `--model DIR`, or a random-weight model of `--shape` (`rstar2.model.tiny.SHAPES`: tiny, 25m,
+is `--model DIR`, or a random-weight model of `--shape` (`rstar2.model.tiny_config.SHAPES`: tiny, 25m,
 qwen2.5-0.5b, qwen2.5-1.5b) built in a temporary directory. `--fsdp` with one rank joins a
 one-rank group of its own, so the sharded path (FSDP2, its mixed precision, NCCL on a GPU) runs
 on a single device; N ranks are always sharded.
@@ -64,7 +64,8 @@ from rstar2.learner.policy import (
 from rstar2.learner.rank_group import RankGroup, free_port, join_group
 from rstar2.learner.step_timer import StepTimer
 from rstar2.learner.workload import WORKLOADS, fixed_batch, rl_batch, trace_batch, trace_shapes
-from rstar2.model.tiny import SHAPES, init_model, shaped_config
+from rstar2.model.tiny import init_model
+from rstar2.model.tiny_config import SHAPES, shaped_config
 from rstar2.rl import RLConfig, TrainingBatch
 from rstar2.weights.flat_codec import flatten_weights
 

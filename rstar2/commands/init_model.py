@@ -1,6 +1,6 @@
 """`rstar2 init-model DIR`: create the embedded default model and tokenizer locally.
 
-Optional `--shape NAME` starts from a named shape (`rstar2.model.tiny.SHAPES`: tiny, 25m, or
+Optional `--shape NAME` starts from a named shape (`rstar2.model.tiny_config.SHAPES`: tiny, 25m, or
 the published shapes of Qwen2.5-0.5B / 1.5B with random weights, for measuring the learner at
 those sizes) and `--config FILE` reads a TOML table `[model]` of `TinyModelConfig` keys on top
 of it, or a train config's `[model.tiny]` (the model `rstar2 train --config FILE` would build).
@@ -16,7 +16,7 @@ from pathlib import Path
 
 from rstar2.config import ConfigError, from_dict, load_file, to_dict
 from rstar2.model import TinyModelConfig, init_model
-from rstar2.model.tiny import SHAPES, shaped_config
+from rstar2.model.tiny_config import SHAPES, shaped_config
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

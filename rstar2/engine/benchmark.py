@@ -25,7 +25,7 @@ each after one untimed warm-up call. The engine is timed again before each HF ba
 HF figure has an engine figure measured next to it. Each timing also records the process's CPU
 time (all its threads), which shows threads spinning where wall time alone would not.
 
-Models: `random_model` builds a random-weight Qwen2 of one of `rstar2.model.tiny.SHAPES`:
+Models: `random_model` builds a random-weight Qwen2 of one of `rstar2.model.tiny_config.SHAPES`:
 "tiny" (the embedded default's shape, ~1.05M parameters, where Python overhead per step is a
 large share), "25m" (~25M parameters, where the matrix products dominate), or the shapes of
 Qwen2.5-0.5B / 1.5B (for GPUs).
@@ -52,7 +52,8 @@ from transformers import Qwen2ForCausalLM
 from rstar2.engine.config import EngineConfig
 from rstar2.engine.core import EngineCore, StepClock
 from rstar2.engine.protocol import SamplingParams
-from rstar2.model.tiny import qwen2_config, shaped_config
+from rstar2.model.tiny import qwen2_config
+from rstar2.model.tiny_config import shaped_config
 
 log = logging.getLogger(__name__)
 

@@ -8,12 +8,14 @@ other backends (a vLLM backend has its own settings).
 from __future__ import annotations
 
 from dataclasses import dataclass
-
-import torch
+from typing import TYPE_CHECKING
 
 from rstar2 import devices
 from rstar2.config import require
 from rstar2.devices import DEVICES
+
+if TYPE_CHECKING:
+    import torch
 
 DECODE_PATHS = ("auto", "fixed", "dynamic")
 

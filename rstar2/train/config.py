@@ -26,8 +26,8 @@ from rstar2.data import DataFormat
 from rstar2.devices import resolve_device
 from rstar2.engine.config import EngineConfig
 from rstar2.learner.learner_config import LearnerConfig
-from rstar2.learner.sft import SFTConfig
-from rstar2.model.tiny import TinyModelConfig
+from rstar2.learner.sft_config import SFTConfig
+from rstar2.model.tiny_config import TinyModelConfig
 from rstar2.reward.reward_config import RewardConfig
 from rstar2.rl import RLConfig
 from rstar2.rollout.config import RolloutConfig

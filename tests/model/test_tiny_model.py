@@ -9,7 +9,8 @@ from transformers import Qwen2ForCausalLM
 from rstar2.cli import main
 from rstar2.config import ConfigError
 from rstar2.model import TinyModelConfig, init_model, load_model, render_prompt, special_token_ids
-from rstar2.model.tiny import build_model, shaped_config, tokenizer_corpus
+from rstar2.model.tiny import build_model, tokenizer_corpus
+from rstar2.model.tiny_config import shaped_config
 from rstar2.model.tokenizer import train_tokenizer
 
 

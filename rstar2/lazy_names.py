@@ -7,8 +7,13 @@ them is used. Importing a light submodule of theirs (`rstar2.engine.config`,
 those imports eager, reading a training config would cost seconds of imports (8.5 s for
 `rstar2 train --help` before). A name is imported once, then kept in the package's namespace.
 
-Usage, in a package's `__init__.py`:
+Usage, in a package's `__init__.py` (the same names three times: for type checkers and
+editors under `TYPE_CHECKING`, for the run time in the map, and in `__all__`;
+`tests/test_cli_startup.py` checks that the three agree):
 
+    if TYPE_CHECKING:
+        from rstar2.model.loader import load_model
+    __all__ = ["load_model", ...]
     __getattr__ = lazy_names(__name__, {"load_model": "rstar2.model.loader", ...})
 
 Written here rather than taken from scientific Python's `lazy_loader`, which does the same:

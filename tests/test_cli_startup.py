@@ -4,10 +4,12 @@ names load on first use (`rstar2.lazy_names`) still give every name they list.""
 
 from __future__ import annotations
 
+import ast
 import importlib
 import subprocess
 import sys
 import types
+from pathlib import Path
 
 import pytest
 
@@ -60,6 +62,27 @@ def test_every_name_a_lazy_package_lists_is_its_modules(package: str) -> None:
         assert homes, f"{package}.{name} is not the object of any of its modules"
     with pytest.raises(AttributeError, match="no_such_name"):
         module.no_such_name  # noqa: B018
+
+
+@pytest.mark.parametrize("package", ["rstar2.engine", "rstar2.model", "rstar2.rl"])
+def test_a_lazy_packages_three_lists_agree(package: str) -> None:
+    """The names type checkers see (the `if TYPE_CHECKING:` imports), the ones loaded at run
+    time (the map given to `lazy_names`) and `__all__` are the same names from the same
+    modules."""
+    module = importlib.import_module(package)
+    tree = ast.parse(Path(str(module.__file__)).read_text())
+    typed: dict[str, str] = {}
+    lazy: dict[str, str] = {}
+    for node in tree.body:
+        if isinstance(node, ast.If) and ast.unparse(node.test) == "TYPE_CHECKING":
+            for imp in node.body:
+                assert isinstance(imp, ast.ImportFrom) and imp.module
+                typed.update((alias.name, imp.module) for alias in imp.names)
+        elif isinstance(node, ast.Assign) and isinstance(node.value, ast.Call):
+            if ast.unparse(node.value.func) == "lazy_names":
+                lazy = ast.literal_eval(node.value.args[1])
+    assert typed and typed == lazy, set(typed.items()) ^ set(lazy.items())
+    assert sorted(module.__all__) == sorted(lazy)
 
 
 def test_a_lazy_name_is_imported_once_and_then_kept() -> None:

@@ -1,6 +1,27 @@
 """Models and tokenizers: the embedded default (built locally) and any local HF checkpoint."""
 
+from typing import TYPE_CHECKING
+
 from rstar2.lazy_names import lazy_names
+
+if TYPE_CHECKING:  # what type checkers and editors see; at run time `__getattr__` below
+    from rstar2.model.chat_format import (
+        TOOL_RESPONSE_CLOSE,
+        TOOL_RESPONSE_OPEN,
+        encode_conversation,
+        render_prompt,
+        tool_response_ids,
+    )
+    from rstar2.model.chat_template import CHAT_TEMPLATE, DEFAULT_SYSTEM_PROMPT
+    from rstar2.model.loader import ModelFileError, load_model, load_tokenizer
+    from rstar2.model.tiny import build_model, init_model, tokenizer_corpus
+    from rstar2.model.tiny_config import TinyModelConfig
+    from rstar2.model.tokenizer import (
+        SPECIAL_TOKENS,
+        SpecialTokens,
+        special_token_ids,
+        train_tokenizer,
+    )
 
 __all__ = [
     "CHAT_TEMPLATE",

@@ -1,7 +1,24 @@
 """RL math as pure functions: advantages, RoC penalties and selection, the policy loss, the
 training-inference logprob mismatch."""
 
+from typing import TYPE_CHECKING
+
 from rstar2.lazy_names import lazy_names
+
+if TYPE_CHECKING:  # what type checkers and editors see; at run time `__getattr__` below
+    from rstar2.rl.advantages import group_advantages, has_signal
+    from rstar2.rl.mismatch import Mismatch, logprob_mismatch
+    from rstar2.rl.penalty import format_penalty, tool_error_penalty, total_penalty
+    from rstar2.rl.policy_loss import policy_loss
+    from rstar2.rl.resampling import (
+        TrainingBatch,
+        build_training_batch,
+        roc_lowest_penalty,
+        roc_sample,
+        select_rollouts,
+        split_counts,
+    )
+    from rstar2.rl.rl_config import RLConfig
 
 __all__ = [
     "Mismatch",

@@ -68,8 +68,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--model-size",
         choices=sorted(SHAPES),
         default="tiny",
-        help="random model without --model (rstar2.model.tiny_config.SHAPES): tiny (~1.05M parameters), "
-        "25m (~25M), qwen2.5-0.5b or qwen2.5-1.5b (those checkpoints' shapes)",
+        help="random model without --model (rstar2.model.tiny_config.SHAPES): tiny (~1.05M "
+        "parameters), 25m (~25M), qwen2.5-0.5b or qwen2.5-1.5b (those checkpoints' shapes)",
     )
     parser.add_argument("--requests", type=positive_int, default=256, help="number of requests")
     parser.add_argument(

@@ -5,10 +5,10 @@ this process, ranks 1..N-1 are spawned on this host (gloo on CPU, NCCL on GPUs).
 `--rollouts` sequences of `--tokens` tokens (the first quarter a masked prompt), drawn from a
 fixed seed, with behaviour logprobs of a uniform policy and alternating-sign advantages, so
 every run does the same work. After one warm-up update, `--steps` updates are timed. The model
-is `--model DIR`, or a random-weight model of `--shape` (`rstar2.model.tiny_config.SHAPES`: tiny, 25m,
-qwen2.5-0.5b, qwen2.5-1.5b) built in a temporary directory. `--fsdp` with one rank joins a
-one-rank group of its own, so the sharded path (FSDP2, its mixed precision, NCCL on a GPU) runs
-on a single device; N ranks are always sharded.
+is `--model DIR`, or a random-weight model of `--shape` (`rstar2.model.tiny_config.SHAPES`:
+tiny, 25m, qwen2.5-0.5b, qwen2.5-1.5b) built in a temporary directory. `--fsdp` with one rank
+joins a one-rank group of its own, so the sharded path (FSDP2, its mixed precision, NCCL on a
+GPU) runs on a single device; N ranks are always sharded.
 
 Figures (`--json` keys): `model_params`, `ranks`, `fsdp`, `bf16`, `activation_checkpointing`,
 `checkpoint_every`, `checkpoint_policy`, `compile`, `compile_head`, `reshard_after_forward`, `sync_every_micro_batch`, `shard_per_layer`

@@ -1,12 +1,11 @@
 """`rstar2 init-model DIR`: create the embedded default model and tokenizer locally.
 
-Optional `--shape NAME` starts from a named shape (`rstar2.model.tiny_config.SHAPES`: tiny, 25m, or
-the published shapes of Qwen2.5-0.5B / 1.5B with random weights, for measuring the learner at
-those sizes) and `--config FILE` reads a TOML table `[model]` of `TinyModelConfig` keys on top
-of it, or a train config's `[model.tiny]` (the model `rstar2 train --config FILE` would build).
-An existing
-`DIR` (a file, or a directory that is not empty) is refused (exit code 2) unless `--force`,
-which writes into it.
+Optional `--shape NAME` starts from a named shape (`rstar2.model.tiny_config.SHAPES`: tiny,
+25m, or the published shapes of Qwen2.5-0.5B / 1.5B with random weights, for measuring the
+learner at those sizes) and `--config FILE` reads a TOML table `[model]` of `TinyModelConfig`
+keys on top of it, or a train config's `[model.tiny]` (the model `rstar2 train --config FILE`
+would build). An existing `DIR` (a file, or a directory that is not empty) is refused (exit
+code 2) unless `--force`, which writes into it.
 """
 
 from __future__ import annotations

@@ -25,14 +25,11 @@ import torch
 
 from rstar2.learner.sft import encode_examples, train_sft
 from rstar2.learner.sft_config import SFTConfig
-from rstar2.model import (
-    TinyModelConfig,
-    init_model,
-    load_model,
-    render_prompt,
-    special_token_ids,
-    tool_response_ids,
-)
+from rstar2.model.chat_format import render_prompt, tool_response_ids
+from rstar2.model.loader import load_model
+from rstar2.model.tiny import init_model
+from rstar2.model.tiny_config import TinyModelConfig
+from rstar2.model.tokenizer import special_token_ids
 from rstar2.tasks import TaskConfig, build_traces, generate_problems
 
 log = logging.getLogger("feasibility")

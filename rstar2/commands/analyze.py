@@ -50,7 +50,7 @@ from rstar2.analysis import (
 )
 from rstar2.commands.arguments import model_directory, out_dir, positive_int
 from rstar2.config import ConfigError
-from rstar2.model import load_model
+from rstar2.model.loader import load_model
 from rstar2.whole_file import write_text
 
 log = logging.getLogger(__name__)

@@ -66,7 +66,8 @@ from rstar2.learner.step_timer import StepTimer
 from rstar2.learner.workload import WORKLOADS, fixed_batch, rl_batch, trace_batch, trace_shapes
 from rstar2.model.tiny import init_model
 from rstar2.model.tiny_config import SHAPES, shaped_config
-from rstar2.rl import RLConfig, TrainingBatch
+from rstar2.rl.resampling import TrainingBatch
+from rstar2.rl.rl_config import RLConfig
 from rstar2.weights.flat_codec import flatten_weights
 
 PEAK_TFLOPS = {"H100": 989.0, "H200": 989.0, "MI300X": 1307.0, "A100": 312.0}

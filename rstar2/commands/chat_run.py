@@ -12,7 +12,7 @@ import anyio
 
 from rstar2.commands.rollout_settings import RunSettings, load_model_of, resolve_settings
 from rstar2.engine.async_engine import open_engine
-from rstar2.model import render_prompt
+from rstar2.model.chat_format import render_prompt
 from rstar2.reward import extract_answer
 from rstar2.rollout.agent_loop import (
     RolloutEvent,

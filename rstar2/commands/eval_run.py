@@ -28,7 +28,7 @@ from rstar2.commands.line_file import LineFile
 from rstar2.commands.rollout_settings import RunSettings, load_model_of, resolve_settings
 from rstar2.data import Problem
 from rstar2.engine.async_engine import open_engine
-from rstar2.model import render_prompt
+from rstar2.model.chat_format import render_prompt
 from rstar2.reward import open_reward_pool
 from rstar2.reward.extraction import extract_answer
 from rstar2.rollout.conversation import conversation, logprob_summary

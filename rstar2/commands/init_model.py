@@ -14,8 +14,8 @@ import argparse
 from pathlib import Path
 
 from rstar2.config import ConfigError, from_dict, load_file, to_dict
-from rstar2.model import TinyModelConfig, init_model
-from rstar2.model.tiny_config import SHAPES, shaped_config
+from rstar2.model.tiny import init_model
+from rstar2.model.tiny_config import SHAPES, TinyModelConfig, shaped_config
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

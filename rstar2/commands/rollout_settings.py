@@ -18,7 +18,7 @@ from rstar2.commands.rollout_options import FLAG_KEYS, training_run_config
 from rstar2.config import ConfigError, from_dict, load_file, override, to_dict
 from rstar2.devices import resolve_device
 from rstar2.engine.config import EngineConfig
-from rstar2.model import ModelFileError, load_model
+from rstar2.model.loader import ModelFileError, load_model
 from rstar2.reward import RewardConfig
 from rstar2.rollout.config import RolloutConfig
 from rstar2.sandbox.config import SandboxConfig

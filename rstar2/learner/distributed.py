@@ -50,7 +50,9 @@ from rstar2.learner.micro_batch import (
 )
 from rstar2.learner.policy_update import optimizer_steps
 from rstar2.learner.step_timer import phase
-from rstar2.rl import Mismatch, RLConfig, TrainingBatch
+from rstar2.rl.mismatch import Mismatch
+from rstar2.rl.resampling import TrainingBatch
+from rstar2.rl.rl_config import RLConfig
 
 log = logging.getLogger(__name__)
 

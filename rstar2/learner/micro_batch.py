@@ -32,7 +32,10 @@ from rstar2.learner.logprob_head import LogprobHead
 from rstar2.learner.model_preparation import packed_head
 from rstar2.learner.packing import PackedMicroBatch, pack, token_budget_micro_batches
 from rstar2.learner.step_timer import phase
-from rstar2.rl import Mismatch, RLConfig, TrainingBatch, logprob_mismatch, policy_loss
+from rstar2.rl.mismatch import Mismatch, logprob_mismatch
+from rstar2.rl.policy_loss import policy_loss
+from rstar2.rl.resampling import TrainingBatch
+from rstar2.rl.rl_config import RLConfig
 
 
 class RolloutLike(Protocol):

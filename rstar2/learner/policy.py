@@ -67,7 +67,8 @@ from rstar2.learner.model_preparation import packed_head, prepare_model
 from rstar2.learner.policy_update import make_lr_schedule, make_optimizer, update_policy
 from rstar2.learner.rank_group import follow, join_group, leave, serve_commands
 from rstar2.model.loader import load_model
-from rstar2.rl import RLConfig, TrainingBatch
+from rstar2.rl.resampling import TrainingBatch
+from rstar2.rl.rl_config import RLConfig
 
 log = logging.getLogger(__name__)
 

@@ -55,7 +55,9 @@ from rstar2.learner.micro_batch import (
     split_micro_batches,
 )
 from rstar2.learner.step_timer import phase
-from rstar2.rl import Mismatch, RLConfig, TrainingBatch
+from rstar2.rl.mismatch import Mismatch
+from rstar2.rl.resampling import TrainingBatch
+from rstar2.rl.rl_config import RLConfig
 
 log = logging.getLogger(__name__)
 

@@ -29,7 +29,7 @@ from torch import nn
 from transformers import PreTrainedTokenizerBase
 
 from rstar2.learner.sft_config import SFTConfig
-from rstar2.model import encode_conversation
+from rstar2.model.chat_format import encode_conversation
 
 log = logging.getLogger(__name__)
 

@@ -24,7 +24,7 @@ import random
 from dataclasses import dataclass
 from pathlib import Path
 
-from rstar2.rl import TrainingBatch
+from rstar2.rl.resampling import TrainingBatch
 
 WORKLOADS = ("fixed", "rl")
 

@@ -29,7 +29,7 @@ from rstar2.learner.learner_config import LearnerConfig
 from rstar2.learner.sft_config import SFTConfig
 from rstar2.model.tiny_config import TinyModelConfig
 from rstar2.reward.reward_config import RewardConfig
-from rstar2.rl import RLConfig
+from rstar2.rl.rl_config import RLConfig
 from rstar2.rollout.config import RolloutConfig
 from rstar2.sandbox.config import SandboxConfig
 from rstar2.scheduler import SchedulerConfig

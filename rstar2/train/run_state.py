@@ -42,7 +42,7 @@ from rstar2.learner.rank_group import RankGroup
 from rstar2.model.chat_format import render_prompt
 from rstar2.model.saver import save_model_dir
 from rstar2.problem import Problem
-from rstar2.rl import build_training_batch
+from rstar2.rl.resampling import build_training_batch
 from rstar2.tasks.arithmetic import generate_problems
 from rstar2.train.config import TrainConfig
 from rstar2.train.learner_ranks import start_ranks

@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 
 from rstar2.cli import main
-from rstar2.model import TinyModelConfig, init_model
+from rstar2.model.tiny import init_model
+from rstar2.model.tiny_config import TinyModelConfig
 from rstar2.tasks.arithmetic import TaskConfig, generate_problems, write_jsonl
 
 pytestmark = pytest.mark.slow

@@ -14,7 +14,7 @@ import torch.distributed as dist
 from rstar2.cli import main
 from rstar2.learner import logprob_head
 from rstar2.learner.workload import fixed_batch as synthetic_batch
-from rstar2.model import load_model
+from rstar2.model.loader import load_model
 
 KEYS = {"model_params", "ranks", "device", "tokens_per_s", "step_s", "peak_memory_mb", "mfu"}
 

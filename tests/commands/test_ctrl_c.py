@@ -27,7 +27,8 @@ import pytest
 from safetensors import safe_open
 
 from rstar2.actors.graph import run_graph_blocking, stats_endpoints
-from rstar2.model import TinyModelConfig, init_model
+from rstar2.model.tiny import init_model
+from rstar2.model.tiny_config import TinyModelConfig
 from rstar2.profile.live_view import graph_dir
 from rstar2.profile.synthetic import synthetic_graph
 

@@ -9,16 +9,18 @@ import anyio
 import pytest
 from transformers import Qwen2ForCausalLM
 
-from rstar2.engine import (
-    Engine,
+from rstar2.engine import async_engine
+from rstar2.engine.async_engine import (
+    MAX_STEPS_PER_HOP,
+    AsyncEngine,
     EngineClosedError,
-    EngineCore,
-    SamplingParams,
-    async_engine,
+    _Add,
+    _Waiter,
     open_engine,
 )
-from rstar2.engine.async_engine import MAX_STEPS_PER_HOP, AsyncEngine, _Add, _Waiter
 from rstar2.engine.config import EngineConfig
+from rstar2.engine.core import EngineCore
+from rstar2.engine.protocol import Engine, SamplingParams
 from tests.engine.factories import random_prompts, tiny_qwen2
 
 pytestmark = pytest.mark.anyio

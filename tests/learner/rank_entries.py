@@ -10,7 +10,7 @@ import torch
 from rstar2.learner.learner_config import LearnerConfig
 from rstar2.learner.policy import LearnerPolicy
 from rstar2.learner.rank_group import follow, join_group, leave, serve_commands
-from rstar2.rl import RLConfig
+from rstar2.rl.rl_config import RLConfig
 from tests.production.distributed_ranks import tiny_model
 
 CFG = LearnerConfig(lr=1e-2, warmup_steps=2, grad_clip=0.5, micro_batch_size=2, mini_batches=2)

@@ -18,7 +18,8 @@ from rstar2.learner.micro_batch import pad_batch, split_micro_batches, token_log
 from rstar2.learner.model_preparation import packed_head, prepare_model
 from rstar2.learner.packing import pack, token_budget_micro_batches, use_packed_attention
 from rstar2.learner.policy_update import make_lr_schedule, update_policy
-from rstar2.rl import RLConfig, TrainingBatch
+from rstar2.rl.resampling import TrainingBatch
+from rstar2.rl.rl_config import RLConfig
 from tests.engine.factories import tiny_qwen2
 
 

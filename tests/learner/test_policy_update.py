@@ -12,11 +12,14 @@ import pytest
 import torch
 from torch import nn
 
-from rstar2.engine import EngineConfig, EngineCore, SamplingParams
+from rstar2.engine.config import EngineConfig
+from rstar2.engine.core import EngineCore
+from rstar2.engine.protocol import SamplingParams
 from rstar2.learner.learner_config import LearnerConfig
 from rstar2.learner.micro_batch import pad_batch, token_logprobs
 from rstar2.learner.policy_update import make_lr_schedule, make_optimizer, update_policy
-from rstar2.rl import RLConfig, TrainingBatch
+from rstar2.rl.resampling import TrainingBatch
+from rstar2.rl.rl_config import RLConfig
 from tests.engine.factories import random_prompts, tiny_qwen2
 
 

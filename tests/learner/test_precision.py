@@ -17,7 +17,7 @@ from rstar2.config import ConfigError
 from rstar2.learner.activation_checkpoint import is_checkpointed
 from rstar2.learner.learner_config import LearnerConfig
 from rstar2.learner.policy import LearnerPolicy
-from rstar2.rl import RLConfig
+from rstar2.rl.rl_config import RLConfig
 from tests.learner.rank_entries import CFG
 from tests.production.distributed_ranks import synthetic_batch, tiny_model
 

@@ -18,8 +18,9 @@ from rstar2.learner.sft import (
     sft_threads,
     train_sft,
 )
-from rstar2.model import TinyModelConfig, special_token_ids, train_tokenizer
 from rstar2.model.tiny import build_model, tokenizer_corpus
+from rstar2.model.tiny_config import TinyModelConfig
+from rstar2.model.tokenizer import special_token_ids, train_tokenizer
 from rstar2.tasks import TaskConfig, build_traces, generate_problems
 
 SMALL = TinyModelConfig(

@@ -10,8 +10,9 @@ from pathlib import Path
 import pytest
 
 from rstar2.cli import main
-from rstar2.model import TinyModelConfig, init_model
 from rstar2.model.gguf_conversion import gguf_in_package
+from rstar2.model.tiny import init_model
+from rstar2.model.tiny_config import TinyModelConfig
 from tests.built_once import built_once
 
 SMALL = TinyModelConfig(

@@ -5,14 +5,14 @@ from pathlib import Path
 
 import pytest
 
-from rstar2.model import (
-    DEFAULT_SYSTEM_PROMPT,
+from rstar2.model.chat_format import (
     TOOL_RESPONSE_CLOSE,
     TOOL_RESPONSE_OPEN,
     encode_conversation,
-    load_model,
     render_prompt,
 )
+from rstar2.model.chat_template import DEFAULT_SYSTEM_PROMPT
+from rstar2.model.loader import load_model
 from rstar2.tasks import TaskConfig, build_trace, generate_problems
 
 

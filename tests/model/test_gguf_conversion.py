@@ -20,13 +20,15 @@ from rstar2.cli import main
 from rstar2.engine.config import EngineConfig
 from rstar2.engine.core import EngineCore
 from rstar2.engine.protocol import SamplingParams
-from rstar2.model import SPECIAL_TOKENS, load_model, render_prompt, special_token_ids
+from rstar2.model.chat_format import render_prompt
 from rstar2.model.gguf_conversion import (
     convert_gguf,
     gguf_in_package,
     load_gguf,
     read_gguf_header,
 )
+from rstar2.model.loader import load_model
+from rstar2.model.tokenizer import SPECIAL_TOKENS, special_token_ids
 
 GGUF_VOCAB = 49152
 """SmolLM2's own vocabulary; the protocol's 8 missing tokens come after it."""

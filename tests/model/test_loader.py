@@ -10,8 +10,7 @@ from pathlib import Path
 import pytest
 
 from rstar2.cli import main
-from rstar2.model import ModelFileError, load_model
-from rstar2.model.loader import weight_bytes
+from rstar2.model.loader import ModelFileError, load_model, weight_bytes
 
 
 def test_weight_bytes_in_float32(tiny_dir: Path, tmp_path: Path) -> None:

@@ -11,7 +11,7 @@ import torch
 
 from rstar2.cli import main
 from rstar2.learner.checkpoint import publish_final_policy, save_checkpoint
-from rstar2.model import load_model
+from rstar2.model.loader import load_model
 from rstar2.model.saver import save_model_dir, weight_layout
 from rstar2.run_layout import model_dir_of
 

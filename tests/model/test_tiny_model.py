@@ -8,10 +8,11 @@ from transformers import Qwen2ForCausalLM
 
 from rstar2.cli import main
 from rstar2.config import ConfigError
-from rstar2.model import TinyModelConfig, init_model, load_model, render_prompt, special_token_ids
-from rstar2.model.tiny import build_model, tokenizer_corpus
-from rstar2.model.tiny_config import shaped_config
-from rstar2.model.tokenizer import train_tokenizer
+from rstar2.model.chat_format import render_prompt
+from rstar2.model.loader import load_model
+from rstar2.model.tiny import build_model, init_model, tokenizer_corpus
+from rstar2.model.tiny_config import TinyModelConfig, shaped_config
+from rstar2.model.tokenizer import special_token_ids, train_tokenizer
 
 
 def test_init_then_load_round_trip(tiny_dir: Path) -> None:

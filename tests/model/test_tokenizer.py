@@ -4,14 +4,9 @@ from pathlib import Path
 
 import pytest
 
-from rstar2.model import (
-    SPECIAL_TOKENS,
-    load_model,
-    load_tokenizer,
-    special_token_ids,
-    tokenizer_corpus,
-    train_tokenizer,
-)
+from rstar2.model.loader import load_model, load_tokenizer
+from rstar2.model.tiny import tokenizer_corpus
+from rstar2.model.tokenizer import SPECIAL_TOKENS, special_token_ids, train_tokenizer
 from rstar2.tasks import TOOL_SCHEMA
 
 

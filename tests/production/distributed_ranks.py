@@ -18,7 +18,8 @@ from rstar2.learner.learner_config import LearnerConfig
 from rstar2.learner.micro_batch import pad_batch, token_logprobs
 from rstar2.learner.policy_update import make_lr_schedule, update_policy
 from rstar2.learner.rank_group import join_group, leave, wait_for_leavers
-from rstar2.rl import RLConfig, TrainingBatch
+from rstar2.rl.resampling import TrainingBatch
+from rstar2.rl.rl_config import RLConfig
 
 VOCAB = 61
 

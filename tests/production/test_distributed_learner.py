@@ -34,7 +34,7 @@ from rstar2.learner.learner_config import LearnerConfig
 from rstar2.learner.micro_batch import even_chunks, pad_batch, token_logprobs
 from rstar2.learner.policy import LearnerPolicy
 from rstar2.learner.rank_group import free_port
-from rstar2.rl import RLConfig
+from rstar2.rl.rl_config import RLConfig
 
 TOL = 1e-5
 

@@ -25,7 +25,9 @@ from production.weight_edit import memorise  # noqa: E402
 from rstar2.engine.protocol import Engine, SamplingParams  # noqa: E402
 from rstar2.engine.vllm_backend import open_vllm_engine  # noqa: E402
 from rstar2.engine.vllm_config import VLLMConfig  # noqa: E402
-from rstar2.model import init_model, load_model, render_prompt  # noqa: E402
+from rstar2.model.chat_format import render_prompt  # noqa: E402
+from rstar2.model.loader import load_model  # noqa: E402
+from rstar2.model.tiny import init_model  # noqa: E402
 from rstar2.rollout.agent_loop import run_trajectory  # noqa: E402
 from rstar2.rollout.config import RolloutConfig  # noqa: E402
 from rstar2.rollout.tool_call import TOOL_NAME  # noqa: E402

@@ -28,7 +28,9 @@ from production.weight_edit import memorise  # noqa: E402
 from rstar2.config import ConfigError  # noqa: E402
 from rstar2.engine.vllm_backend import VLLMEngine, open_vllm_engine  # noqa: E402
 from rstar2.engine.vllm_config import VLLMConfig  # noqa: E402
-from rstar2.model import init_model, load_model, render_prompt  # noqa: E402
+from rstar2.model.chat_format import render_prompt  # noqa: E402
+from rstar2.model.loader import load_model  # noqa: E402
+from rstar2.model.tiny import init_model  # noqa: E402
 from rstar2.rollout.turn_router import engine_report  # noqa: E402
 from rstar2.weights.group_member import join_group, receive_broadcast  # noqa: E402
 from rstar2.weights.learner_group import GroupLayout, LearnerWeightGroup  # noqa: E402

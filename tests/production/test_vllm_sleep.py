@@ -25,7 +25,8 @@ from rstar2.config import ConfigError  # noqa: E402
 from rstar2.engine.protocol import SamplingParams, SleepableEngine  # noqa: E402
 from rstar2.engine.vllm_backend import VLLMEngine, open_vllm_engine  # noqa: E402
 from rstar2.engine.vllm_config import VLLMConfig  # noqa: E402
-from rstar2.model import init_model, load_model  # noqa: E402
+from rstar2.model.loader import load_model  # noqa: E402
+from rstar2.model.tiny import init_model  # noqa: E402
 from rstar2.rollout.engine_backend import sleep_or_wake  # noqa: E402
 from rstar2.wire import EngineSleep, EngineWake  # noqa: E402
 

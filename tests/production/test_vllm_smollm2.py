@@ -26,8 +26,9 @@ import torch  # noqa: E402
 from rstar2.engine.protocol import SamplingParams  # noqa: E402
 from rstar2.engine.vllm_backend import open_vllm_engine  # noqa: E402
 from rstar2.engine.vllm_config import VLLMConfig  # noqa: E402
-from rstar2.model import load_model, render_prompt  # noqa: E402
+from rstar2.model.chat_format import render_prompt  # noqa: E402
 from rstar2.model.gguf_conversion import convert_gguf, gguf_in_package  # noqa: E402
+from rstar2.model.loader import load_model  # noqa: E402
 
 pytestmark = [pytest.mark.anyio, pytest.mark.vllm, pytest.mark.slow]
 

@@ -28,7 +28,7 @@ import torch  # noqa: E402
 from rstar2.config import from_dict  # noqa: E402
 from rstar2.learner.micro_batch import pad_batch, token_logprobs  # noqa: E402
 from rstar2.metrics import read_metrics  # noqa: E402
-from rstar2.model import load_model  # noqa: E402
+from rstar2.model.loader import load_model  # noqa: E402
 from rstar2.train.config import TrainConfig  # noqa: E402
 from rstar2.train.run_state import RunState  # noqa: E402
 from rstar2.train.runner import run_training  # noqa: E402

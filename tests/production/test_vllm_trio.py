@@ -19,7 +19,7 @@ import anyio  # noqa: E402
 from production.test_vllm_engine import engine_config  # noqa: E402
 from rstar2.engine.protocol import SamplingParams  # noqa: E402
 from rstar2.engine.vllm_backend import open_vllm_engine  # noqa: E402
-from rstar2.model import init_model  # noqa: E402
+from rstar2.model.tiny import init_model  # noqa: E402
 
 pytestmark = [pytest.mark.anyio, pytest.mark.vllm, pytest.mark.slow]
 

@@ -19,8 +19,8 @@ import pytest
 import torch
 
 from rstar2.config import ConfigError, from_dict
-from rstar2.rl import RLConfig
 from rstar2.rl.policy_loss import policy_loss
+from rstar2.rl.rl_config import RLConfig
 
 RATIOS = [[1.5, 0.5, 1.1], [0.5, 1.5, 1.0]]
 MASK = torch.tensor([[1, 1, 1], [1, 1, 0]])

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from rstar2.rl import RLConfig
+from rstar2.rl.rl_config import RLConfig
 from rstar2.rl.staleness import fresh_groups, staleness, staleness_metrics
 
 

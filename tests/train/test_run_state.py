@@ -5,8 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 from types import SimpleNamespace
 
-from rstar2.model import TinyModelConfig, init_model, render_prompt
+from rstar2.model.chat_format import render_prompt
 from rstar2.model.loader import load_tokenizer
+from rstar2.model.tiny import init_model
+from rstar2.model.tiny_config import TinyModelConfig
 from rstar2.problem import Problem
 from rstar2.train.config import load_train_config
 from rstar2.train.run_state import RunState

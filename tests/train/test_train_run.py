@@ -21,7 +21,7 @@ import torch
 
 from rstar2.learner.checkpoint import read_policy
 from rstar2.metrics import read_metrics
-from rstar2.model import load_model
+from rstar2.model.loader import load_model
 from tests.profile.tool_policy import ToolPolicy
 from tests.train.conftest import SMOKE_TOML
 

@@ -239,12 +239,14 @@ def _folded_attention(
     """Attention of `q` `[S, Hq, L, D]` over `k`/`v` `[S, Hkv, W, D]`, the Hq / Hkv query heads
     sharing a KV head folded into the query length (row j * L + i of KV head h: query head
     h * Hq / Hkv + j, slot i; `mask` from `_fold_mask`), so no call asks for grouped heads
-    (`enable_gqa`), which CUDA's memory-efficient kernel refuses: `[S, Hq, L, D]`."""
+    (`enable_gqa`), which CUDA's memory-efficient kernel refuses: `[S, Hq, L, D]`. A reshape,
+    not a view: CUDA's kernels return the output heads-strided (`[S, W', Hkv, D]` in memory),
+    which no view regroups by query head."""
     s, hq, length, d = q.shape
     out = F.scaled_dot_product_attention(
         q.reshape(s, k.shape[1], hq // k.shape[1] * length, d), k, v, attn_mask=mask
     )
-    return out.view(s, hq, length, d)
+    return out.reshape(s, hq, length, d)
 
 
 def _slots(x: torch.Tensor, group: PrefillGroup) -> torch.Tensor:

@@ -791,24 +791,49 @@ def main(argv: list[str] | None = None) -> int:
         p.error("--part variants needs at least one --variant or --wide-steps N")
     if args.variant_steps < 1:
         p.error("--variant-steps must be >= 1")
-    missing = missing_modules()
-    if missing:
-        print(f"missing Python modules: {', '.join(missing)} (carry them as wheels: "
-              "docs/production.md, 'On a GPU')", file=sys.stderr)  # fmt: skip
-        return 2
     out: Path = args.out
     out.mkdir(parents=True, exist_ok=True)
-    work: Path = args.work
-    work.mkdir(parents=True, exist_ok=True)
-    log = out / "gpu_figures.log"
     path = out / "gpu_figures.json"
     results: dict[str, Any] = json.loads(path.read_text()) if path.is_file() else {}
-    results["environment"] = environment()
+    # each invocation on record, with how it ended: a part that dies leaves its reason here
+    # even where the machine's output keeps only the last invocation's lines
+    invocation: dict[str, Any] = {"argv": sys.argv[1:] if argv is None else argv}
+    results.setdefault("invocations", []).append(invocation)
 
     def save() -> None:
         path.write_text(json.dumps(results, indent=1))
         (out / "gpu_figures.md").write_text(markdown(results))
 
+    missing = missing_modules()
+    if missing:
+        invocation["error"] = f"missing Python modules: {', '.join(missing)}"
+        save()
+        print(f"{invocation['error']} (carry them as wheels: docs/production.md, 'On a GPU')",
+              file=sys.stderr)  # fmt: skip
+        return 2
+    print(f"gpu_figures --part {args.part}: started", flush=True)
+    try:
+        invocation["exit"] = measure(args, variants, out, results, save)
+    except BaseException as e:
+        invocation["error"] = f"{type(e).__name__}: {e}"
+        save()
+        raise
+    save()
+    return invocation["exit"]
+
+
+def measure(
+    args: argparse.Namespace,
+    variants: list[tuple[str, list[str]]],
+    out: Path,
+    results: dict[str, Any],
+    save: Callable[[], None],
+) -> int:
+    """`main`'s measurements of `args.part` into `results` (saved after each entry)."""
+    work: Path = args.work
+    work.mkdir(parents=True, exist_ok=True)
+    log = out / "gpu_figures.log"
+    results["environment"] = environment()
     save()
     started = time.perf_counter()
 

@@ -16,6 +16,10 @@ def markdown(results: dict[str, Any]) -> str:
     """The figures as Markdown tables (learner benchmarks, then the training run)."""
     env = results.get("environment", {})
     lines = [f"Device: {env.get('device', '?')}; torch {env.get('torch', '?')}.", ""]
+    for run in results.get("invocations", []):  # one that died, or was killed before its end
+        if "error" in run or "exit" not in run:
+            why = run.get("error", "no end on record (killed, or still running)")
+            lines += [f"Invocation `{' '.join(run['argv'])}`: {why}", ""]
     checked = results.get("engine_check")
     if checked:
         lines += [f"Engine check: `{json.dumps(checked)}`", ""]

@@ -552,6 +552,37 @@ def test_variant_runs_start_from_the_sft_model_with_their_own_settings(
             gpu.main([*argv, *bad])
 
 
+def test_each_invocation_and_how_it_ended_is_on_record(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The device returns only the end of a command's output, so a part that dies must leave
+    its reason in the results (an H200 run's `--part variants` left nothing at all)."""
+
+    def dying_run(run_dir: Path, args: list[str], timeout: float, log: Path, settings: list[str]):
+        raise RuntimeError("the training run broke")
+
+    monkeypatch.setattr(gpu, "training_run", dying_run)
+    monkeypatch.setattr(gpu, "missing_modules", lambda: [])
+    out, work = tmp_path / "out", tmp_path / "w"
+    (work / "run" / "model-sft").mkdir(parents=True)
+    (work / "run" / "model-sft" / "config.json").write_text("{}")
+    argv = ["--out", str(out), "--work", str(work), "--part", "variants", "--variant", "a:"]
+    with pytest.raises(RuntimeError):
+        gpu.main(argv)
+    monkeypatch.setattr(gpu, "missing_modules", lambda: ["zmq"])
+    assert gpu.main(argv) == 2
+    monkeypatch.setattr(gpu, "missing_modules", lambda: [])
+    monkeypatch.setattr(gpu, "training_run", lambda *a: {"exit": 0})
+    assert gpu.main(argv) == 0
+    got = json.loads((out / "gpu_figures.json").read_text())["invocations"]
+    assert [run["argv"] for run in got] == [argv] * 3
+    assert got[0]["error"] == "RuntimeError: the training run broke" and "exit" not in got[0]
+    assert got[1]["error"] == "missing Python modules: zmq" and got[2] == {"argv": argv, "exit": 0}
+    table = (out / "gpu_figures.md").read_text()
+    assert f"Invocation `{' '.join(argv)}`: RuntimeError: the training run broke" in table
+    assert table.count("Invocation `") == 2
+
+
 def test_the_next_gpu_runs_commands_parse_and_their_variants_are_valid_settings() -> None:
     """The commands docs/production.md plans for the next GPU session parse as the script
     takes them, and each variant's settings over `configs/gpu_20m.toml`, as `--part variants`

@@ -22,13 +22,6 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-import matplotlib
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-from matplotlib.ticker import MaxNLocator  # noqa: E402
-from torch.utils.tensorboard import SummaryWriter  # noqa: E402
-
 log = logging.getLogger(__name__)
 
 # metric key -> TensorBoard tag
@@ -81,6 +74,8 @@ class MetricsLog:
         if tensorboard:
             tb_dir = Path(run_dir) / "tensorboard"
             shutil.rmtree(tb_dir, ignore_errors=True)
+            from torch.utils.tensorboard import SummaryWriter  # heavy: only a run that logs
+
             self._tb = SummaryWriter(str(tb_dir))
             for row in kept:
                 self._scalars(row)
@@ -129,6 +124,12 @@ def plot_metrics(
     panels: list[tuple[str, str]] | None = None,
 ) -> Path:
     """Plot each panel's metric against step for one or more runs (label -> rows) into `out`."""
+    import matplotlib  # heavy: only when a plot is drawn (reading metrics needs none of it)
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
+
     panels = panels or PLOT_PANELS
     cols = 3
     rows_n = math.ceil(len(panels) / cols)

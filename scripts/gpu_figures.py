@@ -646,7 +646,7 @@ def worker(model_dir: Path) -> int:
     """`--worker DIR`: `bench learner` measurements on the model in DIR (`serve_entries`),
     each from a freshly loaded policy with the GPU's peak memory reset; compiled code is
     dropped between entries."""
-    from rstar2.commands import bench_learner
+    from rstar2.commands import bench_learner, bench_learner_run
 
     parser = argparse.ArgumentParser(prog="bench learner")
     bench_learner.add_arguments(parser)
@@ -654,7 +654,7 @@ def worker(model_dir: Path) -> int:
     def measure(argv: list[str]) -> dict[str, Any]:
         args = parser.parse_args([*argv, "--model", str(model_dir)])
         bench_learner.check_arguments(args)
-        return bench_learner.measure(args, model_dir)
+        return bench_learner_run.measure(args, model_dir)
 
     return serve_entries(measure, reset_compiled=True)
 

@@ -32,10 +32,10 @@ def test_row_needs_step(tmp_path) -> None:
 
 def test_the_step_axis_has_integer_ticks(tmp_path, monkeypatch) -> None:
     """Three steps must not be labelled 1.0, 1.5, 2.0, ... (the figure is caught as it closes)."""
-    import rstar2.metrics as metrics
+    import matplotlib.pyplot as plt
 
     closed = []
-    monkeypatch.setattr(metrics.plt, "close", closed.append)
+    monkeypatch.setattr(plt, "close", closed.append)
     rows = [{"step": s, "reward_mean": s / 10} for s in (1, 2, 3)]
     plot_metrics({"a": rows}, tmp_path / "curves.png", panels=[("reward_mean", "reward")])
     (ax, *_) = closed[0].axes

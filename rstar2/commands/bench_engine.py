@@ -26,9 +26,7 @@ import argparse
 import json
 import logging
 import os
-from typing import Any
-
-import torch
+from typing import TYPE_CHECKING, Any
 
 from rstar2 import devices
 from rstar2.commands.arguments import (
@@ -41,21 +39,16 @@ from rstar2.commands.arguments import (
 from rstar2.commands.bench_contention import busy_processes, load_average
 from rstar2.config import UsageError
 from rstar2.devices import DEVICES
-from rstar2.engine.benchmark import (
-    Sweep,
-    Timing,
-    Workload,
-    make_workload,
-    random_model,
-    run_sweep,
-)
 from rstar2.engine.config import DECODE_PATHS, EngineConfig
-from rstar2.engine.core import load_causal_lm
 from rstar2.model.tiny_config import SHAPES
+
+if TYPE_CHECKING:  # the benchmark imports torch: `measure` imports it, after the flags
+    from rstar2.engine.benchmark import Sweep, Timing, Workload
 
 log = logging.getLogger(__name__)
 
-DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
+DTYPES = ("float32", "bfloat16")
+"""`--dtype`'s choices: names of torch dtypes."""
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -211,6 +204,11 @@ def measure(args: argparse.Namespace) -> tuple[dict[str, Any], Sweep, Workload]:
     and the workload. Raises UsageError for arguments that cannot run."""
     if args.model and args.model_size != "tiny":
         raise UsageError("--model-size is for the random model; --model names its own")
+    import torch
+
+    from rstar2.engine.benchmark import make_workload, random_model, run_sweep
+    from rstar2.engine.core import load_causal_lm
+
     if args.threads:
         torch.set_num_threads(args.threads)
     sizes: list[int] = args.batch_sizes
@@ -230,7 +228,7 @@ def measure(args: argparse.Namespace) -> tuple[dict[str, Any], Sweep, Workload]:
         model = load_causal_lm(args.model)
     else:
         model = random_model(args.model_size, args.seed, device)
-    model.to(device=device, dtype=DTYPES[args.dtype])
+    model.to(device=device, dtype=getattr(torch, args.dtype))
     work = make_workload(
         args.requests, model.config.vocab_size, args.max_tokens, args.seed, args.turns
     )

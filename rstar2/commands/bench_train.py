@@ -23,7 +23,6 @@ from rstar2.commands.arguments import model_directory, nonnegative_int
 from rstar2.config import require
 from rstar2.metrics import read_metrics
 from rstar2.train.config import load_train_config
-from rstar2.train.runner import run_training
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -57,6 +56,8 @@ def run(args: argparse.Namespace) -> int:
         if args.model:
             sets += [f"model.path={args.model}", "sft.steps=0"]
         cfg = load_train_config(None, sets=sets)
+        from rstar2.train.runner import run_training  # torch: after the arguments are checked
+
         run_dir = Path(tmp) / "run"
         run_training(cfg, run_dir)
         rows = [r for r in read_metrics(run_dir / "metrics.jsonl") if r.get("stage") == "rl1"]

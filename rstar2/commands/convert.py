@@ -25,8 +25,6 @@ import argparse
 from pathlib import Path
 
 from rstar2.config import UsageError
-from rstar2.learner.checkpoint import export_checkpoint
-from rstar2.model.gguf_conversion import convert_gguf, gguf_in_package
 
 PACKAGE_PREFIX = "pkg:"
 
@@ -56,6 +54,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def source_path(spec: str) -> Path:
     """FILE as a path: itself, or the GGUF that package NAME ships for `pkg:NAME`."""
     if spec.startswith(PACKAGE_PREFIX):
+        from rstar2.model.gguf_conversion import gguf_in_package
+
         return gguf_in_package(spec[len(PACKAGE_PREFIX) :])
     return Path(spec)
 
@@ -65,12 +65,16 @@ def run(args: argparse.Namespace) -> int:
         out_dir = Path(args.out_dir)
         if out_dir.exists() and any(out_dir.iterdir()) and not args.force:
             raise UsageError(f"checkpoint: {out_dir} is not empty (use --force to replace it)")
+        from rstar2.learner.checkpoint import export_checkpoint  # torch: after the checks
+
         try:
             out = export_checkpoint(Path(args.path), out_dir)
         except (OSError, ValueError) as e:
             raise UsageError(f"checkpoint: {e}") from None
         print(out)
         return 0
+    from rstar2.model.gguf_conversion import convert_gguf  # torch, transformers
+
     try:
         out = convert_gguf(source_path(args.file), args.out_dir, force=args.force)
     except (OSError, ValueError, ModuleNotFoundError) as e:

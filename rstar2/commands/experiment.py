@@ -11,11 +11,14 @@ import argparse
 import json
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from rstar2.commands.arguments import nonnegative_float, nonnegative_int
 from rstar2.config import ConfigError
 from rstar2.train.experiment import ARMS, ENVS, parse_names
-from rstar2.train.experiment_runner import ExperimentSpec, run_experiment
+
+if TYPE_CHECKING:
+    from rstar2.train.experiment_runner import ExperimentSpec
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -81,7 +84,7 @@ def spec_of(args: argparse.Namespace) -> ExperimentSpec:
     out = Path(args.out)
     if out.exists() and not out.is_dir():
         raise ConfigError("--out", str(out), "a directory (that path is a file)")
-    return ExperimentSpec(
+    fields = dict(
         out=out,
         config=args.config,
         sets=list(args.set),
@@ -94,11 +97,16 @@ def spec_of(args: argparse.Namespace) -> ExperimentSpec:
         sft_min_validation=args.sft_min_validation,
         sft_attempts=args.sft_attempts,
     )
+    from rstar2.train.experiment_runner import ExperimentSpec  # torch: after the flags' checks
+
+    return ExperimentSpec(**fields)
 
 
 def run(args: argparse.Namespace) -> int:
     spec = spec_of(args)
     spec.out.mkdir(parents=True, exist_ok=True)
+    from rstar2.train.experiment_runner import run_experiment
+
     try:
         results = run_experiment(spec, lambda line: print(line, file=sys.stderr, flush=True))
     except KeyboardInterrupt:  # Ctrl-C, or a signal that stopped an arm's training graph

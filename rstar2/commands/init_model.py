@@ -14,7 +14,6 @@ import argparse
 from pathlib import Path
 
 from rstar2.config import ConfigError, from_dict, load_file, to_dict
-from rstar2.model.tiny import init_model
 from rstar2.model.tiny_config import SHAPES, TinyModelConfig, shaped_config
 
 
@@ -58,6 +57,8 @@ def run(args: argparse.Namespace) -> int:
     if args.seed is not None:
         cfg.seed = args.seed
         cfg.validate()
+    from rstar2.model.tiny import init_model  # torch, transformers: after the config's checks
+
     path = init_model(args.dir, cfg)
     print(path)
     return 0

@@ -46,7 +46,6 @@ from rstar2.profile.overhead import TARGET, WORKLOADS, measure_overhead_blocking
 from rstar2.profile.recording import Recording
 from rstar2.profile.report import build_report, format_report, report_json
 from rstar2.profile.synthetic import SLOW_CHOICES, synthetic_graph
-from rstar2.profile.trainer import profile_config, profile_training
 from rstar2.profile.workload import record_graph_blocking
 from rstar2.whole_file import write_text
 
@@ -113,6 +112,8 @@ def _record(args: argparse.Namespace) -> tuple[GraphResult, Recording]:
     sets = [*args.set, *([f"graph.backend={args.backend}"] if args.backend else [])]
     if args.model:
         sets.append(f"model.path={args.model}")
+    from rstar2.profile.trainer import profile_config, profile_training  # torch, the runner
+
     train_cfg = profile_config(args.config, args.steps, sets)
     run_dir = Path(args.out) / time.strftime("run-%Y%m%d-%H%M%S")
     log.info("profiling %d RL step(s) of the trainer in %s", args.steps, run_dir)

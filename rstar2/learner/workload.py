@@ -23,8 +23,10 @@ import math
 import random
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from rstar2.rl.resampling import TrainingBatch
+if TYPE_CHECKING:  # torch: imported where a batch is built (bench learner's flags need none)
+    from rstar2.rl.resampling import TrainingBatch
 
 WORKLOADS = ("fixed", "rl")
 
@@ -45,6 +47,8 @@ def _rollout(rng: random.Random, vocab: int, mask: list[int]) -> SyntheticRollou
 
 
 def _batch(rollouts: list[SyntheticRollout]) -> TrainingBatch:
+    from rstar2.rl.resampling import TrainingBatch
+
     advantages = [1.0 if i % 2 else -1.0 for i in range(len(rollouts))]
     return TrainingBatch(rollouts=rollouts, advantages=advantages)
 

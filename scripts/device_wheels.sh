@@ -8,7 +8,7 @@
 # the bus (pyzmq, msgspec), trio and its needs, the verifier (math-verify and its parser), and
 # the sandbox's HTTP front. Versions are those this project's CI installs. On the GPU machine:
 #
-#   python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl
+#   rm -rf /tmp/site; python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl
 #   export PYTHONPATH=/tmp/site
 set -euo pipefail
 dir=${1:-.whl}

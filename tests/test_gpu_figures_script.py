@@ -593,8 +593,10 @@ def test_the_next_gpu_runs_commands_parse_and_their_variants_are_valid_settings(
     text = (repo / "docs" / "production.md").read_text()
     plan = text.split("**The next run, in 15 minutes of device time**", 1)[1]
     block = plan.split("```bash", 1)[1].split("```", 1)[0].replace("\\\n", "")  # as the shell
-    install = "python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site "
-    install += ".whl/*.whl && export PYTHONPATH=/tmp/site PYTHONUNBUFFERED=1 && "
+    install = "rm -rf /tmp/site; python3 -m pip install -q --no-index --no-deps --no-compile "
+    install += "--target /tmp/site .whl/*.whl; export PYTHONPATH=/tmp/site PYTHONUNBUFFERED=1; "
+    shown = " ".join(text.split("# there, carrying .whl", 1)[1].replace("\\\n", "").split())
+    assert shown.split(" python3 scripts/gpu_figures.py")[0].endswith(install.strip())
     device_commands = block.strip().split("\n")
     assert len(device_commands) == 2  # each, with the wheels' install, fits the device's run
     assert all(len(install + c) <= 2000 for c in device_commands), [len(c) for c in device_commands]

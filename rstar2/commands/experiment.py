@@ -84,22 +84,24 @@ def spec_of(args: argparse.Namespace) -> ExperimentSpec:
     out = Path(args.out)
     if out.exists() and not out.is_dir():
         raise ConfigError("--out", str(out), "a directory (that path is a file)")
-    fields = dict(
+    arms = parse_names(args.arms, ARMS, "--arms")
+    envs = parse_names(args.envs, ENVS, "--envs")
+    seeds = _seeds(args.seeds)
+    from rstar2.train.experiment_runner import ExperimentSpec  # torch: after the flags' checks
+
+    return ExperimentSpec(
         out=out,
         config=args.config,
         sets=list(args.set),
-        arms=parse_names(args.arms, ARMS, "--arms"),
-        envs=parse_names(args.envs, ENVS, "--envs"),
-        seeds=_seeds(args.seeds),
+        arms=arms,
+        envs=envs,
+        seeds=seeds,
         fault_rate=args.fault_rate,
         best_steps=args.sft_best_steps,
         best_every=args.sft_best_every,
         sft_min_validation=args.sft_min_validation,
         sft_attempts=args.sft_attempts,
     )
-    from rstar2.train.experiment_runner import ExperimentSpec  # torch: after the flags' checks
-
-    return ExperimentSpec(**fields)
 
 
 def run(args: argparse.Namespace) -> int:

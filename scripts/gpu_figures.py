@@ -129,6 +129,11 @@ VARIANTS = (
      (*AFTER, *FSDP_AC, *PER_LAYER, "--sync-every-micro-batch", *PROFILE), True),
     # micro-batches of 16,384 tokens, `learner.micro_batch_tokens`' default in train
     ("plain-micro-batch-16k", (*AFTER, "--micro-batch", "8"), True),
+    # the 0.5B update pays a fixed host cost per forward (runs 8-9): the whole batch in one
+    # micro-batch, and selective checkpointing in half as many
+    ("plain-micro-batch-32k", (*AFTER, "--micro-batch", "16"), False),
+    ("fsdp-ac-selective-micro-batch-16k", (*AFTER, *FSDP_AC, *SELECTIVE, "--micro-batch", "8"),
+     False),
     ("rl-before-plain", (*RL, *BEFORE), True),
     ("rl-plain", (*RL, *AFTER), True),
     # each optimisation alone, against "before" (the 0.5B shape only)
@@ -819,6 +824,7 @@ def main(argv: list[str] | None = None) -> int:
         save()
         raise
     save()
+    print(markdown(results))
     return invocation["exit"]
 
 
@@ -959,7 +965,6 @@ def measure(
             save()
         for w in workers.values():
             w.close()
-    print(markdown(results))
     return 0
 
 

@@ -6,7 +6,10 @@
 
 Made for a machine lent for a short while (no network, a time limit per command): every
 measurement has a time limit, and DIR/gpu_figures.json is rewritten after each one, so a run
-cut short keeps what it measured. Parts (`all`: engine, train, bench, in that order):
+cut short keeps what it measured. Several invocations into one DIR add to its results; each
+is on record under `invocations` (its arguments, its exit, or what it died of), since the
+machine may return only the end of a command's output. Parts (`all`: engine, train, bench,
+in that order):
 
 - `engine`: first `--check-engine` (the embedded engine's decode paths, fixed-shape with and
   without CUDA graphs and dynamic, against each other and HF `generate`: greedy tokens, a

@@ -35,6 +35,7 @@ from __future__ import annotations
 import datetime
 import logging
 import socket
+import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from multiprocessing.process import BaseProcess
@@ -73,9 +74,16 @@ class Membership:
 
 def join_group(rank: int, world: int, init_method: str, backend: str) -> Membership:
     """Join the learner's default process group at `init_method` (`tcp://HOST:PORT`; rank 0
-    binds it and hosts the store)."""
+    binds it and hosts the store). A follower checks in on the store first (`_joined_key`), which
+    `RankGroup.spawn`'s rank 0 waits for while it watches the follower's process."""
     host, port = parse_rendezvous(init_method)
     store = dist.TCPStore(host, port, world_size=world, is_master=rank == 0, timeout=TIMEOUT)
+    if rank:
+        store.set(_joined_key(rank), "1")
+    return _init_group(store, rank, world, backend)
+
+
+def _init_group(store: dist.Store, rank: int, world: int, backend: str) -> Membership:
     dist.init_process_group(backend, store=store, rank=rank, world_size=world, timeout=TIMEOUT)
     control = dist.new_group(backend="gloo") if backend != "gloo" else dist.group.WORLD
     assert control is not None
@@ -105,6 +113,32 @@ def wait_for_leavers(store: dist.Store, world: int, timeout_s: float) -> None:
 
 def _left_key(rank: int) -> str:
     return f"rstar2/left/{rank}"
+
+
+def _joined_key(rank: int) -> str:
+    return f"rstar2/joined/{rank}"
+
+
+def wait_for_joiners(
+    store: dist.Store, processes: Sequence[BaseProcess], timeout_s: float, poll_s: float = 0.05
+) -> None:
+    """Rank 0 of `RankGroup.spawn`, before it joins the group: wait until every follower
+    (`processes[i]` is rank i + 1) has checked in on the store, and fail at once, naming it, when
+    one ends first. Joining straight away would wait out `TIMEOUT` (30 minutes) for a follower
+    that died before it joined (a bad import, an unusable device), inside a C++ call that no
+    signal interrupts. Raises `LearnerRankDied`, or `TimeoutError` after `timeout_s`."""
+    pending = dict(enumerate(processes, start=1))
+    deadline = time.monotonic() + timeout_s
+    while pending:
+        for rank in [r for r in pending if store.check([_joined_key(r)])]:
+            del pending[rank]
+        dead = {r: p.exitcode for r, p in pending.items() if not p.is_alive()}
+        if dead:
+            raise LearnerRankDied(_describe(dead, "before it joined the group"))
+        if pending and time.monotonic() > deadline:
+            ranks = ", ".join(str(r) for r in sorted(pending))
+            raise TimeoutError(f"learner rank(s) {ranks} did not join within {timeout_s:.0f} s")
+        time.sleep(poll_s)
 
 
 def serve_commands(target: object, control: dist.ProcessGroup) -> None:
@@ -158,7 +192,17 @@ class RankGroup:
             raise ValueError(f"a rank group needs world >= 2, got {world}")
         if dist.is_initialized():
             raise RuntimeError("this process already belongs to a torch.distributed group")
-        init = f"tcp://127.0.0.1:{free_port()}"
+        # the store binds a port of the kernel's choosing before any follower is told it (a port
+        # found free and bound later could be taken in between); followers need not be up yet
+        store = dist.TCPStore(
+            "127.0.0.1",
+            0,
+            world_size=world,
+            is_master=True,
+            timeout=TIMEOUT,
+            wait_for_workers=False,
+        )
+        init = f"tcp://127.0.0.1:{store.port}"
         ctx = mp.get_context("spawn")
         processes = []
         for rank in range(1, world):
@@ -172,7 +216,8 @@ class RankGroup:
             log.info("learner rank %d/%d started (pid %d)", rank, world, p.pid)
             processes.append(p)
         try:
-            member = join_group(0, world, init, backend)
+            wait_for_joiners(store, processes, TIMEOUT.total_seconds())
+            member = _init_group(store, 0, world, backend)
         except BaseException:
             for p in processes:
                 p.kill()
@@ -252,7 +297,7 @@ class RankGroup:
             dist.destroy_process_group()
 
 
-def _describe(dead: dict[int, int | None]) -> str:
+def _describe(dead: dict[int, int | None], when: str = "") -> str:
     parts = []
     for rank, code in sorted(dead.items()):
         if code is None:
@@ -261,5 +306,5 @@ def _describe(dead: dict[int, int | None]) -> str:
             how = f"was killed by signal {-code}"
         else:
             how = f"exited with code {code}"
-        parts.append(f"learner rank {rank} {how}")
+        parts.append(f"learner rank {rank} {how}" + (f" {when}" if when else ""))
     return "; ".join(parts) + " (its log is above); the run stopped"

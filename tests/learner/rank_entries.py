@@ -29,6 +29,12 @@ def follower(rank: int, world: int, init_method: str) -> None:
         leave(rank, member)
 
 
+def dies_before_joining(rank: int, world: int, init_method: str) -> None:
+    """A follower whose setup fails before it joins the group (a bad import, an unusable
+    device)."""
+    raise SystemExit(3)
+
+
 def slow_leaver(rank: int, world: int, init_method: str, marker: str) -> None:
     """A rank started elsewhere (as `RankGroup.meet` expects) that, after `STOP`, takes a second
     before it leaves and writes `marker` just before it reports leaving."""

@@ -16,9 +16,15 @@ import torch.multiprocessing as mp
 from torch.distributed.tensor import DTensor
 
 from rstar2.learner.policy import resolve_device
-from rstar2.learner.rank_group import LearnerRankDied, RankGroup, free_port, join_group
+from rstar2.learner.rank_group import (
+    LearnerRankDied,
+    RankGroup,
+    free_port,
+    join_group,
+    wait_for_joiners,
+)
 from rstar2.weights.buckets import manifest_of
-from tests.learner.rank_entries import follower, policy, slow_leaver
+from tests.learner.rank_entries import dies_before_joining, follower, policy, slow_leaver
 from tests.production.distributed_ranks import synthetic_batch, tiny_model
 
 TOL = 1e-5
@@ -140,6 +146,43 @@ def test_a_dead_rank_is_named_not_waited_for() -> None:
         assert time.monotonic() - start < 20
     finally:
         group.close()
+
+
+@pytest.mark.slow
+def test_a_rank_that_dies_before_joining_is_named_at_once() -> None:
+    """Rank 0 used to wait out the group's 30-minute timeout for it, in a call no signal ends."""
+    start = time.monotonic()
+    with pytest.raises(LearnerRankDied, match="learner rank 1 exited with code 3 before it joined"):
+        RankGroup.spawn(2, dies_before_joining, (), "gloo")
+    assert time.monotonic() - start < 120
+    assert not dist.is_initialized()
+
+
+class _Store:
+    def __init__(self, keys: set[str]) -> None:
+        self.keys = keys
+
+    def check(self, keys: list[str]) -> bool:
+        return all(k in self.keys for k in keys)
+
+
+class _Process:
+    def __init__(self, alive: bool, exitcode: int | None = None) -> None:
+        self.alive, self.exitcode = alive, exitcode
+
+    def is_alive(self) -> bool:
+        return self.alive
+
+
+def test_joiners_are_waited_for_until_they_check_in_die_or_time_out() -> None:
+    store = _Store({"rstar2/joined/1", "rstar2/joined/2"})
+    wait_for_joiners(store, [_Process(True), _Process(True)], timeout_s=1)  # type: ignore[arg-type]
+    # rank 2 checked in and then ended: not a death before joining (the group's collectives see it)
+    store = _Store({"rstar2/joined/2"})
+    with pytest.raises(LearnerRankDied, match=r"^learner rank 1 was killed by signal 9 before"):
+        wait_for_joiners(store, [_Process(False, -9), _Process(False, 0)], 1)  # type: ignore[arg-type]
+    with pytest.raises(TimeoutError, match=r"learner rank\(s\) 1 did not join within 0 s"):
+        wait_for_joiners(_Store(set()), [_Process(True)], timeout_s=0.2, poll_s=0.01)  # type: ignore[arg-type]
 
 
 def test_device_setting_resolves_or_says_why_not() -> None:

@@ -137,6 +137,10 @@ def measure(args: argparse.Namespace, model_dir: Path) -> dict[str, Any]:
         if args.profile and group is None:
             profiled = profile_call(lambda: run("update", batch), device)
         push = _push_extra_mb(policy, group, args)
+    except BaseException:
+        if group:  # a follower may be inside the failed operation's collective: STOP unread
+            group.close(abort=True)
+        raise
     finally:
         if group:
             group.close()

@@ -15,6 +15,9 @@ rank 0 does, in the same order, so the collectives inside line up:
   each follower's `serve_commands` runs `getattr(policy, op)(*args)` (an iterator result, such
   as the weight buckets, is run to its end) until `close()` sends `STOP`; then rank 0 runs the
   same method on its own policy.
+- Joining: rank 0 binds the rendezvous store and waits, in Python, until every follower has
+  checked in on it (`wait_for_joiners`); a follower it started that ends first is named at once
+  (joining straight away would wait out the group's 30-minute timeout inside C++).
 - A follower that dies closes its gloo connections, and the collective rank 0 is in fails within
   about a second; `call` turns that into `LearnerRankDied`, which names the dead rank(s) and how
   they ended. NCCL does not notice a dead peer before its timeout, so `dead_ranks()` is there for
@@ -74,8 +77,8 @@ class Membership:
 
 def join_group(rank: int, world: int, init_method: str, backend: str) -> Membership:
     """Join the learner's default process group at `init_method` (`tcp://HOST:PORT`; rank 0
-    binds it and hosts the store). A follower checks in on the store first (`_joined_key`), which
-    `RankGroup.spawn`'s rank 0 waits for while it watches the follower's process."""
+    binds it and hosts the store). A follower checks in on the store first (`_joined_key`): what
+    rank 0 of `RankGroup.spawn` or `meet` waits for (`wait_for_joiners`) before it joins."""
     host, port = parse_rendezvous(init_method)
     store = dist.TCPStore(host, port, world_size=world, is_master=rank == 0, timeout=TIMEOUT)
     if rank:
@@ -120,25 +123,46 @@ def _joined_key(rank: int) -> str:
 
 
 def wait_for_joiners(
-    store: dist.Store, processes: Sequence[BaseProcess], timeout_s: float, poll_s: float = 0.05
+    store: dist.Store,
+    world: int,
+    processes: Sequence[BaseProcess],
+    timeout_s: float,
+    poll_s: float = 0.05,
 ) -> None:
-    """Rank 0 of `RankGroup.spawn`, before it joins the group: wait until every follower
-    (`processes[i]` is rank i + 1) has checked in on the store, and fail at once, naming it, when
-    one ends first. Joining straight away would wait out `TIMEOUT` (30 minutes) for a follower
-    that died before it joined (a bad import, an unusable device), inside a C++ call that no
-    signal interrupts. Raises `LearnerRankDied`, or `TimeoutError` after `timeout_s`."""
-    pending = dict(enumerate(processes, start=1))
-    deadline = time.monotonic() + timeout_s
+    """Rank 0, before it joins the group: wait until ranks 1..world-1 have checked in on the
+    store (`join_group`), failing at once, naming it, when a follower this process started
+    (`processes[i]` is rank i + 1) ends first. Joining straight away would wait out `TIMEOUT`
+    (30 minutes) for a follower that died before it joined (a bad import, an unusable device),
+    inside a C++ call that neither Ctrl-C nor a test's timeout interrupts; this loop is Python.
+    Raises `LearnerRankDied`, or `TimeoutError` after `timeout_s`."""
+    pending = set(range(1, world))
+    started = dict(enumerate(processes, start=1))
+    begun = time.monotonic()
+    told = begun
     while pending:
-        for rank in [r for r in pending if store.check([_joined_key(r)])]:
-            del pending[rank]
-        dead = {r: p.exitcode for r, p in pending.items() if not p.is_alive()}
+        pending = {r for r in pending if not store.check([_joined_key(r)])}
+        dead = {
+            r: started[r].exitcode for r in pending & started.keys() if not started[r].is_alive()
+        }
         if dead:
             raise LearnerRankDied(_describe(dead, "before it joined the group"))
-        if pending and time.monotonic() > deadline:
+        now = time.monotonic()
+        if pending and now - begun > timeout_s:
             ranks = ", ".join(str(r) for r in sorted(pending))
             raise TimeoutError(f"learner rank(s) {ranks} did not join within {timeout_s:.0f} s")
-        time.sleep(poll_s)
+        if pending and now - told > 60:
+            told = now
+            log.info("learner: still waiting for rank(s) %s", ", ".join(map(str, sorted(pending))))
+        if pending:
+            time.sleep(poll_s)
+
+
+def _master_store(host: str, port: int, world: int) -> dist.TCPStore:
+    """Rank 0's rendezvous store, bound at once (port 0: one of the kernel's choosing); it does
+    not wait for the others to connect (`wait_for_joiners` does, in Python)."""
+    return dist.TCPStore(
+        host, port, world_size=world, is_master=True, timeout=TIMEOUT, wait_for_workers=False
+    )
 
 
 def serve_commands(target: object, control: dist.ProcessGroup) -> None:
@@ -193,15 +217,8 @@ class RankGroup:
         if dist.is_initialized():
             raise RuntimeError("this process already belongs to a torch.distributed group")
         # the store binds a port of the kernel's choosing before any follower is told it (a port
-        # found free and bound later could be taken in between); followers need not be up yet
-        store = dist.TCPStore(
-            "127.0.0.1",
-            0,
-            world_size=world,
-            is_master=True,
-            timeout=TIMEOUT,
-            wait_for_workers=False,
-        )
+        # found free and bound later could be taken in between)
+        store = _master_store("127.0.0.1", 0, world)
         init = f"tcp://127.0.0.1:{store.port}"
         ctx = mp.get_context("spawn")
         processes = []
@@ -216,7 +233,7 @@ class RankGroup:
             log.info("learner rank %d/%d started (pid %d)", rank, world, p.pid)
             processes.append(p)
         try:
-            wait_for_joiners(store, processes, TIMEOUT.total_seconds())
+            wait_for_joiners(store, world, processes, TIMEOUT.total_seconds())
             member = _init_group(store, 0, world, backend)
         except BaseException:
             for p in processes:
@@ -225,15 +242,21 @@ class RankGroup:
         return cls(member, processes)
 
     @classmethod
-    def meet(cls, world: int, init: str, backend: str, args: tuple) -> RankGroup:
+    def meet(
+        cls, world: int, init: str, backend: str, args: tuple,
+        timeout_s: float = TIMEOUT.total_seconds(),
+    ) -> RankGroup:  # fmt: skip
         """Join ranks 1..world-1 started elsewhere (`rstar2 learner-rank`, by torchrun or srun)
-        at `init` as rank 0, and send them `args` (what `follow` hands to its entry)."""
+        at `init` as rank 0, and send them `args` (what `follow` hands to its entry); waits up to
+        `timeout_s` for them to arrive."""
         if world < 2:
             raise ValueError(f"a rank group needs world >= 2, got {world}")
         if dist.is_initialized():
             raise RuntimeError("this process already belongs to a torch.distributed group")
         log.info("learner: waiting at %s for ranks 1..%d", init, world - 1)
-        group = cls(join_group(0, world, init, backend), [])
+        store = _master_store(*parse_rendezvous(init), world)
+        wait_for_joiners(store, world, [], timeout_s)
+        group = cls(_init_group(store, 0, world, backend), [])
         group.call("start", *args)
         return group
 

@@ -76,6 +76,9 @@ def test_two_ranks_update_and_checkpoint_like_one(tmp_path: Path) -> None:
         got = group.run(p2, "full_weights")
         for k, v in ref_after_two.items():
             torch.testing.assert_close(got[k], v, atol=TOL, rtol=0, msg=f"1->2 {k}")
+    except BaseException:
+        group.close(abort=True)  # rank 1 may be inside a collective, where STOP is never read
+        raise
     finally:
         group.close()
     single = policy(seed=5)  # other weights: the load must replace them
@@ -121,7 +124,7 @@ def test_rank_zero_leaves_after_a_rank_started_elsewhere(tmp_path: Path) -> None
     rank1 = mp.get_context("spawn").Process(target=slow_leaver, args=(1, 2, init, str(marker)))
     rank1.start()
     try:
-        group = RankGroup.meet(2, init, "gloo", ())
+        group = RankGroup.meet(2, init, "gloo", (), timeout_s=120)
         group.close()
         assert marker.is_file()  # rank 1 had left when rank 0's close returned
     finally:
@@ -144,6 +147,9 @@ def test_a_dead_rank_is_named_not_waited_for() -> None:
         start = time.monotonic()
         group.close()  # no wait for the dead rank to report leaving (a 30 s timeout)
         assert time.monotonic() - start < 20
+    except BaseException:
+        group.close(abort=True)
+        raise
     finally:
         group.close()
 
@@ -176,13 +182,16 @@ class _Process:
 
 def test_joiners_are_waited_for_until_they_check_in_die_or_time_out() -> None:
     store = _Store({"rstar2/joined/1", "rstar2/joined/2"})
-    wait_for_joiners(store, [_Process(True), _Process(True)], timeout_s=1)  # type: ignore[arg-type]
+    wait_for_joiners(store, 3, [_Process(True), _Process(True)], timeout_s=1)  # type: ignore[arg-type]
     # rank 2 checked in and then ended: not a death before joining (the group's collectives see it)
     store = _Store({"rstar2/joined/2"})
     with pytest.raises(LearnerRankDied, match=r"^learner rank 1 was killed by signal 9 before"):
-        wait_for_joiners(store, [_Process(False, -9), _Process(False, 0)], 1)  # type: ignore[arg-type]
+        wait_for_joiners(store, 3, [_Process(False, -9), _Process(False, 0)], 1)  # type: ignore[arg-type]
     with pytest.raises(TimeoutError, match=r"learner rank\(s\) 1 did not join within 0 s"):
-        wait_for_joiners(_Store(set()), [_Process(True)], timeout_s=0.2, poll_s=0.01)  # type: ignore[arg-type]
+        wait_for_joiners(_Store(set()), 2, [_Process(True)], timeout_s=0.2, poll_s=0.01)  # type: ignore[arg-type]
+    # ranks started elsewhere (`meet`): no process to watch, each rank waited for by its key
+    with pytest.raises(TimeoutError, match=r"learner rank\(s\) 2, 3 did not join"):
+        wait_for_joiners(_Store({"rstar2/joined/1"}), 4, [], timeout_s=0.2, poll_s=0.01)  # type: ignore[arg-type]
 
 
 def test_device_setting_resolves_or_says_why_not() -> None:

@@ -123,8 +123,9 @@ def graphs_cell(e: dict[str, Any]) -> str:
 
 
 def profile_line(name: str, b: dict[str, Any], top: int = 5) -> str:
-    """A profiled entry (`bench learner --profile`) in one paragraph: FSDP2's ranges by phase
-    (host ms, calls) and the top operations (device ms, else CPU ms); "" without a profile."""
+    """A profiled entry (`bench learner --profile`) in one paragraph: the GPU's busy time, FSDP2's
+    ranges by phase (host ms, calls) and the top operations (device ms, else CPU ms); "" without
+    a profile."""
     prof = b.get("profile")
     if not prof:
         return ""
@@ -133,8 +134,22 @@ def profile_line(name: str, b: dict[str, Any], top: int = 5) -> str:
                     for op in prof["ops"][:top])  # fmt: skip
     fsdp = ", ".join(f"{phase.removeprefix('FSDP::')} {v['cpu_ms']:.1f} ({v['calls']})"
                      for phase, v in prof["fsdp"].items())  # fmt: skip
-    text = f"Profile, {name}: {where} {prof[f'{where}_ms']:.1f} ms in all; top: {ops}"
+    text = (
+        f"Profile, {name}: {where} {prof[f'{where}_ms']:.1f} ms in all{_busy(prof, b)}; top: {ops}"
+    )
     return text + (f"; FSDP2 ranges, host ms (calls): {fsdp}" if fsdp else "") + "\n"
+
+
+def _busy(prof: dict[str, Any], b: dict[str, Any]) -> str:
+    """How much of the update the GPU had work (`op_profile.device_busy`): of the profiled
+    update, and of an unprofiled one (`step_s`; the profiler slows the host)."""
+    if "device_busy_ms" not in prof:
+        return ""
+    busy = prof["device_busy_ms"]
+    text = f" (busy {busy:.1f} ms of the profiled {prof['wall_ms']:.1f}"
+    if b.get("step_s"):
+        text += f", {busy / (b['step_s'] * 1e3):.0%} of an unprofiled update's {b['step_s']:.3f} s"
+    return text + ")"
 
 
 def compile_line(name: str, b: dict[str, Any]) -> str:

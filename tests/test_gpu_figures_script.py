@@ -234,6 +234,13 @@ def test_markdown_has_a_line_per_profiled_benchmark() -> None:
         "FSDP2 ranges, host ms (calls): pre_forward 2.2 (4)"
     ) in text
     assert "Profile, qwen2.5-0.5b-plain" not in text
+    # the GPU's busy time (op_profile.device_busy), against the profiled and an unprofiled update
+    busy = {**profile, "wall_ms": 500.0, "device_busy_ms": 290.0, "device_idle_share": 0.42}
+    text = md.markdown({"bench": {"y": {**b, "profile": busy}}})
+    assert (
+        "Profile, y: device 310.0 ms in all (busy 290.0 ms of the profiled 500.0, 44% of an "
+        "unprofiled update's 0.660 s); top:"
+    ) in text
     on_cpu = {**profile, "device_ms": 0.0, "fsdp": {}}
     text = md.markdown({"bench": {"x": {**b, "profile": on_cpu}}})
     assert "Profile, x: cpu 300.0 ms in all; top: aten::mm 4.0 (96)\n" in text

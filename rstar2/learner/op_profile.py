@@ -4,13 +4,27 @@
 activity, and CUDA's when the learner computes on a GPU) and reports `summarise(events)`:
 
 - `ops`: the operations with the most self time on the device (a CUDA kernel's time is
-  attributed to the aten operation that launched it) or, on the CPU, the most self CPU time:
-  name, calls, self CPU ms, self device ms. Annotated ranges (FSDP2's, the optimizer's) are
-  left out: their self time is the host's bookkeeping, which `fsdp` reports;
+  attributed to the aten operation, or compiled graph's launcher, that launched it; the
+  kernels' own rows are left out, or each would be listed twice) or, on the CPU, the most self
+  CPU time: name, calls, self CPU ms, self device ms. Annotated ranges (FSDP2's, the
+  optimizer's) are left out: their self time is the host's bookkeeping, which `fsdp` reports;
 - `fsdp`: FSDP2's own work by phase (its `record_function` ranges: `FSDP::pre_forward`,
   `FSDP::post_backward_reduce`, ..., summed over the modules they name): calls, CPU ms inside
-  the range (its children included: the all-gather copies, the casts), device ms;
-- `cpu_ms` / `device_ms`: the update's total self time on the host and the device.
+  the range (its children included: the all-gather copies, the casts), device ms of the
+  kernels launched inside it (the host's rows: the profiler also draws each range on the
+  GPU's timeline, a row of its own that counted each call twice before 2026-11-30);
+- `cpu_ms` / `device_ms`: the update's total self time on the host and the device. The
+  device's is summed over the device's own events (kernels, copies), as torch.profiler's table
+  totals it: an operation's row carries its kernels' time too, so summing every row counts
+  each kernel twice (what this reported before 2026-11-30; run 8's `device_ms` figures are
+  such double sums);
+- `wall_ms`: the profiled call's wall time (the device synchronised), and on a GPU
+  `device_busy_ms`, the time at least one kernel or copy ran (their intervals' union: overlaps
+  count once), with `device_idle_share` = 1 - busy / wall. The profiler adds host time to every
+  operation, so the profiled wall time is longer and this share larger than an unprofiled
+  update's; `busy / step_s` (bench learner's unprofiled update time) bounds the unprofiled
+  idle share from the other side. An update whose GPU idles much of its time is bound by the
+  host's launches, not by the GPU.
 
 It is how the FSDP2 entries of `scripts/gpu_figures.py --part bench` say where their time
 above the plain learner's goes (docs/production.md, issue 30's targets): the host's hooks
@@ -23,10 +37,12 @@ without it), or trace several ranks (rank 0's process only).
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterable
 from typing import Any, Protocol
 
 import torch
+from torch.autograd import DeviceType
 
 FSDP_PREFIX = "FSDP::"
 ANNOTATED = ("FSDP::", "Optimizer.", "ProfilerStep", "autograd::engine::evaluate_function")
@@ -42,6 +58,25 @@ class OpStats(Protocol):
     cpu_time_total: float
     self_device_time_total: float
     device_time_total: float
+    device_type: DeviceType
+    is_user_annotation: bool
+
+
+def device_work(row: Any) -> bool:
+    """A row or event that is the device's own work (a kernel, a copy, a memset), not a host
+    operation carrying its kernels' time, nor a range annotated on the device's timeline."""
+    return row.device_type != DeviceType.CPU and not row.is_user_annotation
+
+
+def busy_ms(intervals: Iterable[tuple[float, float]]) -> float:
+    """The length of the union of `(start, end)` intervals in microseconds, in milliseconds
+    (kernels that overlap, on two streams, count once)."""
+    total, reached = 0.0, float("-inf")
+    for start, end in sorted(intervals):
+        if end > reached:
+            total += end - max(start, reached)
+            reached = end
+    return total * 1e-3
 
 
 def fsdp_phase(key: str) -> str:
@@ -54,11 +89,11 @@ def summarise(rows: Iterable[OpStats], on_device: bool, top: int = 15) -> dict[s
     """The profile of one update (see the module's docstring); times in milliseconds."""
     rows = list(rows)
     ms = 1e-3
-    ops = [r for r in rows if not r.key.startswith(ANNOTATED)]
+    ops = [r for r in rows if not r.key.startswith(ANNOTATED) and not device_work(r)]
     ops.sort(key=lambda r: r.self_device_time_total if on_device else r.self_cpu_time_total)
     fsdp: dict[str, dict[str, float]] = {}
-    for r in rows:
-        if r.key.startswith(FSDP_PREFIX):
+    for r in rows:  # the host's rows: a range's copy on the GPU's timeline would count it twice
+        if r.key.startswith(FSDP_PREFIX) and r.device_type == DeviceType.CPU:
             entry = fsdp.setdefault(
                 fsdp_phase(r.key), {"calls": 0, "cpu_ms": 0.0, "device_ms": 0.0}
             )
@@ -77,7 +112,7 @@ def summarise(rows: Iterable[OpStats], on_device: bool, top: int = 15) -> dict[s
         ],
         "fsdp": dict(sorted(fsdp.items(), key=lambda kv: -kv[1]["cpu_ms"])),
         "cpu_ms": sum(r.self_cpu_time_total for r in rows) * ms,
-        "device_ms": sum(r.self_device_time_total for r in rows) * ms,
+        "device_ms": sum(r.self_device_time_total for r in rows if device_work(r)) * ms,
     }
 
 
@@ -112,7 +147,20 @@ def profile_call(fn: Callable[[], Any], device: torch.device, top: int = 15) -> 
     if on_device:
         torch.cuda.synchronize(device)
     with profile(activities=activities) as prof:
+        start = time.perf_counter()
         fn()
         if on_device:
             torch.cuda.synchronize(device)
-    return summarise(prof.key_averages(), on_device, top)
+        wall_ms = (time.perf_counter() - start) * 1e3
+    out = summarise(prof.key_averages(), on_device, top)
+    out["wall_ms"] = wall_ms
+    if on_device:
+        out.update(device_busy(prof.events(), wall_ms))
+    return out
+
+
+def device_busy(events: Iterable[Any], wall_ms: float) -> dict[str, float]:
+    """`device_busy_ms` and `device_idle_share` of a profiled call that took `wall_ms` (see
+    the module docstring), from its events (`time_range` in microseconds)."""
+    busy = busy_ms((e.time_range.start, e.time_range.end) for e in events if device_work(e))
+    return {"device_busy_ms": busy, "device_idle_share": max(0.0, 1 - busy / wall_ms)}

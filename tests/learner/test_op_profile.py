@@ -6,15 +6,31 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 import pytest
+from torch.autograd import DeviceType
 
-from rstar2.learner.op_profile import compile_report, fsdp_phase, summarise
+from rstar2.learner.op_profile import (
+    busy_ms,
+    compile_report,
+    device_busy,
+    fsdp_phase,
+    summarise,
+)
 
 
-def row(key: str, count: int, self_cpu: float, cpu: float, self_dev: float = 0.0, dev: float = 0.0):
+def row(
+    key: str, count: int, self_cpu: float, cpu: float, self_dev: float = 0.0, dev: float = 0.0,
+    device_type: DeviceType = DeviceType.CPU, annotation: bool = False,
+):  # fmt: skip
     return SimpleNamespace(
         key=key, count=count, self_cpu_time_total=self_cpu, cpu_time_total=cpu,
-        self_device_time_total=self_dev, device_time_total=dev,
+        self_device_time_total=self_dev, device_time_total=dev, device_type=device_type,
+        is_user_annotation=annotation,
     )  # fmt: skip
+
+
+def kernel(key: str, count: int, ms: float, annotation: bool = False) -> SimpleNamespace:
+    """A row of the device's own events: its time is also on the operation that launched it."""
+    return row(key, count, 0.0, 0.0, ms * 1e3, ms * 1e3, DeviceType.CUDA, annotation)
 
 
 ROWS = [
@@ -26,6 +42,10 @@ ROWS = [
     row("FSDP::pre_forward", 4, 100.0, 150.0),
     row("FSDP::backward_prefetch for model.layers.1", 4, 50.0, 60.0),
     row("Optimizer.step#AdamW.step", 1, 9000.0, 12000.0),
+    kernel("sm90_gemm_bf16", 10, 9.0),
+    kernel("elementwise_kernel<mul>", 40, 1.0),
+    kernel("Memcpy DtoD (Device -> Device)", 8, 2.0),
+    kernel("FSDP::pre_forward (model.layers.0)", 4, 0.5, annotation=True),  # a range, on the GPU
 ]
 
 
@@ -54,10 +74,35 @@ def test_fsdp2_work_is_summed_by_phase_over_modules() -> None:
     assert got["FSDP::pre_forward"]["device_ms"] == pytest.approx(0.9)
 
 
-def test_totals_are_the_self_times_of_every_row() -> None:
+def test_totals_count_each_kernel_once() -> None:
     got = summarise(ROWS, on_device=True)
     assert got["cpu_ms"] == pytest.approx(18.75)
+    # the kernels' own rows: not the operations that carry their time too, nor a GPU range
     assert got["device_ms"] == pytest.approx(12.0)
+
+
+def test_busy_time_is_the_union_of_the_kernels_intervals() -> None:
+    assert busy_ms([]) == 0.0
+    assert busy_ms([(0.0, 1000.0), (3000.0, 4000.0)]) == pytest.approx(2.0)
+    # overlapping (two streams) and nested intervals count once; order does not matter
+    assert busy_ms([(500.0, 2000.0), (0.0, 1000.0), (600.0, 700.0)]) == pytest.approx(2.0)
+    assert busy_ms([(0.0, 1000.0), (1000.0, 1500.0)]) == pytest.approx(1.5)
+
+
+def test_device_busy_reads_the_device_work_among_the_events() -> None:
+    def event(kind: SimpleNamespace, start: float, end: float) -> SimpleNamespace:
+        return SimpleNamespace(**vars(kind), time_range=SimpleNamespace(start=start, end=end))
+
+    host, gpu, gpu_range = row("aten::mm", 1, 0, 0), kernel("gemm", 1, 0), kernel("r", 1, 0, True)
+    events = [
+        event(host, 0.0, 10_000.0),  # the host's op spans the whole call: not device work
+        event(gpu, 1_000.0, 3_000.0),
+        event(gpu, 2_000.0, 4_000.0),
+        event(gpu_range, 0.0, 10_000.0),  # an annotation on the GPU's timeline: not work either
+    ]
+    got = device_busy(events, wall_ms=10.0)
+    assert got["device_busy_ms"] == pytest.approx(3.0)
+    assert got["device_idle_share"] == pytest.approx(0.7)
 
 
 def test_the_compile_report_counts_graphs_and_breaks_by_their_first_line() -> None:

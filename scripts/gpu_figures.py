@@ -109,7 +109,8 @@ model one unit, keeping its gathered parameters and reducing once a mini-batch."
 PER_LAYER = ("--shard-per-layer",)
 PROFILE = ("--profile",)
 """One more update under torch.profiler, after the timed ones (figures unchanged): where the
-FSDP2 variants' time above the plain one's goes."""
+FSDP2 variants' time above the plain one's goes, and how much of an update the GPU had work
+(`device_busy_ms`: whether the update is bound by the host's launches)."""
 RL = ("--workload", "rl", "--micro-batch-tokens", "8192")
 FSDP_AC = ("--fsdp", "--activation-checkpointing")
 SELECTIVE = ("--checkpoint-policy", "selective")
@@ -134,7 +135,7 @@ VARIANTS = (
     ("plain-micro-batch-16k", (*AFTER, "--micro-batch", "8"), True),
     # the 0.5B update pays a fixed host cost per forward (runs 8-9): the whole batch in one
     # micro-batch, and selective checkpointing in half as many
-    ("plain-micro-batch-32k", (*AFTER, "--micro-batch", "16"), False),
+    ("plain-micro-batch-32k", (*AFTER, "--micro-batch", "16", *PROFILE), False),
     ("fsdp-ac-selective-micro-batch-16k", (*AFTER, *FSDP_AC, *SELECTIVE, "--micro-batch", "8"),
      False),
     ("rl-before-plain", (*RL, *BEFORE), True),

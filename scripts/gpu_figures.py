@@ -138,6 +138,9 @@ VARIANTS = (
     ("plain-micro-batch-32k", (*AFTER, "--micro-batch", "16", *PROFILE), False),
     ("fsdp-ac-selective-micro-batch-16k", (*AFTER, *FSDP_AC, *SELECTIVE, "--micro-batch", "8"),
      False),
+    # the same update with CUDA graphs (each compiled layer's kernels as one launch): the
+    # lever for a host-bound update, the fixed workload's micro-batches one shape
+    ("plain-reduce-overhead", (*AFTER, "--compile-mode", "reduce-overhead", *PROFILE), False),
     ("rl-before-plain", (*RL, *BEFORE), True),
     ("rl-plain", (*RL, *AFTER), True),
     # each optimisation alone, against "before" (the 0.5B shape only)

@@ -154,12 +154,15 @@ def _busy(prof: dict[str, Any], b: dict[str, Any]) -> str:
 
 def compile_line(name: str, b: dict[str, Any]) -> str:
     """What torch.compile did in a compiled entry, when it did not compile cleanly (no graph,
-    or graph breaks: a checkpointed layer that breaks runs eagerly); "" otherwise."""
+    graph breaks: a checkpointed layer that breaks runs eagerly, or graphs that reduce-overhead
+    ran without CUDA graphs); "" otherwise."""
     done = b.get("compiled")
-    if not done or (done["graphs"] and not done["graph_breaks"]):
+    skips = done.get("cudagraph_skips", 0) if done else 0
+    if not done or (done["graphs"] and not done["graph_breaks"] and not skips):
         return ""
     breaks = ", ".join(f"{reason} ({n})" for reason, n in done["graph_breaks"].items())
-    return f"Compile, {name}: {done['graphs']} graphs; graph breaks: {breaks or 'none'}\n"
+    text = f"Compile, {name}: {done['graphs']} graphs; graph breaks: {breaks or 'none'}"
+    return text + (f"; {skips} ran without CUDA graphs" if skips else "") + "\n"
 
 
 def split_cell(b: dict[str, Any]) -> str:

@@ -253,8 +253,13 @@ def test_markdown_names_entries_whose_layers_did_not_compile_cleanly() -> None:
         "clean": {**b, "compiled": {"graphs": 26, "graph_breaks": {}}},
         "eager": {**b, "compiled": {"graphs": 0, "graph_breaks": {"Data dependent operator": 1}}},
         "uncompiled": {**b, "compiled": None},
+        "replayed": {**b, "compiled": {"graphs": 26, "graph_breaks": {}, "cudagraph_skips": 0}},
+        "unreplayed": {**b, "compiled": {"graphs": 26, "graph_breaks": {}, "cudagraph_skips": 2}},
     }})  # fmt: skip
-    assert "Compile, eager: 0 graphs; graph breaks: Data dependent operator (1)" in text
+    assert "Compile, eager: 0 graphs; graph breaks: Data dependent operator (1)\n" in text
+    # reduce-overhead's graphs that ran without CUDA graphs are named too
+    assert "Compile, unreplayed: 26 graphs; graph breaks: none; 2 ran without CUDA graphs" in text
+    assert "Compile, replayed" not in text
     assert "Compile, clean" not in text and "Compile, uncompiled" not in text
 
 

@@ -11,7 +11,7 @@ joins a one-rank group of its own, so the sharded path (FSDP2, its mixed precisi
 GPU) runs on a single device; N ranks are always sharded.
 
 Figures (`--json` keys): `model_params`, `ranks`, `fsdp`, `bf16`, `activation_checkpointing`,
-`checkpoint_every`, `checkpoint_policy`, `compile`, `compile_head`, `reshard_after_forward`, `sync_every_micro_batch`, `shard_per_layer`
+`checkpoint_every`, `checkpoint_policy`, `compile`, `compile_mode`, `compile_head`, `reshard_after_forward`, `sync_every_micro_batch`, `shard_per_layer`
 (FSDP2's settings as resolved; null without FSDP2), the batch (`rollouts`, `tokens`, `micro_batch`), `device`,
 `device_name`, `tokens_per_s` (sequence tokens through forward and backward per second, all
 ranks together), `step_s` (median update), `peak_memory_mb` (the largest of any rank: GPU memory allocated by torch, or the
@@ -44,7 +44,7 @@ from pathlib import Path
 from rstar2.commands.arguments import model_directory, nonnegative_float
 from rstar2.config import ConfigError
 from rstar2.devices import resolve_device
-from rstar2.learner.learner_config import CHECKPOINT_POLICIES
+from rstar2.learner.learner_config import CHECKPOINT_POLICIES, COMPILE_MODES
 from rstar2.learner.workload import WORKLOADS, trace_shapes
 from rstar2.model.tiny_config import SHAPES, shaped_config
 
@@ -125,6 +125,13 @@ def _add_compile_options(p: argparse.ArgumentParser) -> None:
         "measured alone; learner.compile is on by default on GPUs)",
     )
     p.add_argument(
+        "--compile-mode",
+        choices=COMPILE_MODES,
+        default="default",
+        help="with --compile: torch.compile's mode for the layers (learner.compile_mode; "
+        "reduce-overhead: CUDA graphs)",
+    )
+    p.add_argument(
         "--compile-head",
         action=argparse.BooleanOptionalAction,
         default=False,
@@ -200,6 +207,12 @@ def check_arguments(args: argparse.Namespace) -> None:
             args.checkpoint_every,
             args.checkpoint_every == 1 or args.activation_checkpointing,
             "1 (its default) without --activation-checkpointing",
+        ),
+        (
+            "--compile-mode",
+            args.compile_mode,
+            args.compile_mode == "default" or args.compile,
+            "default (its default) without --compile",
         ),
         (
             "--checkpoint-policy",

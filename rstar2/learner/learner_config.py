@@ -11,6 +11,8 @@ from dataclasses import dataclass
 from rstar2.config import require
 
 CHECKPOINT_POLICIES = ("full", "selective")
+COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
+"""torch.compile's modes (`learner.compile_mode`)."""
 """The values of `learner.checkpoint_policy` (`activation_checkpoint.py` says what each keeps)."""
 
 
@@ -95,6 +97,12 @@ class LearnerConfig:
     it; the first update pays the compilation (about 20 s at Qwen2.5-0.5B shape). None: on
     when the learner computes on a GPU (measured on an H200: +25% tokens/s at 0.5B, +34% at
     1.5B, docs/production.md), off on the CPU."""
+    compile_mode: str = "default"
+    """torch.compile's mode for the decoder layers (`compile`): "default", or
+    "reduce-overhead" (CUDA graphs: each compiled layer's kernels replayed as one launch, which
+    pays where the update is bound by the host's launches, as the 0.5B update is on an H200;
+    docs/production.md), "max-autotune" or "max-autotune-no-cudagraphs". CUDA graphs replay
+    fixed shapes: each new micro-batch length records another graph (memory)."""
 
     def validate(self) -> None:
         require(self.lr > 0, "learner.lr", self.lr, "a positive number")
@@ -132,6 +140,18 @@ class LearnerConfig:
             "learner.checkpoint_policy",
             self.checkpoint_policy,
             " or ".join(f'"{p}"' for p in CHECKPOINT_POLICIES),
+        )
+        require(
+            self.compile_mode in COMPILE_MODES,
+            "learner.compile_mode",
+            self.compile_mode,
+            " or ".join(f'"{m}"' for m in COMPILE_MODES),
+        )
+        require(
+            self.compile_mode == "default" or self.compile is not False,
+            "learner.compile_mode",
+            self.compile_mode,
+            '"default" when learner.compile = false (it has no effect without it)',
         )
         require(
             self.device in ("auto", "cpu", "cuda"),

@@ -26,7 +26,8 @@ def prepare_model(model: nn.Module, cfg: LearnerConfig) -> nn.Module:
     chunked LM head and packed attention when `cfg.packed` and the model supports both,
     activation checkpointing of every `cfg.checkpoint_every`-th decoder layer (keeping what
     `cfg.checkpoint_policy` says), and compiled
-    decoder layers with `cfg.compile` (by default on a GPU: call after moving the model); the
+    decoder layers with `cfg.compile` (by default on a GPU: call after moving the model; in
+    torch.compile's `cfg.compile_mode`); the
     head's element-wise work compiled with `cfg.compile_head` (by default on a GPU too)."""
     on_gpu = next(iter(model.parameters()), torch.empty(0)).is_cuda
     compile_head = on_gpu if cfg.compile_head is None else cfg.compile_head
@@ -48,8 +49,9 @@ def prepare_model(model: nn.Module, cfg: LearnerConfig) -> nn.Module:
     if cfg.activation_checkpointing:
         checkpoint_layers(layers, cfg.checkpoint_every, cfg.checkpoint_policy)
     if compile_layers:
+        options = {} if cfg.compile_mode == "default" else {"mode": cfg.compile_mode}
         for layer in layers:
-            layer.compile()
+            layer.compile(**options)
     return model
 
 

@@ -120,8 +120,9 @@ def compile_report(counters: dict[str, Any]) -> dict[str, Any]:
     """What torch.compile did, from dynamo's counters (`torch._dynamo.utils.counters`):
     `graphs` compiled, `graph_breaks` by reason (the first line of dynamo's explanation;
     `graph_break` and `unimplemented` counters, which between them name the breaks, the
-    untraceable code and a backend's failures) and `frames` (`total`, `ok`: the frames dynamo
-    tried and those it compiled). A compiled layer that breaks runs in pieces, and one under
+    untraceable code and a backend's failures), `frames` (`total`, `ok`: the frames dynamo
+    tried and those it compiled) and `cudagraph_skips` (graphs that "reduce-overhead" ran
+    without CUDA graphs: inductor logs why). A compiled layer that breaks runs in pieces, and one under
     activation checkpointing that breaks runs eagerly altogether, so a GPU run says here
     whether its layers really were compiled."""
     breaks: dict[str, int] = {}
@@ -135,6 +136,7 @@ def compile_report(counters: dict[str, Any]) -> dict[str, Any]:
         "graphs": int(counters.get("stats", {}).get("unique_graphs", 0)),
         "graph_breaks": breaks,
         "frames": {"total": int(frames.get("total", 0)), "ok": int(frames.get("ok", 0))},
+        "cudagraph_skips": int(counters.get("inductor", {}).get("cudagraph_skips", 0)),
     }
 
 

@@ -108,6 +108,12 @@ def test_checkpointing_settings_without_checkpointing_are_refused(
     assert flag in err and "without --activation-checkpointing" in err
 
 
+def test_a_compile_mode_without_compile_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["bench", "learner", "--compile-mode", "reduce-overhead"]) == 2
+    err = capsys.readouterr().err
+    assert "--compile-mode" in err and "without --compile" in err
+
+
 @pytest.mark.slow
 @pytest.mark.skipif(
     not any(shutil.which(c) for c in ("g++", "c++", "clang++")),

@@ -116,6 +116,7 @@ def test_the_compile_report_counts_graphs_and_breaks_by_their_first_line() -> No
         },
         # what dynamo could not trace or the backend could not compile: counted here only
         "unimplemented": {"Backend compiler exception\n  Explanation: inductor failed": 1},
+        "inductor": {"cudagraph_skips": 3, "cudagraph_recorded_non_static_inputs": 8},
     }
     assert compile_report(counters) == {
         "graphs": 5,
@@ -125,7 +126,8 @@ def test_the_compile_report_counts_graphs_and_breaks_by_their_first_line() -> No
             "Backend compiler exception": 1,
         },
         "frames": {"total": 9, "ok": 7},
+        "cudagraph_skips": 3,  # graphs reduce-overhead ran without CUDA graphs
     }
     assert compile_report({}) == {
-        "graphs": 0, "graph_breaks": {}, "frames": {"total": 0, "ok": 0}
+        "graphs": 0, "graph_breaks": {}, "frames": {"total": 0, "ok": 0}, "cudagraph_skips": 0
     }  # fmt: skip

@@ -11,6 +11,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from rstar2.config import ConfigError
 from rstar2.learner.activation_checkpoint import is_checkpointed
 from rstar2.learner.learner_config import LearnerConfig
 from rstar2.learner.logprob_head import LogprobHead, chunked_logprobs, install
@@ -264,6 +265,25 @@ def test_prepare_model_compiles_the_layers_where_asked_and_on_gpus_by_default() 
     prepare_model(model, LearnerConfig(compile=True))
     assert all(layer._compiled_call_impl is not None for layer in model.model.layers)
     assert list(model.state_dict()) == keys
+
+
+def test_the_compile_mode_reaches_every_layers_compile(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`learner.compile_mode` is torch.compile's `mode` for each layer ("default": none)."""
+    modes: list[str | None] = []
+    monkeypatch.setattr(torch.nn.Module, "compile", lambda self, **kw: modes.append(kw.get("mode")))
+    model = tiny_qwen2()
+    prepare_model(model, LearnerConfig(compile=True))
+    prepare_model(model, LearnerConfig(compile=True, compile_mode="reduce-overhead"))
+    n = len(model.model.layers)
+    assert modes == [None] * n + ["reduce-overhead"] * n
+
+
+def test_a_compile_mode_needs_a_known_name_and_compiling() -> None:
+    LearnerConfig(compile_mode="reduce-overhead").validate()  # compile None: on on a GPU
+    with pytest.raises(ConfigError, match='learner.compile_mode.*"default" or "reduce-overhead"'):
+        LearnerConfig(compile=True, compile_mode="fast").validate()
+    with pytest.raises(ConfigError, match="learner.compile_mode.*learner.compile = false"):
+        LearnerConfig(compile=False, compile_mode="reduce-overhead").validate()
 
 
 def test_packed_attention_has_no_side_effect_a_checkpointed_compiled_layer_would_refuse() -> None:

@@ -11,9 +11,9 @@ from dataclasses import dataclass
 from rstar2.config import require
 
 CHECKPOINT_POLICIES = ("full", "selective")
+"""The values of `learner.checkpoint_policy` (`activation_checkpoint.py` says what each keeps)."""
 COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 """torch.compile's modes (`learner.compile_mode`)."""
-"""The values of `learner.checkpoint_policy` (`activation_checkpoint.py` says what each keeps)."""
 
 
 @dataclass

@@ -122,9 +122,9 @@ def compile_report(counters: dict[str, Any]) -> dict[str, Any]:
     `graph_break` and `unimplemented` counters, which between them name the breaks, the
     untraceable code and a backend's failures), `frames` (`total`, `ok`: the frames dynamo
     tried and those it compiled) and `cudagraph_skips` (graphs that "reduce-overhead" ran
-    without CUDA graphs: inductor logs why). A compiled layer that breaks runs in pieces, and one under
-    activation checkpointing that breaks runs eagerly altogether, so a GPU run says here
-    whether its layers really were compiled."""
+    without CUDA graphs: inductor logs why). A compiled layer that breaks runs in pieces, and
+    one under activation checkpointing that breaks runs eagerly altogether, so a GPU run says
+    here whether its layers really were compiled."""
     breaks: dict[str, int] = {}
     for kind in ("graph_break", "unimplemented"):
         for reason, n in counters.get(kind, {}).items():

@@ -353,18 +353,52 @@ def _peer_main(target: Any, *args: Any) -> None:
         sys.exit(130)
 
 
+PEER_CHECK_MS = 1000
+"""How long a raw side's receive waits before it looks whether its peer is still there
+(`_recv_from`): a peer that died would otherwise leave the bench waiting forever."""
+
+
+def _receiver(ctx: zmq.Context, kind: int) -> zmq.Socket:
+    sock = ctx.socket(kind)
+    sock.setsockopt(zmq.RCVTIMEO, PEER_CHECK_MS)
+    return sock
+
+
+def _recv_from(sock: zmq.Socket, peer: Any) -> bytes:
+    """The next frame from a socket whose receives time out (`_receiver`): wait on while the
+    peer (a thread or process) is alive; a receive that found nothing in `PEER_CHECK_MS` after
+    the peer had ended stops the bench with a message (what the peer sent before it ended is
+    still received). The hot loops call this only when their own `recv` timed out, so a frame
+    that arrives in time costs nothing more."""
+    while True:
+        alive = peer.is_alive()
+        try:
+            return sock.recv()
+        except zmq.Again:
+            if not alive:
+                code = getattr(peer, "exitcode", None)
+                how = f" (exit code {code})" if code else ""
+                raise SystemExit(
+                    f"bench bus: the raw side's peer ended{how} before its last message"
+                ) from None
+
+
 def raw_throughput(transport: str, n: int, size: int, tmp: str) -> Run:
     ctx = zmq.Context()
-    sock = ctx.socket(zmq.PULL)
+    sock = _receiver(ctx, zmq.PULL)
     endpoint = _endpoint(transport, "stream", tmp)
     sock.bind(endpoint)
     peer = _start_peer(transport, _raw_send, (endpoint, n, size), ctx)
     dec = msgspec.msgpack.Decoder(Item)
-    first_sent_at = dec.decode(sock.recv()).sent_at
+    first_sent_at = dec.decode(_recv_from(sock, peer)).sent_at
     cpu_start = time.thread_time()
     for _ in range(n - 2):
-        dec.decode(sock.recv())
-    send_cpu_ns = dec.decode(sock.recv()).value
+        try:
+            frame = sock.recv()
+        except zmq.Again:
+            frame = _recv_from(sock, peer)
+        dec.decode(frame)
+    send_cpu_ns = dec.decode(_recv_from(sock, peer)).value
     elapsed = time.time() - first_sent_at
     recv_cpu = time.thread_time() - cpu_start
     peer.join()
@@ -376,17 +410,21 @@ def raw_throughput(transport: str, n: int, size: int, tmp: str) -> Run:
 def raw_batched_throughput(transport: str, n: int, size: int, tmp: str) -> Run:
     """Like `raw_throughput`, with `raw_batch(size)` messages per frame."""
     ctx = zmq.Context()
-    sock = ctx.socket(zmq.PULL)
+    sock = _receiver(ctx, zmq.PULL)
     endpoint = _endpoint(transport, "stream", tmp)
     sock.bind(endpoint)
     peer = _start_peer(transport, _raw_send_batched, (endpoint, n, size, raw_batch(size)), ctx)
     dec = msgspec.msgpack.Decoder(list[Item])
-    items = dec.decode(sock.recv())
+    items = dec.decode(_recv_from(sock, peer))
     first_sent_at = items[0].sent_at
     count = len(items)
     cpu_start = time.thread_time()
     while count < n:
-        items = dec.decode(sock.recv())
+        try:
+            frame = sock.recv()
+        except zmq.Again:
+            frame = _recv_from(sock, peer)
+        items = dec.decode(frame)
         count += len(items)
     elapsed = time.time() - first_sent_at
     recv_cpu = time.thread_time() - cpu_start
@@ -401,7 +439,7 @@ def raw_rtts(transport: str, n: int, size: int, tmp: str) -> list[float]:
     ctx = zmq.Context()
     endpoint = _endpoint(transport, "echo", tmp)
     peer = _start_peer(transport, _raw_echo, (endpoint, n), ctx)
-    sock = ctx.socket(zmq.DEALER)
+    sock = _receiver(ctx, zmq.DEALER)
     sock.connect(endpoint)
     enc, dec = msgspec.msgpack.Encoder(), msgspec.msgpack.Decoder(Item)
     payload = b"x" * size
@@ -409,7 +447,11 @@ def raw_rtts(transport: str, n: int, size: int, tmp: str) -> list[float]:
     for seq in range(n):
         start = time.perf_counter()
         sock.send(enc.encode(Item(seq, seq, payload)))
-        dec.decode(sock.recv())
+        try:
+            frame = sock.recv()
+        except zmq.Again:
+            frame = _recv_from(sock, peer)
+        dec.decode(frame)
         rtts.append(time.perf_counter() - start)
     peer.join()
     sock.close(linger=0)

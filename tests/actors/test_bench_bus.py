@@ -6,10 +6,13 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
+from pathlib import Path
 
 import pytest
 
 from rstar2.cli import main
+from rstar2.commands import bench_bus
 from rstar2.commands.bench_bus import Run, percentile
 
 KEYS = {"transport", "runtime_msgs_per_s", "raw_msgs_per_s", "ratio", "rtt_p50_ms", "rtt_p99_ms"}
@@ -29,6 +32,31 @@ def test_bench_bus_json_on_two_transports(capsys: pytest.CaptureFixture[str]) ->
         runtime = sum(r["runtime_cpu_us_per_msg"].values())
         raw = sum(r["raw_cpu_us_per_msg"].values())
         assert r["cpu_ratio"] == pytest.approx(raw / runtime, rel=0.01)
+
+
+def dies_at_once(*_args: object) -> None:
+    """A raw side's peer (spawned: importable by name) that ends before it sends anything."""
+    raise SystemExit(3)
+
+
+@pytest.mark.parametrize("transport", ["inproc", "ipc"])
+def test_a_raw_peer_that_ends_early_stops_the_bench_with_a_message(
+    transport: str, monkeypatch: pytest.MonkeyPatch, short_tmp: Path
+) -> None:
+    """It used to wait in `recv` for ever. inproc's peer is a thread that sends 3 of the 10
+    messages (they are received, then the bench stops); ipc's a process that exits with 3."""
+    monkeypatch.setattr(bench_bus, "PEER_CHECK_MS", 100)
+    if transport == "inproc":
+        send = bench_bus._raw_send
+        monkeypatch.setattr(bench_bus, "_raw_send", lambda e, n, size, ctx: send(e, 3, size, ctx))
+        why = r"the raw side's peer ended before its last message"
+    else:
+        monkeypatch.setattr(bench_bus, "_raw_send", dies_at_once)
+        why = r"the raw side's peer ended \(exit code 3\) before its last message"
+    start = time.monotonic()
+    with pytest.raises(SystemExit, match=f"^bench bus: {why}$"):
+        bench_bus.raw_throughput(transport, 10, 16, str(short_tmp))
+    assert time.monotonic() - start < 30
 
 
 def test_bench_bus_never_imports_torch() -> None:

@@ -102,7 +102,10 @@ class LearnerConfig:
     "reduce-overhead" (CUDA graphs: each compiled layer's kernels replayed as one launch, which
     pays where the update is bound by the host's launches, as the 0.5B update is on an H200;
     docs/production.md), "max-autotune" or "max-autotune-no-cudagraphs". CUDA graphs replay
-    fixed shapes: each new micro-batch length records another graph (memory)."""
+    fixed shapes, so "reduce-overhead" is for now a measurement setting (`bench learner`'s fixed
+    workload, whose micro-batches are one shape): in an RL run each micro-batch's own length,
+    sequence count and longest sequence record new graphs, which costs more than it saves;
+    padding micro-batches to one shape is not built."""
 
     def validate(self) -> None:
         require(self.lr > 0, "learner.lr", self.lr, "a positive number")

@@ -139,22 +139,23 @@ def wait_for_joiners(
     started = dict(enumerate(processes, start=1))
     begun = time.monotonic()
     told = begun
-    while pending:
+    while True:
         pending = {r for r in pending if not store.check([_joined_key(r)])}
+        if not pending:
+            return
         dead = {
             r: started[r].exitcode for r in pending & started.keys() if not started[r].is_alive()
         }
         if dead:
             raise LearnerRankDied(_describe(dead, "before it joined the group"))
+        ranks = ", ".join(str(r) for r in sorted(pending))
         now = time.monotonic()
-        if pending and now - begun > timeout_s:
-            ranks = ", ".join(str(r) for r in sorted(pending))
+        if now - begun > timeout_s:
             raise TimeoutError(f"learner rank(s) {ranks} did not join within {timeout_s:.0f} s")
-        if pending and now - told > 60:
+        if now - told > 60:
             told = now
-            log.info("learner: still waiting for rank(s) %s", ", ".join(map(str, sorted(pending))))
-        if pending:
-            time.sleep(poll_s)
+            log.info("learner: still waiting for rank(s) %s", ranks)
+        time.sleep(poll_s)
 
 
 def _master_store(host: str, port: int, world: int) -> dist.TCPStore:
